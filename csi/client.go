@@ -1,0 +1,132 @@
+package csi
+
+import (
+	"context"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/connectivity"
+)
+
+// Client is the set of CSI RPCs csiactor uses on one plugin socket. Every
+// method applies the client's timeout (ProbeTimeout for Probe, RPCTimeout
+// for the others) on top of ctx. Errors are gRPC status errors from the
+// plugin, wrapped with the method name; use [Classify] on them.
+//
+// A Client is safe for concurrent use. Close releases the connection; calls
+// after Close fail with ErrClosed.
+type Client interface {
+	// Probe asks the plugin whether it is ready. A response with ready unset
+	// counts as ready; ready=false means the plugin is still starting.
+	Probe(ctx context.Context) (ready bool, err error)
+	// PluginInfo calls GetPluginInfo.
+	PluginInfo(ctx context.Context) (PluginInfo, error)
+	// PluginCapabilities calls GetPluginCapabilities.
+	PluginCapabilities(ctx context.Context) (PluginCapabilities, error)
+
+	// ControllerCapabilities calls ControllerGetCapabilities.
+	ControllerCapabilities(ctx context.Context) (ControllerCapabilities, error)
+	CreateVolume(ctx context.Context, req *csipb.CreateVolumeRequest) (*csipb.CreateVolumeResponse, error)
+	DeleteVolume(ctx context.Context, req *csipb.DeleteVolumeRequest) error
+	ControllerPublishVolume(ctx context.Context, req *csipb.ControllerPublishVolumeRequest) (*csipb.ControllerPublishVolumeResponse, error)
+	ControllerUnpublishVolume(ctx context.Context, req *csipb.ControllerUnpublishVolumeRequest) error
+	ValidateVolumeCapabilities(ctx context.Context, req *csipb.ValidateVolumeCapabilitiesRequest) (*csipb.ValidateVolumeCapabilitiesResponse, error)
+
+	// NodeCapabilities calls NodeGetCapabilities.
+	NodeCapabilities(ctx context.Context) (NodeCapabilities, error)
+	// NodeInfo calls NodeGetInfo.
+	NodeInfo(ctx context.Context) (NodeInfo, error)
+	NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolumeRequest) error
+	NodeUnstageVolume(ctx context.Context, req *csipb.NodeUnstageVolumeRequest) error
+	NodePublishVolume(ctx context.Context, req *csipb.NodePublishVolumeRequest) error
+	NodeUnpublishVolume(ctx context.Context, req *csipb.NodeUnpublishVolumeRequest) error
+
+	// State returns the gRPC connection state.
+	State() connectivity.State
+	// WaitForStateChange blocks until the state differs from s or ctx ends;
+	// it returns false when ctx ended first.
+	WaitForStateChange(ctx context.Context, s connectivity.State) bool
+
+	// Close closes the connection. It is idempotent.
+	Close() error
+}
+
+// PluginInfo is the answer to GetPluginInfo.
+type PluginInfo struct {
+	// Name is the plugin's own name, like "csi.example.com"; it is shown as
+	// the provider.
+	Name string
+	// VendorVersion is the plugin's version string.
+	VendorVersion string
+	Manifest      map[string]string
+}
+
+// PluginCapabilities is the answer to GetPluginCapabilities.
+type PluginCapabilities struct {
+	// ControllerService: the plugin provides controller RPCs, and volumes
+	// need them (RequiresControllerPlugin in Nomad's terms).
+	ControllerService bool
+	// VolumeAccessibilityConstraints: volumes may not be equally reachable
+	// from all nodes.
+	VolumeAccessibilityConstraints bool
+	// OnlineExpansion and OfflineExpansion: the plugin can expand volumes.
+	OnlineExpansion  bool
+	OfflineExpansion bool
+}
+
+// ControllerCapabilities is the answer to ControllerGetCapabilities.
+type ControllerCapabilities struct {
+	CreateDeleteVolume     bool
+	PublishUnpublishVolume bool
+	ListVolumes            bool
+	GetCapacity            bool
+	PublishReadonly        bool
+	ExpandVolume           bool
+	GetVolume              bool
+	SingleNodeMultiWriter  bool
+}
+
+// NodeCapabilities is the answer to NodeGetCapabilities.
+type NodeCapabilities struct {
+	StageUnstageVolume    bool
+	GetVolumeStats        bool
+	ExpandVolume          bool
+	SingleNodeMultiWriter bool
+	VolumeMountGroup      bool
+}
+
+// NodeInfo is the answer to NodeGetInfo.
+type NodeInfo struct {
+	NodeID            string
+	MaxVolumesPerNode int64
+	// AccessibleTopology is the segments of the node's topology, if any.
+	AccessibleTopology map[string]string
+}
+
+// RPCKind says which column of the classification table an RPC uses.
+type RPCKind int
+
+const (
+	// PublishKind is for RPCs that create or attach: CreateVolume,
+	// ControllerPublishVolume, NodeStageVolume, NodePublishVolume.
+	PublishKind RPCKind = iota + 1
+	// UnpublishKind is for RPCs that remove or detach: DeleteVolume,
+	// ControllerUnpublishVolume, NodeUnstageVolume, NodeUnpublishVolume.
+	UnpublishKind
+)
+
+// Outcome is what a caller should do with an RPC's result.
+type Outcome int
+
+const (
+	// Success: the RPC did what was asked (or, for unpublish-type RPCs,
+	// the thing was already gone).
+	Success Outcome = iota
+	// Retry: a transient failure; try again after a backoff.
+	Retry
+	// Uncertain: the plugin may or may not have done it (deadline,
+	// cancellation, unavailable). Retry with backoff; if the caller gives
+	// up, it must still run teardown.
+	Uncertain
+	// Final: do not retry; the request itself is wrong or refused.
+	Final
+)

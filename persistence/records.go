@@ -1,0 +1,112 @@
+package persistence
+
+import "time"
+
+// Allocation is the persisted record of one plugin allocation.
+type Allocation struct {
+	ID     string `json:"id"`
+	Plugin string `json:"plugin"`
+	// Type is "controller", "node" or "monolith".
+	Type string `json:"type"`
+	// Socket is the unix socket path of an attached allocation, or the path
+	// the agent chose for an exec-managed one.
+	Socket string `json:"socket,omitempty"`
+	// Command and Env are set for exec-managed allocations.
+	Command []string          `json:"command,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	// Seq is the creation sequence. PutAllocation assigns it the first time
+	// an ID is stored and keeps it on every later put of the same ID, so the
+	// order of allocations survives restarts and re-registration.
+	Seq uint64 `json:"seq"`
+
+	// Process identity of a running exec-managed plugin, so that a restarted
+	// agent can find (and stop) a process it started before it was killed.
+	PID       int    `json:"pid,omitempty"`
+	PIDStart  uint64 `json:"pid_start,omitempty"` // start time in clock ticks from /proc/<pid>/stat
+	Healthy   bool   `json:"healthy"`
+	HealthMsg string `json:"health_description,omitempty"`
+
+	// Fingerprint, as last seen.
+	Provider           string `json:"provider,omitempty"`
+	Version            string `json:"version,omitempty"`
+	NodeID             string `json:"node_id,omitempty"`
+	ControllerRequired bool   `json:"controller_required,omitempty"`
+
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Capability is a persisted volume capability, by kebab-case names.
+type Capability struct {
+	AccessMode     string `json:"access_mode"`
+	AttachmentMode string `json:"attachment_mode"`
+}
+
+// MountOptions is a persisted set of mount options.
+type MountOptions struct {
+	FSType     string   `json:"fs_type,omitempty"`
+	MountFlags []string `json:"mount_flags,omitempty"`
+}
+
+// Volume is the persisted record of one volume: its registration, its
+// current claims, its past claims still being torn down, and the usage of
+// its staging paths. The volume actor owns it and writes it whole after each
+// step, so a record is always one consistent state.
+type Volume struct {
+	ID            string            `json:"id"`
+	Plugin        string            `json:"plugin"`
+	ExternalID    string            `json:"external_id"`
+	Capabilities  []Capability      `json:"capabilities"`
+	MountOptions  *MountOptions     `json:"mount_options,omitempty"`
+	Parameters    map[string]string `json:"parameters,omitempty"`
+	Context       map[string]string `json:"context,omitempty"`
+	Secrets       map[string]string `json:"secrets,omitempty"`
+	CapacityBytes int64             `json:"capacity_bytes,omitempty"`
+	// Created is true for volumes made through CreateVolume.
+	Created bool `json:"created,omitempty"`
+
+	// PublishContext is what ControllerPublishVolume returned for this host,
+	// kept for NodeStage/NodePublish; ControllerPublished says it is valid.
+	ControllerPublished bool              `json:"controller_published,omitempty"`
+	PublishContext      map[string]string `json:"publish_context,omitempty"`
+
+	Claims     []Claim   `json:"claims,omitempty"`
+	PastClaims []Claim   `json:"past_claims,omitempty"`
+	Stagings   []Staging `json:"stagings,omitempty"`
+
+	// Revision increases by one on every write of the record.
+	Revision  uint64    `json:"revision"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Claim is a current or past claim on a volume by one allocation.
+type Claim struct {
+	Alloc          string `json:"alloc"`
+	Mode           string `json:"mode"` // "read" or "write"
+	AccessMode     string `json:"access_mode"`
+	AttachmentMode string `json:"attachment_mode"`
+	// State is a claim step ("reserved", "controller-published", "staged",
+	// "published") for a current claim, or a release state ("taken",
+	// "node-detached", "controller-detached", "ready-to-free", "freed") for a
+	// past one.
+	State       string `json:"state"`
+	Usage       string `json:"usage"`
+	TargetPath  string `json:"target_path"`
+	StagingPath string `json:"staging_path,omitempty"`
+	// LastError is the last failure of the current step, with secrets and
+	// mount flags already removed.
+	LastError string    `json:"last_error,omitempty"`
+	Attempts  int       `json:"attempts,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Staging records who uses one staging path of a volume (one per usage).
+type Staging struct {
+	Usage string   `json:"usage"`
+	Path  string   `json:"path"`
+	Users []string `json:"users"` // alloc IDs
+	// Staged is true once NodeStageVolume succeeded.
+	Staged bool `json:"staged"`
+}
