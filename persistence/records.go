@@ -100,6 +100,14 @@ type Claim struct {
 	Attempts  int       `json:"attempts,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// NodeID is the node plugin's ID for this host when the claim was
+	// reserved; ControllerPublishVolume and ControllerUnpublishVolume use it.
+	NodeID string `json:"node_id,omitempty"`
+	// ControllerRequired is true when the plugin needed
+	// ControllerPublishVolume when the claim was reserved, so teardown runs
+	// ControllerUnpublishVolume even if the publish's outcome was never
+	// recorded.
+	ControllerRequired bool `json:"controller_required,omitempty"`
 }
 
 // Staging records who uses one staging path of a volume (one per usage).
