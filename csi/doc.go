@@ -9,7 +9,7 @@
 // through protobuf reflection) and record csiactor_csi_operations_seconds.
 //
 // [Classify] is the single place that decides what a gRPC status code means
-// for a publish-type or an unpublish-type call; [Retry] and [Backoff] are the
+// for a publish-type or an unpublish-type call; [RetryCall] and [Backoff] are the
 // retry helpers built on it, and every caller uses them.
 //
 // The capability model ([AccessMode], [AttachmentMode], [MountOptions],

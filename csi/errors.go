@@ -15,4 +15,8 @@ var (
 	// ErrInvalidResponse is returned when a plugin's answer breaks the CSI
 	// spec (a missing required field, for example).
 	ErrInvalidResponse = errors.New("csi: invalid response from plugin")
+	// ErrInvalidOption is returned by Dial and Backoff.Validate for an
+	// option or setting out of range (a negative timeout, for example); the
+	// message names the option.
+	ErrInvalidOption = errors.New("csi: invalid option")
 )

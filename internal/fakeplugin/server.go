@@ -1,0 +1,482 @@
+package fakeplugin
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"os"
+	"path/filepath"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// server implements the three CSI services on a Plugin's state. Every
+// handler takes p.mu for its whole body: the fake is about semantics, not
+// throughput under contention.
+type server struct {
+	csipb.UnimplementedIdentityServer
+	csipb.UnimplementedControllerServer
+	csipb.UnimplementedNodeServer
+	p *Plugin
+}
+
+// publishContextKey is the key of the publish context ControllerPublishVolume
+// returns and node RPCs check.
+const publishContextKey = "device"
+
+func devicePath(volumeID string) string { return "/dev/fake/" + volumeID }
+
+func invalidArg(field string) error {
+	return status.Errorf(codes.InvalidArgument, "%s is required", field)
+}
+
+// checkCapability rejects a capability without access mode or access type.
+func checkCapability(field string, vc *csipb.VolumeCapability) error {
+	switch {
+	case vc == nil:
+		return invalidArg(field)
+	case vc.GetAccessMode() == nil || vc.GetAccessMode().GetMode() == csipb.VolumeCapability_AccessMode_UNKNOWN:
+		return invalidArg(field + ".access_mode")
+	case vc.GetBlock() == nil && vc.GetMount() == nil:
+		return invalidArg(field + ".access_type")
+	}
+	return nil
+}
+
+// knownLocked applies Config.StrictVolumes.
+func (p *Plugin) knownLocked(volumeID string) error {
+	if !p.cfg.StrictVolumes {
+		return nil
+	}
+	if _, ok := p.volumes[volumeID]; !ok {
+		return status.Errorf(codes.NotFound, "volume %q does not exist", volumeID)
+	}
+	return nil
+}
+
+// checkPublishContextLocked requires the publish context of
+// ControllerPublishVolume when the plugin has PUBLISH_UNPUBLISH.
+func (p *Plugin) checkPublishContextLocked(volumeID string, pc map[string]string) error {
+	if !p.cfg.ControllerPublish {
+		return nil
+	}
+	if pc[publishContextKey] != devicePath(volumeID) {
+		return status.Errorf(codes.FailedPrecondition,
+			"volume %q: publish_context lacks %q from ControllerPublishVolume", volumeID, publishContextKey)
+	}
+	return nil
+}
+
+// Identity service.
+
+func (s *server) GetPluginInfo(context.Context, *csipb.GetPluginInfoRequest) (*csipb.GetPluginInfoResponse, error) {
+	return &csipb.GetPluginInfoResponse{
+		Name:          s.p.cfg.Name,
+		VendorVersion: s.p.cfg.VendorVersion,
+		Manifest:      map[string]string{"fake": "true"},
+	}, nil
+}
+
+func (s *server) GetPluginCapabilities(context.Context, *csipb.GetPluginCapabilitiesRequest) (*csipb.GetPluginCapabilitiesResponse, error) {
+	resp := &csipb.GetPluginCapabilitiesResponse{}
+	if s.p.cfg.Controller {
+		resp.Capabilities = append(resp.Capabilities, &csipb.PluginCapability{
+			Type: &csipb.PluginCapability_Service_{Service: &csipb.PluginCapability_Service{
+				Type: csipb.PluginCapability_Service_CONTROLLER_SERVICE,
+			}},
+		})
+	}
+	return resp, nil
+}
+
+func (s *server) Probe(context.Context, *csipb.ProbeRequest) (*csipb.ProbeResponse, error) {
+	if s.p.cfg.OmitReady {
+		return &csipb.ProbeResponse{}, nil
+	}
+	s.p.mu.Lock()
+	ready := s.p.ready
+	s.p.mu.Unlock()
+	return &csipb.ProbeResponse{Ready: wrapperspb.Bool(ready)}, nil
+}
+
+// Controller service.
+
+func (s *server) ControllerGetCapabilities(context.Context, *csipb.ControllerGetCapabilitiesRequest) (*csipb.ControllerGetCapabilitiesResponse, error) {
+	resp := &csipb.ControllerGetCapabilitiesResponse{}
+	add := func(t csipb.ControllerServiceCapability_RPC_Type) {
+		resp.Capabilities = append(resp.Capabilities, &csipb.ControllerServiceCapability{
+			Type: &csipb.ControllerServiceCapability_Rpc{Rpc: &csipb.ControllerServiceCapability_RPC{Type: t}},
+		})
+	}
+	if s.p.cfg.CreateDelete {
+		add(csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME)
+	}
+	if s.p.cfg.ControllerPublish {
+		add(csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME)
+	}
+	return resp, nil
+}
+
+func (s *server) CreateVolume(_ context.Context, req *csipb.CreateVolumeRequest) (*csipb.CreateVolumeResponse, error) {
+	if !s.p.cfg.CreateDelete {
+		return nil, status.Error(codes.Unimplemented, "CreateVolume: no CREATE_DELETE_VOLUME capability")
+	}
+	if req.GetName() == "" {
+		return nil, invalidArg("name")
+	}
+	if len(req.GetVolumeCapabilities()) == 0 {
+		return nil, invalidArg("volume_capabilities")
+	}
+	for _, vc := range req.GetVolumeCapabilities() {
+		if err := checkCapability("volume_capabilities", vc); err != nil {
+			return nil, err
+		}
+	}
+	size := req.GetCapacityRange().GetRequiredBytes()
+	limit := req.GetCapacityRange().GetLimitBytes()
+	if size < 0 || limit < 0 {
+		return nil, status.Error(codes.InvalidArgument, "capacity_range must not be negative")
+	}
+	if size == 0 {
+		size = DefaultCapacity
+		if limit > 0 && limit < size {
+			size = limit
+		}
+	}
+	if limit > 0 && limit < size {
+		return nil, status.Errorf(codes.OutOfRange, "limit_bytes %d is below required_bytes %d", limit, size)
+	}
+	id := "vol-" + req.GetName()
+
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if v, ok := p.volumes[id]; ok {
+		if v.CapacityBytes != size {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists with capacity %d", req.GetName(), v.CapacityBytes)
+		}
+	} else {
+		p.volumes[id] = &Volume{ID: id, Name: req.GetName(), CapacityBytes: size, Parameters: maps.Clone(req.GetParameters())}
+	}
+	return &csipb.CreateVolumeResponse{Volume: &csipb.Volume{
+		VolumeId:      id,
+		CapacityBytes: size,
+		VolumeContext: map[string]string{"name": req.GetName()},
+	}}, nil
+}
+
+func (s *server) DeleteVolume(_ context.Context, req *csipb.DeleteVolumeRequest) (*csipb.DeleteVolumeResponse, error) {
+	if !s.p.cfg.CreateDelete {
+		return nil, status.Error(codes.Unimplemented, "DeleteVolume: no CREATE_DELETE_VOLUME capability")
+	}
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, invalidArg("volume_id")
+	}
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.ctrl[id]; ok {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is still controller-published", id)
+	}
+	if err := p.inUseOnNodeLocked(id); err != nil {
+		return nil, err
+	}
+	delete(p.volumes, id) // deleting an unknown volume is OK (spec)
+	return &csipb.DeleteVolumeResponse{}, nil
+}
+
+// inUseOnNodeLocked fails when the volume is staged or published on this
+// node.
+func (p *Plugin) inUseOnNodeLocked(id string) error {
+	if _, ok := p.staged[id]; ok {
+		return status.Errorf(codes.FailedPrecondition, "volume %q is still staged on node %q", id, p.cfg.NodeID)
+	}
+	if len(p.pubs[id]) > 0 {
+		return status.Errorf(codes.FailedPrecondition, "volume %q is still published on node %q", id, p.cfg.NodeID)
+	}
+	return nil
+}
+
+func (s *server) ControllerPublishVolume(_ context.Context, req *csipb.ControllerPublishVolumeRequest) (*csipb.ControllerPublishVolumeResponse, error) {
+	if !s.p.cfg.ControllerPublish {
+		return nil, status.Error(codes.Unimplemented, "ControllerPublishVolume: no PUBLISH_UNPUBLISH_VOLUME capability")
+	}
+	id := req.GetVolumeId()
+	switch {
+	case id == "":
+		return nil, invalidArg("volume_id")
+	case req.GetNodeId() == "":
+		return nil, invalidArg("node_id")
+	}
+	if err := checkCapability("volume_capability", req.GetVolumeCapability()); err != nil {
+		return nil, err
+	}
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.knownLocked(id); err != nil {
+		return nil, err
+	}
+	if c, ok := p.ctrl[id]; ok {
+		if c.node != req.GetNodeId() {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %q is published to another node", id)
+		}
+		if c.readonly != req.GetReadonly() || !proto.Equal(c.cap, req.GetVolumeCapability()) {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q is published to node %q with another capability or readonly flag", id, c.node)
+		}
+	} else {
+		p.ctrl[id] = ctrlPub{node: req.GetNodeId(), readonly: req.GetReadonly(), cap: req.GetVolumeCapability()}
+	}
+	return &csipb.ControllerPublishVolumeResponse{
+		PublishContext: map[string]string{publishContextKey: devicePath(id)},
+	}, nil
+}
+
+func (s *server) ControllerUnpublishVolume(_ context.Context, req *csipb.ControllerUnpublishVolumeRequest) (*csipb.ControllerUnpublishVolumeResponse, error) {
+	if !s.p.cfg.ControllerPublish {
+		return nil, status.Error(codes.Unimplemented, "ControllerUnpublishVolume: no PUBLISH_UNPUBLISH_VOLUME capability")
+	}
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, invalidArg("volume_id")
+	}
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.knownLocked(id); err != nil {
+		return nil, err
+	}
+	c, ok := p.ctrl[id]
+	if !ok || (req.GetNodeId() != "" && req.GetNodeId() != c.node) {
+		return &csipb.ControllerUnpublishVolumeResponse{}, nil // already unpublished from that node
+	}
+	if c.node == p.cfg.NodeID {
+		if err := p.inUseOnNodeLocked(id); err != nil {
+			return nil, err
+		}
+	}
+	delete(p.ctrl, id)
+	return &csipb.ControllerUnpublishVolumeResponse{}, nil
+}
+
+func (s *server) ValidateVolumeCapabilities(_ context.Context, req *csipb.ValidateVolumeCapabilitiesRequest) (*csipb.ValidateVolumeCapabilitiesResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, invalidArg("volume_id")
+	}
+	if len(req.GetVolumeCapabilities()) == 0 {
+		return nil, invalidArg("volume_capabilities")
+	}
+	for _, vc := range req.GetVolumeCapabilities() {
+		if err := checkCapability("volume_capabilities", vc); err != nil {
+			return nil, err
+		}
+	}
+	p := s.p
+	p.mu.Lock()
+	err := p.knownLocked(req.GetVolumeId())
+	p.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return &csipb.ValidateVolumeCapabilitiesResponse{Confirmed: &csipb.ValidateVolumeCapabilitiesResponse_Confirmed{
+		VolumeContext:      req.GetVolumeContext(),
+		VolumeCapabilities: req.GetVolumeCapabilities(),
+		Parameters:         req.GetParameters(),
+	}}, nil
+}
+
+// Node service.
+
+func (s *server) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilitiesRequest) (*csipb.NodeGetCapabilitiesResponse, error) {
+	resp := &csipb.NodeGetCapabilitiesResponse{}
+	if s.p.cfg.StageUnstage {
+		resp.Capabilities = append(resp.Capabilities, &csipb.NodeServiceCapability{
+			Type: &csipb.NodeServiceCapability_Rpc{Rpc: &csipb.NodeServiceCapability_RPC{
+				Type: csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+			}},
+		})
+	}
+	return resp, nil
+}
+
+func (s *server) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb.NodeGetInfoResponse, error) {
+	return &csipb.NodeGetInfoResponse{
+		NodeId:            s.p.cfg.NodeID,
+		MaxVolumesPerNode: s.p.cfg.MaxVolumesPerNode,
+	}, nil
+}
+
+func (s *server) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolumeRequest) (*csipb.NodeStageVolumeResponse, error) {
+	if !s.p.cfg.StageUnstage {
+		return nil, status.Error(codes.Unimplemented, "NodeStageVolume: no STAGE_UNSTAGE_VOLUME capability")
+	}
+	id, path := req.GetVolumeId(), req.GetStagingTargetPath()
+	switch {
+	case id == "":
+		return nil, invalidArg("volume_id")
+	case path == "":
+		return nil, invalidArg("staging_target_path")
+	}
+	if err := checkCapability("volume_capability", req.GetVolumeCapability()); err != nil {
+		return nil, err
+	}
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.knownLocked(id); err != nil {
+		return nil, err
+	}
+	if err := p.checkPublishContextLocked(id, req.GetPublishContext()); err != nil {
+		return nil, err
+	}
+	if p.cfg.CheckPaths {
+		if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
+			return nil, status.Errorf(codes.FailedPrecondition, "staging_target_path %q is not an existing directory", path)
+		}
+	}
+	if st, ok := p.staged[id]; ok {
+		if st.path != path {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q is staged at another path", id)
+		}
+		if !proto.Equal(st.cap, req.GetVolumeCapability()) {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q is staged with another capability", id)
+		}
+		return &csipb.NodeStageVolumeResponse{}, nil
+	}
+	p.staged[id] = stage{path: path, cap: req.GetVolumeCapability()}
+	return &csipb.NodeStageVolumeResponse{}, nil
+}
+
+func (s *server) NodeUnstageVolume(_ context.Context, req *csipb.NodeUnstageVolumeRequest) (*csipb.NodeUnstageVolumeResponse, error) {
+	if !s.p.cfg.StageUnstage {
+		return nil, status.Error(codes.Unimplemented, "NodeUnstageVolume: no STAGE_UNSTAGE_VOLUME capability")
+	}
+	id, path := req.GetVolumeId(), req.GetStagingTargetPath()
+	switch {
+	case id == "":
+		return nil, invalidArg("volume_id")
+	case path == "":
+		return nil, invalidArg("staging_target_path")
+	}
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.knownLocked(id); err != nil {
+		return nil, err
+	}
+	st, ok := p.staged[id]
+	if !ok || st.path != path {
+		return &csipb.NodeUnstageVolumeResponse{}, nil // not staged there: done
+	}
+	if n := len(p.pubs[id]); n > 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is still published at %d target path(s)", id, n)
+	}
+	delete(p.staged, id)
+	return &csipb.NodeUnstageVolumeResponse{}, nil
+}
+
+func (s *server) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
+	id, target := req.GetVolumeId(), req.GetTargetPath()
+	switch {
+	case id == "":
+		return nil, invalidArg("volume_id")
+	case target == "":
+		return nil, invalidArg("target_path")
+	}
+	vc := req.GetVolumeCapability()
+	if err := checkCapability("volume_capability", vc); err != nil {
+		return nil, err
+	}
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.knownLocked(id); err != nil {
+		return nil, err
+	}
+	if p.cfg.StageUnstage {
+		if req.GetStagingTargetPath() == "" {
+			return nil, status.Error(codes.FailedPrecondition, "staging_target_path is required: the plugin has STAGE_UNSTAGE_VOLUME")
+		}
+		if st, ok := p.staged[id]; !ok || st.path != req.GetStagingTargetPath() {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %q is not staged at staging_target_path", id)
+		}
+	} else if err := p.checkPublishContextLocked(id, req.GetPublishContext()); err != nil {
+		return nil, err
+	}
+	for other, targets := range p.pubs {
+		if _, ok := targets[target]; ok && other != id {
+			return nil, status.Errorf(codes.AlreadyExists, "target_path is in use by volume %q", other)
+		}
+	}
+	if pb, ok := p.pubs[id][target]; ok {
+		if pb.readonly != req.GetReadonly() || !proto.Equal(pb.cap, vc) {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q is published at target_path with another capability or readonly flag", id)
+		}
+		return &csipb.NodePublishVolumeResponse{}, nil
+	}
+	if err := makeTarget(target, vc.GetBlock() != nil, p.cfg.CheckPaths); err != nil {
+		return nil, err
+	}
+	if p.pubs[id] == nil {
+		p.pubs[id] = map[string]pub{}
+	}
+	p.pubs[id][target] = pub{readonly: req.GetReadonly(), cap: vc}
+	return &csipb.NodePublishVolumeResponse{}, nil
+}
+
+// makeTarget creates the target path: a directory for a mount, an empty
+// file for a block device. With checkParent the parent must exist.
+func makeTarget(target string, block, checkParent bool) error {
+	parent := filepath.Dir(target)
+	if checkParent {
+		if fi, err := os.Stat(parent); err != nil || !fi.IsDir() {
+			return status.Errorf(codes.FailedPrecondition, "parent of target_path %q is not an existing directory", target)
+		}
+	} else if err := os.MkdirAll(parent, 0o750); err != nil {
+		return status.Errorf(codes.Internal, "create parent of target_path: %s", err)
+	}
+	if block {
+		f, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			return status.Errorf(codes.Internal, "create target_path: %s", err)
+		}
+		_ = f.Close()
+		return nil
+	}
+	if err := os.Mkdir(target, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
+		return status.Errorf(codes.Internal, "create target_path: %s", err)
+	}
+	return nil
+}
+
+func (s *server) NodeUnpublishVolume(_ context.Context, req *csipb.NodeUnpublishVolumeRequest) (*csipb.NodeUnpublishVolumeResponse, error) {
+	id, target := req.GetVolumeId(), req.GetTargetPath()
+	switch {
+	case id == "":
+		return nil, invalidArg("volume_id")
+	case target == "":
+		return nil, invalidArg("target_path")
+	}
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.knownLocked(id); err != nil {
+		return nil, err
+	}
+	if _, ok := p.pubs[id][target]; !ok {
+		return &csipb.NodeUnpublishVolumeResponse{}, nil // not published there: done
+	}
+	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, status.Errorf(codes.Internal, "remove target_path: %s", err)
+	}
+	delete(p.pubs[id], target)
+	if len(p.pubs[id]) == 0 {
+		delete(p.pubs, id)
+	}
+	return &csipb.NodeUnpublishVolumeResponse{}, nil
+}
