@@ -1,0 +1,14 @@
+package proc
+
+import "errors"
+
+var (
+	// ErrClosed is returned by Launcher.Start after Close.
+	ErrClosed = errors.New("proc: launcher closed")
+	// ErrInvalidSpec is returned by Launcher.Start for a Spec without a
+	// command.
+	ErrInvalidSpec = errors.New("proc: invalid process spec")
+	// ErrNotExited is returned by Stop when the process did not exit even
+	// after SIGKILL before the context ended.
+	ErrNotExited = errors.New("proc: process did not exit")
+)

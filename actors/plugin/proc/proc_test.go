@@ -1,0 +1,311 @@
+package proc
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/csiactor/csiactor/internal/leakcheck"
+)
+
+// The test binary doubles as a tiny "agent" for the Pdeathsig test: it
+// starts a process through a Launcher, prints its PID, and waits to be
+// killed.
+func TestMain(m *testing.M) {
+	if os.Getenv("PROC_TEST_AGENT") == "1" {
+		l := NewLauncher()
+		p, err := l.Start(context.Background(), Spec{Command: []string{"sleep", "300"}})
+		if err != nil {
+			os.Exit(2)
+		}
+		os.Stdout.WriteString(strconv.Itoa(p.PID()) + "\n")
+		select {}
+	}
+	leakcheck.VerifyTestMain(m)
+}
+
+func TestParseStat(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    Stat
+		wantErr bool
+	}{
+		{
+			name: "plain",
+			in:   "42 (sleep) S 1 42 42 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 123456 8 1 18446744073709551615",
+			want: Stat{PID: 42, State: "S", PGID: 42, StartTicks: 123456},
+		},
+		{
+			name: "command with spaces and parentheses",
+			in:   "7 (a b) (c)) Z 1 9 9 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 99 8 1 1",
+			want: Stat{PID: 7, State: "Z", PGID: 9, StartTicks: 99},
+		},
+		{name: "no command", in: "7 S 1", wantErr: true},
+		{name: "short", in: "7 (x) S 1 2 3", wantErr: true},
+		{name: "bad start", in: "7 (x) S 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 0 0 0 0 zz 8", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseStat(tt.want.PID, []byte(tt.in))
+			if tt.wantErr {
+				if err == nil {
+					t.Fatalf("parseStat = %+v, want an error", got)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("parseStat = %+v, %v; want %+v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+
+func wait(t *testing.T, p *Process) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// gone reports whether pid no longer runs (absent, or a zombie nobody
+// reaps: in a container the init process may not reap orphans).
+func gone(pid int) bool {
+	st, err := ReadStat(pid)
+	return errors.Is(err, ErrNoProcess) || (err == nil && st.State == "Z")
+}
+
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !gone(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d still runs", pid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestLauncher_Start_OutputAndExitStatus(t *testing.T) {
+	defer leakcheck.Check(t)()
+	l := NewLauncher()
+	defer l.Close()
+	logger, hook := test.NewNullLogger()
+	p, err := l.Start(context.Background(), Spec{
+		Command: []string{"sh", "-c", `echo "hello $GREETING"; echo oops >&2; pwd; exit 3`},
+		Env:     []string{"GREETING=world"},
+		Dir:     "/",
+		Log:     logrus.NewEntry(logger).WithField("alloc", "a1"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.PID() <= 0 || p.StartTicks() == 0 {
+		t.Errorf("PID %d StartTicks %d, want both set", p.PID(), p.StartTicks())
+	}
+	wait(t, p)
+	if got := p.Status(); got != "exit status 3" || p.Success() {
+		t.Errorf("Status() = %q Success %v, want exit status 3", got, p.Success())
+	}
+	lines := map[string]string{}
+	for _, e := range hook.AllEntries() {
+		if e.Data["alloc"] != "a1" {
+			t.Errorf("line %q lost the alloc field", e.Message)
+		}
+		lines[e.Message] = e.Data["stream"].(string)
+	}
+	want := map[string]string{"hello world": "stdout", "oops": "stderr", "/": "stdout"}
+	for msg, stream := range want {
+		if lines[msg] != stream {
+			t.Errorf("line %q on %q, want on %q (all: %v)", msg, lines[msg], stream, lines)
+		}
+	}
+}
+
+func TestProcess_Stop(t *testing.T) {
+	tests := []struct {
+		name   string
+		script string
+		grace  time.Duration
+		want   string
+	}{
+		{"terminates on SIGTERM", "exec sleep 60", 10 * time.Second, "signal: terminated"},
+		{"killed after grace", `trap "" TERM; echo ready; while :; do sleep 1; done`, 50 * time.Millisecond, "signal: killed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			defer leakcheck.Check(t)()
+			l := NewLauncher()
+	defer l.Close()
+			logger, hook := test.NewNullLogger()
+			p, err := l.Start(context.Background(), Spec{Command: []string{"sh", "-c", tt.script}, Log: logrus.NewEntry(logger)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(tt.script, "ready") {
+				for len(hook.AllEntries()) == 0 { // the trap is set once "ready" is out
+					time.Sleep(time.Millisecond)
+				}
+			}
+			if err := p.Stop(context.Background(), tt.grace); err != nil {
+				t.Fatal(err)
+			}
+			if got := p.Status(); got != tt.want {
+				t.Errorf("Status() = %q, want %q", got, tt.want)
+			}
+			if err := p.Stop(context.Background(), tt.grace); err != nil {
+				t.Errorf("second Stop: %v", err)
+			}
+		})
+	}
+}
+
+// startGroup starts a shell that leaves a background sleep in its group,
+// and returns the process and the sleep's PID.
+func startGroup(t *testing.T, l *Launcher, tail string) (*Process, int) {
+	t.Helper()
+	logger, hook := test.NewNullLogger()
+	p, err := l.Start(context.Background(), Spec{
+		Command: []string{"sh", "-c", "sleep 300 & echo $!; " + tail},
+		Log:     logrus.NewEntry(logger),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(hook.AllEntries()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no PID printed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	pid, err := strconv.Atoi(hook.AllEntries()[0].Message)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, pid
+}
+
+func TestProcess_Stop_StopsTheGroup(t *testing.T) {
+	defer leakcheck.Check(t)()
+	l := NewLauncher()
+	defer l.Close()
+	p, child := startGroup(t, l, "wait")
+	if err := p.Stop(context.Background(), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, child)
+}
+
+func TestProcess_Exited_KillsTheRestOfTheGroup(t *testing.T) {
+	defer leakcheck.Check(t)()
+	l := NewLauncher()
+	defer l.Close()
+	p, child := startGroup(t, l, "exit 0")
+	<-p.Exited()
+	if !p.Success() {
+		t.Errorf("Status() = %q, want success", p.Status())
+	}
+	waitGone(t, child)
+	wait(t, p) // output readers end once the group is gone
+}
+
+func TestLauncher_Start_Errors(t *testing.T) {
+	defer leakcheck.Check(t)()
+	l := NewLauncher()
+	if _, err := l.Start(context.Background(), Spec{}); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("empty command: err = %v, want ErrInvalidSpec", err)
+	}
+	if _, err := l.Start(context.Background(), Spec{Command: []string{"/nonexistent/plugin"}}); err == nil || !strings.Contains(err.Error(), "/nonexistent/plugin") {
+		t.Errorf("missing binary: err = %v, want an error naming it", err)
+	}
+	l.Close()
+	l.Close()
+	if _, err := l.Start(context.Background(), Spec{Command: []string{"true"}}); !errors.Is(err, ErrClosed) {
+		t.Errorf("after Close: err = %v, want ErrClosed", err)
+	}
+}
+
+func TestKillStale(t *testing.T) {
+	defer leakcheck.Check(t)()
+	// A process "from a previous agent": started without a Launcher.
+	cmd := exec.Command("sleep", "300")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	st, err := ReadStat(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	if killed, err := KillStale(ctx, pid, st.StartTicks+1); killed || err != nil {
+		t.Fatalf("wrong start time: KillStale = %v, %v; want false, nil", killed, err)
+	}
+	if gone(pid) {
+		t.Fatal("a process with another start time was killed")
+	}
+	if killed, err := KillStale(ctx, pid, st.StartTicks); !killed || err != nil {
+		t.Fatalf("KillStale = %v, %v; want true, nil", killed, err)
+	}
+	_ = cmd.Wait()
+	if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signal() != syscall.SIGKILL {
+		t.Errorf("stale process ended with %s, want SIGKILL", cmd.ProcessState)
+	}
+	if killed, err := KillStale(ctx, pid, st.StartTicks); killed || err != nil {
+		t.Errorf("already gone: KillStale = %v, %v; want false, nil", killed, err)
+	}
+	if killed, err := KillStale(ctx, 0, 0); killed || err != nil {
+		t.Errorf("no pid: KillStale = %v, %v; want false, nil", killed, err)
+	}
+}
+
+// TestLauncher_Pdeathsig kills an "agent" (this test binary in agent mode)
+// with SIGKILL and checks that the plugin it started dies with it.
+func TestLauncher_Pdeathsig(t *testing.T) {
+	defer leakcheck.Check(t)()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := exec.Command(self, "-test.run=^$")
+	agent.Env = append(os.Environ(), "PROC_TEST_AGENT=1")
+	out, err := agent.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		_ = agent.Process.Kill()
+		_ = agent.Wait()
+		t.Fatalf("agent printed nothing: %v", err)
+	}
+	plugin, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gone(plugin) {
+		t.Fatal("plugin not running")
+	}
+	_ = agent.Process.Signal(syscall.SIGKILL)
+	_ = agent.Wait()
+	waitGone(t, plugin)
+}
