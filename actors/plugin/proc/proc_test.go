@@ -71,7 +71,6 @@ func TestParseStat(t *testing.T) {
 	}
 }
 
-
 func wait(t *testing.T, p *Process) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -149,7 +148,7 @@ func TestProcess_Stop(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			defer leakcheck.Check(t)()
 			l := NewLauncher()
-	defer l.Close()
+			defer l.Close()
 			logger, hook := test.NewNullLogger()
 			p, err := l.Start(context.Background(), Spec{Command: []string{"sh", "-c", tt.script}, Log: logrus.NewEntry(logger)})
 			if err != nil {
