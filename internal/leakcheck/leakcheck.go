@@ -54,6 +54,9 @@ var ignoredFrames = []string{
 	"go.opencensus.io/stats/view.(*worker).start",
 	// bbolt: none; protoactor: the process-wide eventstream has no goroutine.
 	"github.com/asynkron/protoactor-go/scheduler",
+	// Ginkgo (run by csi-test's sanity suite) starts a signal watcher in
+	// RunSpecs and never stops it.
+	"github.com/onsi/ginkgo/v2/internal/interrupt_handler",
 }
 
 type goroutine struct {
