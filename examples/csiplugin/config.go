@@ -1,0 +1,159 @@
+package csiplugin
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/sirupsen/logrus"
+)
+
+const (
+	// DefaultName is the plugin name reported by GetPluginInfo.
+	DefaultName = "example.csi.csiactor.dev"
+	// DefaultVersion is the vendor version reported by GetPluginInfo when
+	// Config.Version is empty.
+	DefaultVersion = "dev"
+
+	// maxSocketPath is the longest path a unix socket address can hold on
+	// Linux (sun_path is 108 bytes including the terminating NUL).
+	maxSocketPath = 107
+	// maxNodeIDLen is the CSI limit on node_id.
+	maxNodeIDLen = 192
+)
+
+// nameRE is the CSI rule for a plugin name (domain-name notation, at most
+// 63 characters).
+var nameRE = regexp.MustCompile(`^[a-zA-Z][A-Za-z0-9.\-_]{0,61}[a-zA-Z0-9]$`)
+
+// MountMode says how the node service makes a volume directory appear at
+// the staging and target paths.
+type MountMode string
+
+const (
+	// MountModeAuto uses bind mounts when the process runs as root and
+	// symlinks otherwise. It is what the empty string means.
+	MountModeAuto MountMode = "auto"
+	// MountModeBind bind-mounts the volume directory onto the staging path
+	// and the staging path onto the target, remounting read-only (and with
+	// the supported mount flags) where asked. It needs CAP_SYS_ADMIN.
+	MountModeBind MountMode = "bind"
+	// MountModeSymlink needs no privilege: staging is only recorded, and
+	// the target path becomes a symlink to the volume directory. Read-only
+	// publishing and mount flags are recorded but not enforced.
+	MountModeSymlink MountMode = "symlink"
+)
+
+// Config configures a Plugin. Zero values mean defaults (see DefaultConfig).
+type Config struct {
+	// Endpoint is where the plugin listens: "unix:///abs/path.sock" or a
+	// bare socket path. Run needs it; New does not.
+	Endpoint string
+	// StateDir holds the volumes (StateDir/volumes/<id>) and the state file
+	// (StateDir/state.json). It is created if missing. Required.
+	StateDir string
+	// NodeID is the node id this plugin reports and the only node it
+	// accepts in ControllerPublishVolume. Default: the hostname.
+	NodeID string
+	// Name is the plugin name. Default: DefaultName.
+	Name string
+	// Version is the vendor version. Default: DefaultVersion.
+	Version string
+	// MaxVolumesPerNode caps how many volumes may be controller-published
+	// to the node at once; 0 means no limit.
+	MaxVolumesPerNode int64
+	// MountMode picks bind mounts or symlinks. Default: MountModeAuto.
+	MountMode MountMode
+	// Logger receives the plugin's log lines. Default: a logrus logger
+	// writing text to stderr at info level.
+	Logger *logrus.Entry
+}
+
+// DefaultConfig returns a Config with every default filled in except
+// Endpoint and StateDir, which have none.
+func DefaultConfig() Config {
+	host, _ := os.Hostname()
+	return Config{
+		NodeID:    host,
+		Name:      DefaultName,
+		Version:   DefaultVersion,
+		MountMode: MountModeAuto,
+	}
+}
+
+// withDefaults returns c with zero values replaced by defaults.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.NodeID == "" {
+		c.NodeID = d.NodeID
+	}
+	if c.Name == "" {
+		c.Name = d.Name
+	}
+	if c.Version == "" {
+		c.Version = d.Version
+	}
+	if c.MountMode == "" {
+		c.MountMode = d.MountMode
+	}
+	if c.Logger == nil {
+		l := logrus.New()
+		l.SetOutput(os.Stderr)
+		c.Logger = logrus.NewEntry(l)
+	}
+	return c
+}
+
+// Validate reports the first field that cannot work, wrapped in
+// ErrInvalidConfig. Empty fields with defaults are valid; Endpoint is
+// checked only when set (Run requires it).
+func (c Config) Validate() error {
+	if c.Endpoint != "" {
+		if _, err := ParseEndpoint(c.Endpoint); err != nil {
+			return err
+		}
+	}
+	if c.StateDir == "" {
+		return fmt.Errorf("%w: state_dir is required", ErrInvalidConfig)
+	}
+	if c.Name != "" && !nameRE.MatchString(c.Name) {
+		return fmt.Errorf("%w: name %q: want at most 63 characters of letters, digits, '.', '-', '_', starting with a letter", ErrInvalidConfig, c.Name)
+	}
+	if len(c.NodeID) > maxNodeIDLen {
+		return fmt.Errorf("%w: node_id is %d bytes, limit %d", ErrInvalidConfig, len(c.NodeID), maxNodeIDLen)
+	}
+	if c.MaxVolumesPerNode < 0 {
+		return fmt.Errorf("%w: max_volumes_per_node %d is negative", ErrInvalidConfig, c.MaxVolumesPerNode)
+	}
+	switch c.MountMode {
+	case "", MountModeAuto, MountModeBind, MountModeSymlink:
+	default:
+		return fmt.Errorf("%w: mount_mode %q: want auto, bind or symlink", ErrInvalidConfig, c.MountMode)
+	}
+	return nil
+}
+
+// ParseEndpoint returns the socket path of a "unix:///path" endpoint or of
+// a bare path. Other schemes, an empty path and paths longer than the
+// 107-byte unix socket limit are rejected with ErrInvalidConfig.
+func ParseEndpoint(endpoint string) (string, error) {
+	p := endpoint
+	switch {
+	case strings.HasPrefix(p, "unix://"):
+		p = strings.TrimPrefix(p, "unix://")
+	case strings.HasPrefix(p, "unix:"):
+		p = strings.TrimPrefix(p, "unix:")
+	case strings.Contains(p, "://"):
+		return "", fmt.Errorf("%w: endpoint %q: only unix sockets are supported", ErrInvalidConfig, endpoint)
+	}
+	if p == "" {
+		return "", fmt.Errorf("%w: endpoint %q has no socket path", ErrInvalidConfig, endpoint)
+	}
+	p = filepath.Clean(p)
+	if len(p) > maxSocketPath {
+		return "", fmt.Errorf("%w: endpoint socket path is %d bytes, unix limit is %d", ErrInvalidConfig, len(p), maxSocketPath)
+	}
+	return p, nil
+}

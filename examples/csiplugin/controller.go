@@ -1,0 +1,319 @@
+package csiplugin
+
+import (
+	"context"
+	"maps"
+	"os"
+	"sort"
+	"strconv"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Publish context keys returned by ControllerPublishVolume.
+const (
+	PublishContextNodeID   = "node_id"
+	PublishContextReadonly = "readonly"
+)
+
+// controllerServer is the CSI Controller service. A volume is a directory
+// StateDir/volumes/<id>; its capacity is recorded, not enforced.
+type controllerServer struct {
+	csipb.UnimplementedControllerServer
+	p *Plugin
+}
+
+func (s *controllerServer) ControllerGetCapabilities(context.Context, *csipb.ControllerGetCapabilitiesRequest) (*csipb.ControllerGetCapabilitiesResponse, error) {
+	var caps []*csipb.ControllerServiceCapability
+	for _, t := range []csipb.ControllerServiceCapability_RPC_Type{
+		csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
+		csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
+		csipb.ControllerServiceCapability_RPC_LIST_VOLUMES,
+		csipb.ControllerServiceCapability_RPC_PUBLISH_READONLY,
+		csipb.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+	} {
+		caps = append(caps, &csipb.ControllerServiceCapability{
+			Type: &csipb.ControllerServiceCapability_Rpc{Rpc: &csipb.ControllerServiceCapability_RPC{Type: t}},
+		})
+	}
+	return &csipb.ControllerGetCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+// CreateVolume creates the volume directory. The id is derived from the
+// name, so a retry after a crash finds the same directory. A second call
+// with the same name returns the volume when capacity and parameters are
+// compatible, AlreadyExists otherwise.
+func (s *controllerServer) CreateVolume(_ context.Context, req *csipb.CreateVolumeRequest) (*csipb.CreateVolumeResponse, error) {
+	if req.GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "name is required")
+	}
+	if len(req.GetVolumeCapabilities()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "volume_capabilities is required")
+	}
+	for i, vc := range req.GetVolumeCapabilities() {
+		if _, err := checkCapability("volume_capabilities["+strconv.Itoa(i)+"]", vc); err != nil {
+			return nil, err
+		}
+	}
+	if req.GetVolumeContentSource() != nil {
+		return nil, status.Error(codes.InvalidArgument, "volume_content_source is not supported (no snapshots or clones)")
+	}
+	if len(req.GetMutableParameters()) > 0 {
+		return nil, status.Error(codes.InvalidArgument, "mutable_parameters are not supported")
+	}
+	required, limit := req.GetCapacityRange().GetRequiredBytes(), req.GetCapacityRange().GetLimitBytes()
+	if required < 0 || limit < 0 {
+		return nil, status.Error(codes.InvalidArgument, "capacity_range: bytes must not be negative")
+	}
+	if limit > 0 && limit < required {
+		return nil, status.Errorf(codes.OutOfRange, "capacity_range: limit_bytes %d is below required_bytes %d", limit, required)
+	}
+	capacity := required
+	if capacity == 0 {
+		capacity = limit
+	}
+
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	id := volumeIDFor(req.GetName())
+	if v, ok := p.st.Volumes[id]; ok {
+		switch {
+		case v.Name != req.GetName():
+			return nil, status.Errorf(codes.AlreadyExists, "volume id %s is taken by another name", id)
+		case v.CapacityBytes < required || (limit > 0 && v.CapacityBytes > limit):
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists with capacity %d bytes, outside the requested range", req.GetName(), v.CapacityBytes)
+		case !maps.Equal(v.Parameters, req.GetParameters()):
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists with different parameters", req.GetName())
+		}
+		return &csipb.CreateVolumeResponse{Volume: v.csi()}, nil
+	}
+
+	// A directory without a state entry is left from a create or delete
+	// that died half-way; nobody was told about it, so start afresh.
+	dir := p.volDir(id)
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, status.Errorf(codes.Internal, "clear volume directory: %s", err.Error())
+	}
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		return nil, status.Errorf(codes.Internal, "create volume directory: %s", err.Error())
+	}
+	// The mode is set explicitly so the process umask does not narrow it:
+	// workloads of any uid may write into a published volume.
+	if err := os.Chmod(dir, 0o777); err != nil {
+		return nil, status.Errorf(codes.Internal, "create volume directory: %s", err.Error())
+	}
+	v := &volume{ID: id, Name: req.GetName(), CapacityBytes: capacity}
+	if len(req.GetParameters()) > 0 {
+		v.Parameters = maps.Clone(req.GetParameters())
+	}
+	p.st.Volumes[id] = v
+	if err := p.saveLocked(); err != nil {
+		delete(p.st.Volumes, id)
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	p.log.WithField("volume", id).Info("volume created")
+	return &csipb.CreateVolumeResponse{Volume: v.csi()}, nil
+}
+
+// DeleteVolume removes the volume and its data. An unknown id succeeds; a
+// volume still published or staged anywhere is FailedPrecondition.
+func (s *controllerServer) DeleteVolume(_ context.Context, req *csipb.DeleteVolumeRequest) (*csipb.DeleteVolumeResponse, error) {
+	if err := requireVolumeID(req.GetVolumeId()); err != nil {
+		return nil, err
+	}
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v, err := p.volumeLocked(req.GetVolumeId())
+	if err != nil {
+		return &csipb.DeleteVolumeResponse{}, nil // already gone
+	}
+	if v.inUse() {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is in use (%d node publications, %d stagings, %d targets)",
+			v.ID, len(v.Published), len(v.Staged), len(v.Targets))
+	}
+	// Data first, then the record: a crash in between leaves a record whose
+	// retried delete finishes the job, never a record of a half-empty volume
+	// that a new CreateVolume would hand out.
+	if err := os.RemoveAll(p.volDir(v.ID)); err != nil {
+		return nil, status.Errorf(codes.Internal, "remove volume directory: %s", err.Error())
+	}
+	delete(p.st.Volumes, v.ID)
+	if err := p.saveLocked(); err != nil {
+		p.st.Volumes[v.ID] = v
+		return nil, err
+	}
+	p.log.WithField("volume", v.ID).Info("volume deleted")
+	return &csipb.DeleteVolumeResponse{}, nil
+}
+
+// ControllerPublishVolume records that the volume is published to the
+// node. This plugin knows one node, its own; any other is NotFound.
+func (s *controllerServer) ControllerPublishVolume(_ context.Context, req *csipb.ControllerPublishVolumeRequest) (*csipb.ControllerPublishVolumeResponse, error) {
+	if err := requireVolumeID(req.GetVolumeId()); err != nil {
+		return nil, err
+	}
+	if req.GetNodeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "node_id is required")
+	}
+	if _, err := checkCapability("volume_capability", req.GetVolumeCapability()); err != nil {
+		return nil, err
+	}
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v, err := p.volumeLocked(req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetNodeId() != p.cfg.NodeID {
+		return nil, status.Errorf(codes.NotFound, "node %q not found", req.GetNodeId())
+	}
+	pub := controllerPublication{
+		AccessMode: req.GetVolumeCapability().GetAccessMode().GetMode(),
+		Readonly:   req.GetReadonly(),
+	}
+	if old, ok := v.Published[req.GetNodeId()]; ok {
+		if old != pub {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %s is already published to node %q with another access mode or readonly setting", v.ID, req.GetNodeId())
+		}
+		return &csipb.ControllerPublishVolumeResponse{PublishContext: publishContext(req.GetNodeId(), pub)}, nil
+	}
+	if maxVols := p.cfg.MaxVolumesPerNode; maxVols > 0 {
+		var n int64
+		for _, other := range p.st.Volumes {
+			if _, ok := other.Published[req.GetNodeId()]; ok {
+				n++
+			}
+		}
+		if n >= maxVols {
+			return nil, status.Errorf(codes.ResourceExhausted, "node %q already has %d volumes published, the maximum", req.GetNodeId(), n)
+		}
+	}
+	if v.Published == nil {
+		v.Published = map[string]controllerPublication{}
+	}
+	v.Published[req.GetNodeId()] = pub
+	if err := p.saveLocked(); err != nil {
+		delete(v.Published, req.GetNodeId())
+		return nil, err
+	}
+	return &csipb.ControllerPublishVolumeResponse{PublishContext: publishContext(req.GetNodeId(), pub)}, nil
+}
+
+func publishContext(node string, pub controllerPublication) map[string]string {
+	return map[string]string{
+		PublishContextNodeID:   node,
+		PublishContextReadonly: strconv.FormatBool(pub.Readonly),
+	}
+}
+
+// ControllerUnpublishVolume forgets the publication to the node (to every
+// node when node_id is empty). Not being published, an unknown volume and
+// an unknown node are success.
+func (s *controllerServer) ControllerUnpublishVolume(_ context.Context, req *csipb.ControllerUnpublishVolumeRequest) (*csipb.ControllerUnpublishVolumeResponse, error) {
+	if err := requireVolumeID(req.GetVolumeId()); err != nil {
+		return nil, err
+	}
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// An unknown volume or node "can be safely regarded as
+	// ControllerUnpublished" (CSI spec), so both succeed.
+	v, err := p.volumeLocked(req.GetVolumeId())
+	if err != nil {
+		return &csipb.ControllerUnpublishVolumeResponse{}, nil
+	}
+	node := req.GetNodeId()
+	old := maps.Clone(v.Published)
+	if node == "" {
+		clear(v.Published)
+	} else {
+		delete(v.Published, node)
+	}
+	if len(old) == len(v.Published) {
+		return &csipb.ControllerUnpublishVolumeResponse{}, nil
+	}
+	if err := p.saveLocked(); err != nil {
+		v.Published = old
+		return nil, err
+	}
+	return &csipb.ControllerUnpublishVolumeResponse{}, nil
+}
+
+// ValidateVolumeCapabilities confirms the capabilities when this plugin
+// supports all of them for the volume (any access mode, mount access).
+func (s *controllerServer) ValidateVolumeCapabilities(_ context.Context, req *csipb.ValidateVolumeCapabilitiesRequest) (*csipb.ValidateVolumeCapabilitiesResponse, error) {
+	if err := requireVolumeID(req.GetVolumeId()); err != nil {
+		return nil, err
+	}
+	if len(req.GetVolumeCapabilities()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "volume_capabilities is required")
+	}
+	for i, vc := range req.GetVolumeCapabilities() {
+		if vc == nil || vc.GetAccessMode() == nil {
+			return nil, status.Errorf(codes.InvalidArgument, "volume_capabilities[%d].access_mode is required", i)
+		}
+	}
+	p := s.p
+	p.mu.Lock()
+	v, err := p.volumeLocked(req.GetVolumeId())
+	var params map[string]string
+	if err == nil {
+		params = maps.Clone(v.Parameters)
+	}
+	p.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	for i, vc := range req.GetVolumeCapabilities() {
+		if _, err := checkCapability("volume_capabilities["+strconv.Itoa(i)+"]", vc); err != nil {
+			return &csipb.ValidateVolumeCapabilitiesResponse{Message: status.Convert(err).Message()}, nil
+		}
+	}
+	if len(req.GetParameters()) > 0 && !maps.Equal(req.GetParameters(), params) {
+		return &csipb.ValidateVolumeCapabilitiesResponse{Message: "parameters differ from the volume's"}, nil
+	}
+	if len(req.GetMutableParameters()) > 0 {
+		return &csipb.ValidateVolumeCapabilitiesResponse{Message: "mutable_parameters are not supported"}, nil
+	}
+	return &csipb.ValidateVolumeCapabilitiesResponse{Confirmed: &csipb.ValidateVolumeCapabilitiesResponse_Confirmed{
+		VolumeContext:      req.GetVolumeContext(),
+		VolumeCapabilities: req.GetVolumeCapabilities(),
+		Parameters:         req.GetParameters(),
+	}}, nil
+}
+
+// ListVolumes pages through the volumes in id order. The token is the id
+// to start at, so a page stays valid when volumes are deleted; a token
+// that is not a volume id is Aborted, as the spec asks.
+func (s *controllerServer) ListVolumes(_ context.Context, req *csipb.ListVolumesRequest) (*csipb.ListVolumesResponse, error) {
+	if req.GetMaxEntries() < 0 {
+		return nil, status.Error(codes.InvalidArgument, "max_entries must not be negative")
+	}
+	token := req.GetStartingToken()
+	if token != "" && !volumeIDRE.MatchString(token) {
+		return nil, status.Errorf(codes.Aborted, "starting_token %q is not a token from this plugin", token)
+	}
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ids := p.st.sortedIDs()
+	start := sort.SearchStrings(ids, token)
+	end := len(ids)
+	if m := int(req.GetMaxEntries()); m > 0 && start+m < end {
+		end = start + m
+	}
+	resp := &csipb.ListVolumesResponse{}
+	for _, id := range ids[start:end] {
+		resp.Entries = append(resp.Entries, &csipb.ListVolumesResponse_Entry{Volume: p.st.Volumes[id].csi()})
+	}
+	if end < len(ids) {
+		resp.NextToken = ids[end]
+	}
+	return resp, nil
+}

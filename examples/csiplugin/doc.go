@@ -1,0 +1,50 @@
+// Package csiplugin is csiactor's example CSI plugin: a real plugin whose
+// volumes are directories on the local host. `csiactor agent -dev` runs it
+// (through a hidden subcommand that calls [Run]) as an exec-managed
+// monolith allocation, and it passes the kubernetes-csi sanity suite.
+//
+// # Basics
+//
+// [Run] serves the identity, controller and node services on a unix
+// socket until its context is done, then stops gracefully and removes the
+// socket. [New], [Plugin.Serve] and [Plugin.Stop] do the same in pieces.
+//
+//	err := csiplugin.Run(ctx, csiplugin.Config{
+//		Endpoint: "unix:///run/example/csi.sock",
+//		StateDir: "/var/lib/example",
+//	})
+//
+// CreateVolume makes StateDir/volumes/<id>, where the id is derived from
+// the volume name, so a retried create lands on the same directory.
+// Capacity is recorded, not enforced. ControllerPublishVolume records the
+// node (the plugin knows one node, its own NodeID) and returns a publish
+// context. NodeStageVolume bind-mounts the volume directory onto the
+// staging path; NodePublishVolume bind-mounts the staging path onto the
+// target (read-only when the request, the access mode or the controller
+// publication says so, and with the mount flags ro, nosuid, nodev, noexec,
+// noatime, nodiratime, relatime). Every RPC is idempotent.
+//
+// Everything the plugin knows is in StateDir/state.json, rewritten
+// atomically (temporary file, fsync, rename, fsync of the directory) on
+// every change, so a restarted plugin knows its volumes, publications,
+// stagings and targets. Changes are recorded before mounts are made, so a
+// retry after a crash finishes a half-done stage or publish, and an
+// unstage or unpublish cleans it up. StateDir/lock (flock) keeps a second
+// instance off the same state dir.
+//
+// # Caveats
+//
+// Bind mounts need root (CAP_SYS_ADMIN). Without it ([MountModeSymlink],
+// the default for a non-root process) staging is bookkeeping only and the
+// target path is a symlink to the volume directory: files written through
+// the target land in the volume, but read-only publishing and mount flags
+// are recorded and not enforced.
+//
+// Only the mount access type is supported (block is InvalidArgument), and
+// fs_type is ignored: a volume is a directory on StateDir's file system.
+// There are no snapshots, clones, expansion or topology. Staging and
+// target paths must lie outside StateDir.
+//
+// Logs name the method, volume, gRPC code and duration of each call; they
+// never contain a request, a secret or a mount flag, and neither do errors.
+package csiplugin

@@ -1,0 +1,246 @@
+package csiplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+)
+
+// gracefulStopTimeout bounds how long Stop waits for in-flight RPCs before
+// it closes their connections.
+const gracefulStopTimeout = 10 * time.Second
+
+// Plugin is the example CSI plugin: identity, controller and node services
+// over one gRPC server, with its state in Config.StateDir.
+//
+// A Plugin is safe for concurrent use. Every RPC that reads or changes
+// volumes holds one mutex for its whole run, mount calls included, so the
+// state file and the mount table always change together.
+type Plugin struct {
+	cfg    Config
+	log    *logrus.Entry
+	mnt    mounter
+	server *grpc.Server
+	lock   *os.File
+
+	stopOnce sync.Once
+	stopped  chan struct{}
+
+	mu sync.Mutex
+	st *state // guarded by mu
+}
+
+// New checks cfg, creates StateDir, takes its lock and loads its state.
+// The caller must call Stop to release the lock, even without Serve.
+func New(cfg Config) (*Plugin, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if cfg.NodeID == "" {
+		return nil, fmt.Errorf("%w: node_id is empty and the hostname is unknown", ErrInvalidConfig)
+	}
+	dir, err := filepath.Abs(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: state_dir: %w", ErrInvalidConfig, err)
+	}
+	cfg.StateDir = dir
+	if err := os.MkdirAll(filepath.Join(dir, volumesDir), 0o750); err != nil {
+		return nil, fmt.Errorf("create state dir: %w", err)
+	}
+	lock, err := lockStateDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	st, err := loadState(dir)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	p := &Plugin{
+		cfg:     cfg,
+		log:     cfg.Logger.WithField("plugin", cfg.Name),
+		lock:    lock,
+		st:      st,
+		stopped: make(chan struct{}),
+	}
+	switch cfg.MountMode {
+	case MountModeBind:
+		p.mnt = bindMounter{mountinfo: "/proc/self/mountinfo"}
+	case MountModeSymlink:
+		p.mnt = symlinkMounter{}
+	default:
+		if os.Geteuid() == 0 {
+			p.mnt, p.cfg.MountMode = bindMounter{mountinfo: "/proc/self/mountinfo"}, MountModeBind
+		} else {
+			p.mnt, p.cfg.MountMode = symlinkMounter{}, MountModeSymlink
+		}
+	}
+	p.server = grpc.NewServer(grpc.UnaryInterceptor(p.logCall))
+	csipb.RegisterIdentityServer(p.server, &identityServer{p: p})
+	csipb.RegisterControllerServer(p.server, &controllerServer{p: p})
+	csipb.RegisterNodeServer(p.server, &nodeServer{p: p})
+	return p, nil
+}
+
+// Config returns the plugin's configuration with defaults applied (and
+// MountModeAuto resolved to the mode in use).
+func (p *Plugin) Config() Config { return p.cfg }
+
+// Serve answers CSI RPCs on l until Stop; it returns nil after Stop, or the
+// listener's error. It takes ownership of l.
+func (p *Plugin) Serve(l net.Listener) error {
+	select {
+	case <-p.stopped:
+		l.Close()
+		return ErrStopped
+	default:
+	}
+	err := p.server.Serve(l)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// Stop stops serving, waiting up to 10 s for in-flight RPCs, and releases
+// the state dir lock. It is idempotent and returns when Serve has returned.
+func (p *Plugin) Stop() {
+	p.stopOnce.Do(func() {
+		close(p.stopped)
+		done := make(chan struct{})
+		go func() {
+			p.server.GracefulStop()
+			close(done)
+		}()
+		t := time.NewTimer(gracefulStopTimeout)
+		select {
+		case <-done:
+		case <-t.C:
+			p.log.Warn("in-flight RPCs did not finish in time; closing connections")
+			p.server.Stop()
+			<-done
+		}
+		t.Stop()
+		p.mu.Lock()
+		p.lock.Close()
+		p.mu.Unlock()
+	})
+}
+
+// Run serves cfg.Endpoint until ctx is done, then stops gracefully and
+// removes the socket. A stale socket left by a dead plugin is replaced;
+// one that still answers is ErrEndpointInUse. Run returns nil after ctx is
+// done, or the error that stopped it.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Endpoint == "" {
+		return fmt.Errorf("%w: endpoint is required", ErrInvalidConfig)
+	}
+	p, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	defer p.Stop()
+	path, err := ParseEndpoint(p.cfg.Endpoint)
+	if err != nil {
+		return err
+	}
+	l, err := listenUnix(path)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(path)
+	p.log.WithFields(logrus.Fields{
+		"endpoint":   path,
+		"node_id":    p.cfg.NodeID,
+		"state_dir":  p.cfg.StateDir,
+		"mount_mode": p.cfg.MountMode,
+	}).Info("serving")
+
+	errc := make(chan error, 1)
+	go func() { errc <- p.Serve(l) }()
+	select {
+	case <-ctx.Done():
+		p.Stop()
+		<-errc
+		p.log.Info("stopped")
+		return nil
+	case err := <-errc:
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		return nil
+	}
+}
+
+// listenUnix listens on a unix socket at path (mode 0600), first removing a
+// socket file that nobody answers on.
+func listenUnix(path string) (net.Listener, error) {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("endpoint: %w", err)
+	case fi.Mode()&fs.ModeSocket == 0:
+		return nil, fmt.Errorf("%w: %s exists and is not a socket", ErrInvalidConfig, path)
+	default:
+		c, err := net.DialTimeout("unix", path, time.Second)
+		if err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%w: %s", ErrEndpointInUse, path)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ENOENT) {
+			return nil, fmt.Errorf("endpoint: probe existing socket: %w", err)
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("endpoint: remove stale socket: %w", err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("endpoint: %w", err)
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("endpoint: %w", err)
+	}
+	return l, nil
+}
+
+// logCall logs every RPC with its method, volume id, gRPC code and
+// duration. It never logs a request or response: they carry secrets and
+// mount flags.
+func (p *Plugin) logCall(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := handler(ctx, req)
+	fields := logrus.Fields{
+		"method":   filepath.Base(info.FullMethod),
+		"code":     status.Code(err).String(),
+		"duration": time.Since(start),
+	}
+	if v, ok := req.(interface{ GetVolumeId() string }); ok && v.GetVolumeId() != "" {
+		fields["volume"] = v.GetVolumeId()
+	}
+	entry := p.log.WithFields(fields)
+	if err != nil {
+		entry.WithField("error", status.Convert(err).Message()).Info("call failed")
+	} else {
+		entry.Debug("call")
+	}
+	return resp, err
+}

@@ -1,0 +1,74 @@
+package csiplugin_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sync/atomic"
+	"testing"
+
+	"github.com/csiactor/csiactor/examples/csiplugin"
+	"github.com/csiactor/csiactor/internal/leakcheck"
+	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
+)
+
+// sanityModeEnv picks the plugin's mount mode for TestSanity; the
+// symlink-mode test sets it for the child process it starts.
+const sanityModeEnv = "CSIPLUGIN_SANITY_MOUNT_MODE"
+
+// sanityRan guards Ginkgo's RunSpecs, which may run once per process.
+var sanityRan atomic.Bool
+
+// TestSanity runs the kubernetes-csi sanity suite against the plugin on a
+// real unix socket: with bind mounts as root, with symlinks otherwise.
+func TestSanity(t *testing.T) {
+	if sanityRan.Swap(true) {
+		t.Skip("Ginkgo runs specs once per process; the suite already ran (use -count=1)")
+	}
+	defer leakcheck.Check(t)()
+	base := newTestDir(t)
+	mode := csiplugin.MountMode(os.Getenv(sanityModeEnv))
+	tp := startPlugin(t, csiplugin.Config{
+		StateDir:          filepath.Join(base, "state"),
+		MaxVolumesPerNode: 4,
+		MountMode:         mode,
+	})
+	t.Logf("mount mode %s", tp.cfg.MountMode)
+
+	cfg := sanity.NewTestConfig()
+	cfg.Address = tp.endpoint
+	cfg.TargetPath = filepath.Join(base, "target")
+	cfg.StagingPath = filepath.Join(base, "staging")
+	cfg.TestNodeVolumeAttachLimit = true
+	sanity.Test(t, cfg)
+
+	if left := mountsUnder(t, base); len(left) > 0 {
+		t.Errorf("mounts left after the suite: %v", left)
+	}
+	tp.stop()
+}
+
+// TestSanity_SymlinkMode runs the suite again, as root, with the
+// unprivileged symlink mode, in a child process (Ginkgo runs once per
+// process).
+func TestSanity_SymlinkMode(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("not root: TestSanity already runs in symlink mode")
+	}
+	if os.Getenv(sanityModeEnv) != "" {
+		t.Skip("child process")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSanity$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), sanityModeEnv+"="+string(csiplugin.MountModeSymlink))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("sanity in symlink mode failed: %v\n%s", err, out)
+	}
+	if m := regexp.MustCompile(`Ran \d+ of \d+ Specs.*\n.*`).Find(out); m != nil {
+		t.Logf("symlink mode: %s", m)
+	}
+	if !regexp.MustCompile(`mount mode symlink`).Match(out) {
+		t.Errorf("child did not run in symlink mode:\n%s", out)
+	}
+}
