@@ -1,0 +1,604 @@
+package runtime
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Defaults of [DefaultConfig].
+const (
+	DefaultDataDir           = "/var/lib/csiactor"
+	DefaultHTTPAddr          = "127.0.0.1:7460"
+	DefaultLogLevel          = "info"
+	DefaultLogFormat         = "text"
+	DefaultHeartbeatInterval = 10 * time.Second
+	DefaultProbeTimeout      = 5 * time.Second
+	DefaultRPCTimeout        = 2 * time.Minute
+	DefaultKillTimeout       = 5 * time.Second
+	DefaultMaxInFlight       = 16
+	// APISocketName is the API socket's file name in the data dir.
+	APISocketName = "api.sock"
+	// MaxConfigFileSize is the largest config file LoadConfigFile reads.
+	MaxConfigFileSize = 4 << 20
+)
+
+// Config is the agent's configuration: what the config file holds (YAML,
+// or JSON, which is YAML too), plus the tuning knobs of the runtime.
+//
+// Zero values mean defaults: [Config.WithDefaults] fills them in from
+// [DefaultConfig]. [LoadConfigFile] starts from DefaultConfig, so keys left
+// out of the file keep their defaults.
+type Config struct {
+	// DataDir holds the store, the API socket, the sockets of exec-managed
+	// plugins (plugins/<alloc>/csi.sock) and the volumes' staging and
+	// target paths. It must be an absolute path.
+	DataDir string        `yaml:"data_dir"`
+	API     APIConfig     `yaml:"api"`
+	Log     LogConfig     `yaml:"log"`
+	Plugins PluginsConfig `yaml:"plugins"`
+	Volumes VolumesConfig `yaml:"volumes"`
+	Store   StoreConfig   `yaml:"store"`
+	// Allocations are registered on every start, in addition to the
+	// allocations restored from the store.
+	Allocations []AllocationConfig `yaml:"allocations"`
+}
+
+// APIConfig says where the agent serves its API.
+type APIConfig struct {
+	// Socket is the unix socket of the full API (mode 0600). Empty means
+	// <data_dir>/api.sock.
+	Socket string `yaml:"socket"`
+	// HTTPAddr is the TCP address of /metrics and GET /v1/health (and of
+	// the full API when TokenFile is set). Empty means 127.0.0.1:7460.
+	HTTPAddr string `yaml:"http_addr"`
+	// TokenFile holds the bearer token that opens the full API on HTTPAddr.
+	// Empty keeps the API off TCP.
+	TokenFile string `yaml:"token_file"`
+}
+
+// LogConfig is the agent's logging.
+type LogConfig struct {
+	// Level is trace, debug, info, warn or error.
+	Level string `yaml:"level"`
+	// Format is text or json.
+	Format string `yaml:"format"`
+}
+
+// PluginsConfig tunes how allocations are watched and talked to.
+type PluginsConfig struct {
+	// HeartbeatInterval is how often each allocation is probed and
+	// fingerprinted. Process exit and connection state changes are seen
+	// at once, between heartbeats.
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
+	// ProbeTimeout bounds each Probe call; at most HeartbeatInterval.
+	ProbeTimeout time.Duration `yaml:"probe_timeout"`
+	// RPCTimeout bounds every other CSI call.
+	RPCTimeout time.Duration `yaml:"rpc_timeout"`
+	// MaxInFlight is the most CSI calls in flight to one plugin at once;
+	// more wait their turn.
+	MaxInFlight int `yaml:"max_in_flight"`
+	// KillTimeout is how long an exec-managed plugin has to exit after
+	// SIGTERM before it gets SIGKILL.
+	KillTimeout time.Duration `yaml:"kill_timeout"`
+	// RestartBackoff paces restarts of exec-managed plugins that exit.
+	RestartBackoff BackoffConfig `yaml:"restart_backoff"`
+}
+
+// VolumesConfig tunes the claim and release steps.
+type VolumesConfig struct {
+	// Retry paces retries of failed claim and release steps.
+	Retry BackoffConfig `yaml:"retry"`
+}
+
+// StoreConfig tunes the bbolt store.
+type StoreConfig struct {
+	// NoSync skips fsync on commit: faster, and a machine crash may lose
+	// the last commits. For tests and benchmarks only.
+	NoSync bool `yaml:"no_sync"`
+}
+
+// BackoffConfig is an exponential backoff with jitter: the first wait is
+// Initial, each next one Multiplier times longer, never more than Max, each
+// varied randomly by up to ±Jitter of itself.
+type BackoffConfig struct {
+	Initial    time.Duration `yaml:"initial"`
+	Max        time.Duration `yaml:"max"`
+	Multiplier float64       `yaml:"multiplier"`
+	// Jitter is a fraction in [0, 1]; 0 means none (but an all-zero
+	// BackoffConfig means DefaultBackoff).
+	Jitter float64 `yaml:"jitter"`
+}
+
+// DefaultBackoff is the backoff of DESIGN §4: 500 ms, doubling, ±20 %
+// jitter, capped at 2 minutes.
+func DefaultBackoff() BackoffConfig {
+	return BackoffConfig{Initial: 500 * time.Millisecond, Max: 2 * time.Minute, Multiplier: 2, Jitter: 0.2}
+}
+
+// AllocationConfig is one allocation of the config file: its ID and its
+// [AllocationSpec].
+type AllocationConfig struct {
+	ID             string `yaml:"id"`
+	AllocationSpec `yaml:",inline"`
+}
+
+// Validate checks a; the error is a *FieldError naming the bad field.
+func (a AllocationConfig) Validate() error {
+	if err := ValidateID("id", a.ID); err != nil {
+		return err
+	}
+	return a.AllocationSpec.Validate()
+}
+
+// DefaultConfig returns the configuration of an agent started with no
+// config file and no flags.
+func DefaultConfig() Config {
+	return Config{
+		DataDir: DefaultDataDir,
+		API:     APIConfig{HTTPAddr: DefaultHTTPAddr},
+		Log:     LogConfig{Level: DefaultLogLevel, Format: DefaultLogFormat},
+		Plugins: PluginsConfig{
+			HeartbeatInterval: DefaultHeartbeatInterval,
+			ProbeTimeout:      DefaultProbeTimeout,
+			RPCTimeout:        DefaultRPCTimeout,
+			MaxInFlight:       DefaultMaxInFlight,
+			KillTimeout:       DefaultKillTimeout,
+			RestartBackoff:    DefaultBackoff(),
+		},
+		Volumes: VolumesConfig{Retry: DefaultBackoff()},
+	}
+}
+
+// WithDefaults returns c with every zero value replaced by its default.
+// Allocations are copied, not shared.
+func (c Config) WithDefaults() Config {
+	d := DefaultConfig()
+	setDefault(&c.DataDir, d.DataDir)
+	setDefault(&c.API.HTTPAddr, d.API.HTTPAddr)
+	setDefault(&c.Log.Level, d.Log.Level)
+	setDefault(&c.Log.Format, d.Log.Format)
+	setDefault(&c.Plugins.HeartbeatInterval, d.Plugins.HeartbeatInterval)
+	setDefault(&c.Plugins.ProbeTimeout, d.Plugins.ProbeTimeout)
+	setDefault(&c.Plugins.RPCTimeout, d.Plugins.RPCTimeout)
+	setDefault(&c.Plugins.MaxInFlight, d.Plugins.MaxInFlight)
+	setDefault(&c.Plugins.KillTimeout, d.Plugins.KillTimeout)
+	c.Plugins.RestartBackoff = c.Plugins.RestartBackoff.WithDefaults()
+	c.Volumes.Retry = c.Volumes.Retry.WithDefaults()
+	c.Allocations = append([]AllocationConfig(nil), c.Allocations...)
+	return c
+}
+
+// WithDefaults returns DefaultBackoff for a zero b, and otherwise b with a
+// zero Initial, Max or Multiplier replaced by DefaultBackoff's. A zero
+// Jitter beside other settings means no jitter.
+func (b BackoffConfig) WithDefaults() BackoffConfig {
+	d := DefaultBackoff()
+	if b == (BackoffConfig{}) {
+		return d
+	}
+	setDefault(&b.Initial, d.Initial)
+	setDefault(&b.Max, d.Max)
+	setDefault(&b.Multiplier, d.Multiplier)
+	return b
+}
+
+func setDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
+}
+
+// APISocketPath returns the path of the API socket: API.Socket, or
+// <data_dir>/api.sock.
+func (c Config) APISocketPath() string {
+	if c.API.Socket != "" {
+		return c.API.Socket
+	}
+	return filepath.Join(c.DataDir, APISocketName)
+}
+
+// PluginSocketPath returns the socket path the agent gives an exec-managed
+// allocation: <data_dir>/plugins/<alloc>/csi.sock.
+func (c Config) PluginSocketPath(allocID string) string {
+	return filepath.Join(c.DataDir, "plugins", allocID, "csi.sock")
+}
+
+// Validate checks c, with zero values standing for their defaults. The error
+// is a *FieldError naming the bad key, like "plugins.rpc_timeout" or
+// "allocations[2].type".
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	if !filepath.IsAbs(c.DataDir) {
+		return fieldErr("data_dir", fmt.Sprintf("%q is not an absolute path", c.DataDir))
+	}
+	if strings.ContainsRune(c.DataDir, 0) {
+		return fieldErr("data_dir", "must not contain a NUL byte")
+	}
+	if err := ValidateSocketPath("api.socket", c.APISocketPath()); err != nil {
+		if c.API.Socket == "" {
+			return fieldErr("data_dir", fmt.Sprintf("too long for the API socket %s in it (%d-byte limit); set api.socket", APISocketName, MaxSocketPathLength))
+		}
+		return err
+	}
+	if _, port, err := net.SplitHostPort(c.API.HTTPAddr); err != nil {
+		return &FieldError{Field: "api.http_addr", Msg: fmt.Sprintf("%q is not host:port", c.API.HTTPAddr), Err: err}
+	} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fieldErr("api.http_addr", fmt.Sprintf("%q: port must be a number from 0 to 65535", c.API.HTTPAddr))
+	}
+	if c.API.TokenFile != "" && !filepath.IsAbs(c.API.TokenFile) {
+		return fieldErr("api.token_file", fmt.Sprintf("%q is not an absolute path", c.API.TokenFile))
+	}
+	switch c.Log.Level {
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		return fieldErr("log.level", fmt.Sprintf("%q: want trace, debug, info, warn or error", c.Log.Level))
+	}
+	if c.Log.Format != "text" && c.Log.Format != "json" {
+		return fieldErr("log.format", fmt.Sprintf("%q: want text or json", c.Log.Format))
+	}
+	p := c.Plugins
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{
+		{"plugins.heartbeat_interval", p.HeartbeatInterval},
+		{"plugins.probe_timeout", p.ProbeTimeout},
+		{"plugins.rpc_timeout", p.RPCTimeout},
+		{"plugins.kill_timeout", p.KillTimeout},
+	} {
+		if d.v < 0 {
+			return fieldErr(d.key, fmt.Sprintf("%s is negative", d.v))
+		}
+	}
+	if p.ProbeTimeout > p.HeartbeatInterval {
+		return fieldErr("plugins.probe_timeout", fmt.Sprintf("%s is longer than plugins.heartbeat_interval (%s)", p.ProbeTimeout, p.HeartbeatInterval))
+	}
+	if p.MaxInFlight < 0 {
+		return fieldErr("plugins.max_in_flight", "must not be negative")
+	}
+	if err := p.RestartBackoff.Validate(); err != nil {
+		return prefixed("plugins.restart_backoff", err)
+	}
+	if err := c.Volumes.Retry.Validate(); err != nil {
+		return prefixed("volumes.retry", err)
+	}
+	seen := make(map[string]int, len(c.Allocations))
+	for i, a := range c.Allocations {
+		key := fmt.Sprintf("allocations[%d]", i)
+		if err := a.Validate(); err != nil {
+			return prefixed(key, err)
+		}
+		if j, ok := seen[a.ID]; ok {
+			return fieldErr(key+".id", fmt.Sprintf("%q is also the ID of allocations[%d]", a.ID, j))
+		}
+		seen[a.ID] = i
+		if a.Socket == "" {
+			if s := c.PluginSocketPath(a.ID); len(s) > MaxSocketPathLength {
+				return fieldErr(key+".id", fmt.Sprintf("the plugin socket %s would be %d bytes, over the %d-byte unix socket limit; use a shorter ID or data_dir", s, len(s), MaxSocketPathLength))
+			}
+		}
+	}
+	return nil
+}
+
+// Validate checks b, with zero values standing for their defaults; the error
+// is a *FieldError naming the bad key.
+func (b BackoffConfig) Validate() error {
+	b = b.WithDefaults()
+	switch {
+	case b.Initial < 0:
+		return fieldErr("initial", fmt.Sprintf("%s is negative", b.Initial))
+	case b.Max < b.Initial:
+		return fieldErr("max", fmt.Sprintf("%s is shorter than initial (%s)", b.Max, b.Initial))
+	case !(b.Multiplier >= 1 && b.Multiplier <= 100):
+		return fieldErr("multiplier", fmt.Sprintf("%g: want a number from 1 to 100", b.Multiplier))
+	case !(b.Jitter >= 0 && b.Jitter <= 1):
+		return fieldErr("jitter", fmt.Sprintf("%g: want a fraction from 0 to 1", b.Jitter))
+	}
+	return nil
+}
+
+// LoadConfigFile reads a YAML (or JSON) config file on top of
+// [DefaultConfig] and validates the result. Unknown keys are an error, and
+// every error names the file, the line and the key, like
+//
+//	/etc/csiactor.yaml: line 7: plugins.rpc_timeout: want a duration like "30s"
+func LoadConfigFile(path string) (Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config file: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxConfigFileSize+1))
+	if err != nil {
+		return Config{}, fmt.Errorf("config file %s: %w", path, err)
+	}
+	if len(data) > MaxConfigFileSize {
+		return Config{}, fmt.Errorf("config file %s: larger than %d bytes", path, MaxConfigFileSize)
+	}
+	cfg, err := ParseConfig(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig is LoadConfigFile on the file's contents. Errors start with
+// "line N: " and the key.
+func ParseConfig(data []byte) (Config, error) {
+	cfg := DefaultConfig()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	var more yaml.Node
+	if err := dec.Decode(&more); err == nil {
+		return Config{}, fmt.Errorf("line %d: %w", more.Line, fieldErr("", "more than one YAML document"))
+	} else if !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	lines := map[string]int{}
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
+		d := &configDecoder{lines: lines, budget: 1 << 16}
+		if err := d.decode(doc.Content[0], reflect.ValueOf(&cfg).Elem(), ""); err != nil {
+			return Config{}, err
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			if n := lineOf(lines, fe.Field); n > 0 {
+				return Config{}, fmt.Errorf("line %d: %w", n, err)
+			}
+		}
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// lineOf returns the line of key, or of its closest parent that has one.
+func lineOf(lines map[string]int, key string) int {
+	for key != "" {
+		if n, ok := lines[key]; ok {
+			return n
+		}
+		i := strings.LastIndexAny(key, ".[")
+		if i < 0 {
+			break
+		}
+		key = key[:i]
+	}
+	return 0
+}
+
+// configDecoder decodes a YAML node tree into a Config by reflection over
+// its yaml tags, rejecting unknown keys, and remembers the line of every
+// key for error messages. Messages never repeat a value: env values and
+// mount flags can be secrets.
+type configDecoder struct {
+	lines  map[string]int
+	budget int // nodes left to visit; bounds alias expansion (65536)
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+func (d *configDecoder) errAt(n *yaml.Node, key, msg string) error {
+	return fmt.Errorf("line %d: %w", n.Line, fieldErr(key, msg))
+}
+
+func (d *configDecoder) decode(n *yaml.Node, v reflect.Value, key string) error {
+	if d.budget--; d.budget < 0 {
+		return d.errAt(n, key, "the document is too large (too many nodes or aliases)")
+	}
+	if n.Kind == yaml.AliasNode {
+		return d.decode(n.Alias, v, key)
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil // "key:" with no value keeps the default
+	}
+	switch {
+	case v.Type() == durationType:
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
+			return d.errAt(n, key, `want a duration like "30s" or "500ms"`)
+		}
+		dur, err := time.ParseDuration(n.Value)
+		if err != nil {
+			return d.errAt(n, key, fmt.Sprintf("%q: want a duration like \"30s\" or \"500ms\"", n.Value))
+		}
+		v.SetInt(int64(dur))
+		return nil
+	case v.Kind() == reflect.Struct:
+		return d.decodeStruct(n, v, key)
+	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.String:
+		if n.Kind != yaml.SequenceNode {
+			return d.errAt(n, key, "want a list of strings")
+		}
+		out := make([]string, 0, len(n.Content))
+		for i, e := range n.Content {
+			var s string
+			if err := d.scalar(e, &s, fmt.Sprintf("%s[%d]", key, i), "a string"); err != nil {
+				return err
+			}
+			out = append(out, s)
+		}
+		v.Set(reflect.ValueOf(out))
+		return nil
+	case v.Kind() == reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			return d.errAt(n, key, "want a list")
+		}
+		out := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		for i, e := range n.Content {
+			k := fmt.Sprintf("%s[%d]", key, i)
+			d.lines[k] = e.Line
+			if err := d.decode(e, out.Index(i), k); err != nil {
+				return err
+			}
+		}
+		v.Set(out)
+		return nil
+	case v.Kind() == reflect.Map && v.Type().Key().Kind() == reflect.String && v.Type().Elem().Kind() == reflect.String:
+		n = d.deref(n)
+		if n.Kind != yaml.MappingNode {
+			return d.errAt(n, key, "want a mapping of strings")
+		}
+		out := make(map[string]string, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			var k, s string
+			if err := d.scalar(n.Content[i], &k, key, "string keys"); err != nil {
+				return err
+			}
+			if _, dup := out[k]; dup {
+				return d.errAt(n.Content[i], key+"."+k, "given twice")
+			}
+			d.lines[key+"."+k] = n.Content[i].Line
+			if err := d.scalar(n.Content[i+1], &s, key+"."+k, "a string"); err != nil {
+				return err
+			}
+			out[k] = s
+		}
+		v.Set(reflect.ValueOf(out))
+		return nil
+	case v.Kind() == reflect.String:
+		var s string
+		if err := d.scalar(n, &s, key, "a string"); err != nil {
+			return err
+		}
+		v.SetString(s)
+		return nil
+	case v.Kind() == reflect.Int:
+		var i int
+		if err := d.scalar(n, &i, key, "an integer"); err != nil {
+			return err
+		}
+		v.SetInt(int64(i))
+		return nil
+	case v.Kind() == reflect.Float64:
+		var f float64
+		if err := d.scalar(n, &f, key, "a number"); err != nil {
+			return err
+		}
+		v.SetFloat(f)
+		return nil
+	case v.Kind() == reflect.Bool:
+		var b bool
+		if err := d.scalar(n, &b, key, "true or false"); err != nil {
+			return err
+		}
+		v.SetBool(b)
+		return nil
+	}
+	// Only reachable if Config grows a field of a kind handled nowhere above.
+	return d.errAt(n, key, fmt.Sprintf("cannot decode into %s", v.Type()))
+}
+
+func (d *configDecoder) deref(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil && d.budget > 0 {
+		d.budget--
+		n = n.Alias
+	}
+	return n
+}
+
+// scalar decodes a scalar node into out; want describes the expected value
+// for the error, which never repeats the value itself.
+func (d *configDecoder) scalar(n *yaml.Node, out any, key, want string) error {
+	if d.budget--; d.budget < 0 {
+		return d.errAt(n, key, "the document is too large (too many nodes or aliases)")
+	}
+	n = d.deref(n)
+	if n.Kind != yaml.ScalarNode {
+		return d.errAt(n, key, "want "+want)
+	}
+	if err := n.Decode(out); err != nil {
+		return d.errAt(n, key, "want "+want)
+	}
+	return nil
+}
+
+// structFields returns the yaml-keyed fields of t, following inline
+// embedded structs, as index paths.
+func structFields(t reflect.Type) map[string][]int {
+	out := map[string][]int{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("yaml")
+		name, opts, _ := strings.Cut(tag, ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if opts == "inline" && f.Anonymous && f.Type.Kind() == reflect.Struct {
+			for k, idx := range structFields(f.Type) {
+				out[k] = append([]int{i}, idx...)
+			}
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(f.Name)
+		}
+		out[name] = []int{i}
+	}
+	return out
+}
+
+func (d *configDecoder) decodeStruct(n *yaml.Node, v reflect.Value, key string) error {
+	n = d.deref(n)
+	if n.Kind != yaml.MappingNode {
+		if key == "" {
+			return d.errAt(n, key, "the config must be a mapping of keys (data_dir, api, log, plugins, allocations, ...)")
+		}
+		return d.errAt(n, key, "want a mapping")
+	}
+	fields := structFields(v.Type())
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		kn, vn := d.deref(n.Content[i]), n.Content[i+1]
+		var name string
+		if kn.Kind != yaml.ScalarNode || kn.Decode(&name) != nil {
+			return d.errAt(kn, key, "keys must be strings")
+		}
+		full := name
+		if key != "" {
+			full = key + "." + name
+		}
+		idx, ok := fields[name]
+		if !ok {
+			if name == "<<" {
+				return d.errAt(kn, key, "YAML merge keys (<<) are not supported")
+			}
+			return d.errAt(kn, full, fmt.Sprintf("unknown key (known here: %s)", strings.Join(sortedFieldNames(fields), ", ")))
+		}
+		if seen[name] {
+			return d.errAt(kn, full, "given twice")
+		}
+		seen[name] = true
+		d.lines[full] = kn.Line
+		if err := d.decode(vn, v.FieldByIndex(idx), full); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sortedFieldNames(fields map[string][]int) []string {
+	names := make([]string, 0, len(fields))
+	for k := range fields {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}

@@ -1,0 +1,307 @@
+package runtime
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+const fullConfigYAML = `# a full config
+data_dir: /srv/csiactor
+api:
+  socket: /run/csiactor/api.sock
+  http_addr: 0.0.0.0:9460
+  token_file: /etc/csiactor/token
+log:
+  level: debug
+  format: json
+plugins:
+  heartbeat_interval: 30s
+  probe_timeout: 2s
+  rpc_timeout: 90s
+  max_in_flight: 4
+  kill_timeout: 10s
+  restart_backoff:
+    initial: 1s
+    max: 1m
+    multiplier: 3
+    jitter: 0.5
+volumes:
+  retry:
+    initial: 250ms
+store:
+  no_sync: true
+allocations:
+  - id: hostpath-node
+    plugin: hostpath
+    type: node
+    socket: /var/lib/kubelet/plugins/hostpath/csi.sock
+  - id: nfs
+    plugin: nfs
+    type: monolith
+    command: [/usr/bin/nfsplugin, "--endpoint={endpoint}"]
+    env:
+      NFS_SERVER: 10.0.0.1
+      RETRIES: 3
+`
+
+func TestParseConfig_Full(t *testing.T) {
+	got, err := ParseConfig([]byte(fullConfigYAML))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	want := DefaultConfig()
+	want.DataDir = "/srv/csiactor"
+	want.API = APIConfig{Socket: "/run/csiactor/api.sock", HTTPAddr: "0.0.0.0:9460", TokenFile: "/etc/csiactor/token"}
+	want.Log = LogConfig{Level: "debug", Format: "json"}
+	want.Plugins = PluginsConfig{
+		HeartbeatInterval: 30 * time.Second, ProbeTimeout: 2 * time.Second, RPCTimeout: 90 * time.Second,
+		MaxInFlight: 4, KillTimeout: 10 * time.Second,
+		RestartBackoff: BackoffConfig{Initial: time.Second, Max: time.Minute, Multiplier: 3, Jitter: 0.5},
+	}
+	// Keys left out of a nested block keep their defaults.
+	want.Volumes.Retry.Initial = 250 * time.Millisecond
+	want.Store.NoSync = true
+	want.Allocations = []AllocationConfig{
+		{ID: "hostpath-node", AllocationSpec: AllocationSpec{Plugin: "hostpath", Type: TypeNode, Socket: "/var/lib/kubelet/plugins/hostpath/csi.sock"}},
+		{ID: "nfs", AllocationSpec: AllocationSpec{Plugin: "nfs", Type: TypeMonolith,
+			Command: []string{"/usr/bin/nfsplugin", "--endpoint={endpoint}"},
+			Env:     map[string]string{"NFS_SERVER": "10.0.0.1", "RETRIES": "3"}}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ParseConfig:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestParseConfig_JSON(t *testing.T) {
+	got, err := ParseConfig([]byte(`{"data_dir": "/d", "plugins": {"rpc_timeout": "1m"},
+		"allocations": [{"id": "a", "plugin": "p", "type": "controller", "socket": "/s.sock"}]}`))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	if got.DataDir != "/d" || got.Plugins.RPCTimeout != time.Minute || len(got.Allocations) != 1 || got.Allocations[0].Socket != "/s.sock" {
+		t.Errorf("ParseConfig(JSON) = %+v", got)
+	}
+	if got.Plugins.HeartbeatInterval != DefaultHeartbeatInterval {
+		t.Errorf("heartbeat_interval = %s, want the default", got.Plugins.HeartbeatInterval)
+	}
+}
+
+func TestParseConfig_Empty(t *testing.T) {
+	for _, in := range []string{"", "\n# nothing\n", "---\n", "{}"} {
+		got, err := ParseConfig([]byte(in))
+		if err != nil {
+			t.Fatalf("ParseConfig(%q): %v", in, err)
+		}
+		if !reflect.DeepEqual(got, DefaultConfig()) {
+			t.Errorf("ParseConfig(%q) = %+v, want the defaults", in, got)
+		}
+	}
+}
+
+func TestParseConfig_Errors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   string
+		want string // the whole message
+	}{
+		{"unknown top key", "data_dir: /d\nsocket: /x\n", `line 2: socket: unknown key (known here: allocations, api, data_dir, log, plugins, store, volumes)`},
+		{"unknown nested key", "api:\n  socket: /x\n  sockett: /y\n", `line 3: api.sockett: unknown key (known here: http_addr, socket, token_file)`},
+		{"unknown allocation key", "allocations:\n  - id: a\n    plugin: p\n    typ: node\n", `line 4: allocations[0].typ: unknown key (known here: command, env, id, plugin, socket, type)`},
+		{"duration as int", "plugins:\n  rpc_timeout: 30\n", `line 2: plugins.rpc_timeout: want a duration like "30s" or "500ms"`},
+		{"duration without unit", "plugins:\n  rpc_timeout: \"30\"\n", `line 2: plugins.rpc_timeout: "30": want a duration like "30s" or "500ms"`},
+		{"int as string", "plugins:\n  max_in_flight: many\n", `line 2: plugins.max_in_flight: want an integer`},
+		{"bool", "store:\n  no_sync: maybe\n", `line 2: store.no_sync: want true or false`},
+		{"mapping wanted", "api: /x\n", `line 1: api: want a mapping`},
+		{"list wanted", "allocations: {}\n", `line 1: allocations: want a list`},
+		{"strings wanted", "allocations:\n  - command: {a: b}\n", `line 2: allocations[0].command: want a list of strings`},
+		{"env mapping", "allocations:\n  - env: [A]\n", `line 2: allocations[0].env: want a mapping of strings`},
+		{"env value not scalar", "allocations:\n  - env:\n      TOKEN: [s3cret]\n", `line 3: allocations[0].env.TOKEN: want a string`},
+		{"duplicate key", "log:\n  level: info\n  level: debug\n", `line 3: log.level: given twice`},
+		{"root not mapping", "- a\n", `line 1: the config must be a mapping of keys (data_dir, api, log, plugins, allocations, ...)`},
+		{"two documents", "data_dir: /a\n---\ndata_dir: /b\n", `line 2: more than one YAML document`},
+		{"merge key", "base: &b {level: info}\nlog:\n  <<: *b\n", `line 1: base: unknown key`},
+		{"invalid value has line", "log:\n  format: xml\n", `line 2: log.format: "xml": want text or json`},
+		{"invalid alloc has line", "allocations:\n  - id: a\n    plugin: p\n    type: worker\n    socket: /s\n", `line 4: allocations[0].type: "worker": want controller, node or monolith`},
+		{"missing alloc field has parent line", "allocations:\n  - id: a\n    type: node\n    socket: /s\n", `line 2: allocations[0].plugin: must not be empty`},
+		{"duplicate alloc id", "allocations:\n  - {id: a, plugin: p, type: node, socket: /s}\n  - {id: a, plugin: p, type: node, socket: /t}\n", `line 3: allocations[1].id: "a" is also the ID of allocations[0]`},
+		{"probe longer than heartbeat", "plugins:\n  heartbeat_interval: 1s\n  probe_timeout: 2s\n", `line 3: plugins.probe_timeout: 2s is longer than plugins.heartbeat_interval (1s)`},
+		{"negative duration", "plugins:\n  kill_timeout: -1s\n", `line 2: plugins.kill_timeout: -1s is negative`},
+		{"backoff max", "volumes:\n  retry:\n    initial: 1m\n    max: 1s\n", `line 4: volumes.retry.max: 1s is shorter than initial (1m0s)`},
+		{"backoff jitter", "plugins:\n  restart_backoff:\n    jitter: 2\n", `line 3: plugins.restart_backoff.jitter: 2: want a fraction from 0 to 1`},
+		{"relative data dir", "data_dir: var/lib\n", `line 1: data_dir: "var/lib" is not an absolute path`},
+		{"bad http addr", "api:\n  http_addr: localhost\n", `line 2: api.http_addr: "localhost" is not host:port`},
+		{"bad port", "api:\n  http_addr: localhost:http\n", `line 2: api.http_addr: "localhost:http": port must be a number from 0 to 65535`},
+		{"long exec socket", "data_dir: /" + strings.Repeat("d", 80) + "\nallocations:\n  - {id: " + strings.Repeat("a", 30) + ", plugin: p, type: node, command: [x]}\n",
+			"over the 107-byte unix socket limit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(tc.in))
+			if err == nil {
+				t.Fatalf("ParseConfig = nil error, want %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("ParseConfig error\n got %q\nwant %q", err, tc.want)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error %q does not unwrap to ErrInvalid", err)
+			}
+			if strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("error %q repeats a value", err)
+			}
+		})
+	}
+}
+
+func TestParseConfig_SyntaxError(t *testing.T) {
+	_, err := ParseConfig([]byte("api:\n  socket: [\n"))
+	if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "line") {
+		t.Fatalf("ParseConfig(bad YAML) = %v, want an ErrInvalid naming a line", err)
+	}
+}
+
+func TestParseConfig_Aliases(t *testing.T) {
+	// Anchors and aliases work for values...
+	cfg, err := ParseConfig([]byte("allocations:\n  - {id: a, plugin: p, type: node, command: &c [/bin/p, -v]}\n  - {id: b, plugin: p, type: node, command: *c}\n"))
+	if err != nil {
+		t.Fatalf("ParseConfig with an alias: %v", err)
+	}
+	if got := cfg.Allocations[1].Command; !reflect.DeepEqual(got, []string{"/bin/p", "-v"}) {
+		t.Errorf("aliased command = %q", got)
+	}
+	// ...but a document that expands to too many nodes is refused.
+	var b strings.Builder
+	b.WriteString("allocations:\n  - &a {id: a, plugin: p, type: node, command: [x, y, z]}\n")
+	for range 10000 {
+		b.WriteString("  - *a\n")
+	}
+	if _, err := ParseConfig([]byte(b.String())); err == nil || !strings.Contains(err.Error(), "too large") {
+		t.Fatalf("ParseConfig(alias flood) = %v, want a too-large error", err)
+	}
+}
+
+func TestLoadConfigFile_Cases(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte("data_dir: /d\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfigFile(good)
+	if err != nil || cfg.DataDir != "/d" {
+		t.Fatalf("LoadConfigFile = %+v, %v", cfg, err)
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("log:\n  levle: info\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = LoadConfigFile(bad)
+	if want := bad + ": line 2: log.levle: unknown key"; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("LoadConfigFile(bad) = %v, want prefix %q", err, want)
+	}
+
+	_, err = LoadConfigFile(filepath.Join(dir, "missing.yaml"))
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("LoadConfigFile(missing) = %v, want os.ErrNotExist", err)
+	}
+
+	big := filepath.Join(dir, "big.yaml")
+	if err := os.WriteFile(big, make([]byte, MaxConfigFileSize+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadConfigFile(big); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("LoadConfigFile(big) = %v, want a size error", err)
+	}
+}
+
+func TestConfig_WithDefaults_FillsZeros(t *testing.T) {
+	got := Config{DataDir: "/x", Plugins: PluginsConfig{RPCTimeout: time.Second}}.WithDefaults()
+	want := DefaultConfig()
+	want.DataDir = "/x"
+	want.Plugins.RPCTimeout = time.Second
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("WithDefaults:\n got %+v\nwant %+v", got, want)
+	}
+	if err := (Config{}).Validate(); err != nil {
+		t.Errorf("zero Config.Validate() = %v, want nil (zero means default)", err)
+	}
+}
+
+func TestConfig_Paths(t *testing.T) {
+	c := Config{DataDir: "/var/lib/csiactor"}
+	if got := c.APISocketPath(); got != "/var/lib/csiactor/api.sock" {
+		t.Errorf("APISocketPath = %q", got)
+	}
+	c.API.Socket = "/run/a.sock"
+	if got := c.APISocketPath(); got != "/run/a.sock" {
+		t.Errorf("APISocketPath with api.socket = %q", got)
+	}
+	if got := c.PluginSocketPath("n1"); got != "/var/lib/csiactor/plugins/n1/csi.sock" {
+		t.Errorf("PluginSocketPath = %q", got)
+	}
+}
+
+func TestConfig_Validate_LongDataDir(t *testing.T) {
+	c := Config{DataDir: "/" + strings.Repeat("d", 100)}
+	wantFieldErr(t, c.Validate(), "data_dir", "set api.socket")
+	c.API.Socket = "/run/a.sock"
+	if err := c.Validate(); err != nil {
+		t.Errorf("with api.socket: %v", err)
+	}
+}
+
+// FuzzParseConfig checks that the loader never panics, that whatever it
+// accepts is valid, and that a valid config survives a YAML round trip.
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte(fullConfigYAML))
+	f.Add([]byte(`{"data_dir": "/d", "allocations": [{"id": "a", "plugin": "p", "type": "node", "socket": "/s"}]}`))
+	f.Add([]byte("a: &a [x]\nb: *a\n"))
+	f.Add([]byte("plugins:\n  rpc_timeout: 1h\n  restart_backoff: {jitter: 0.1}\n"))
+	f.Add([]byte("allocations:\n  - env: {A: 1, B: ~}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := ParseConfig(data)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error %q does not unwrap to ErrInvalid", err)
+			}
+			return
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("accepted config fails Validate: %v", err)
+		}
+		out, err := yaml.Marshal(cfg)
+		if err != nil {
+			t.Fatalf("marshal: %v", err)
+		}
+		again, err := ParseConfig(out)
+		if err != nil {
+			t.Fatalf("re-parse of\n%s\nfailed: %v", out, err)
+		}
+		if !reflect.DeepEqual(normalize(cfg), normalize(again)) {
+			t.Fatalf("round trip differs:\n got %+v\nwant %+v", again, cfg)
+		}
+	})
+}
+
+// normalize makes empty and nil slices and maps compare equal.
+func normalize(c Config) Config {
+	if len(c.Allocations) == 0 {
+		c.Allocations = nil
+	}
+	for i := range c.Allocations {
+		a := &c.Allocations[i]
+		if len(a.Command) == 0 {
+			a.Command = nil
+		}
+		if len(a.Env) == 0 {
+			a.Env = nil
+		}
+	}
+	return c
+}

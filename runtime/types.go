@@ -1,0 +1,654 @@
+// Package runtime assembles csiactor's actor system and is its public Go API
+// for embedding: the types below are both the embedding API's values and the
+// HTTP API's JSON bodies (snake_case fields).
+package runtime
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/csiactor/csiactor/csi"
+)
+
+// Allocation types.
+const (
+	// TypeController is an allocation that serves only the controller
+	// service of its plugin.
+	TypeController = "controller"
+	// TypeNode is an allocation that serves only the node service.
+	TypeNode = "node"
+	// TypeMonolith is an allocation that serves both; it counts as a
+	// controller and as a node.
+	TypeMonolith = "monolith"
+)
+
+// Claim modes.
+const (
+	// ModeRead is a claim that only reads the volume.
+	ModeRead = "read"
+	// ModeWrite is a claim that may write the volume.
+	ModeWrite = "write"
+)
+
+// Claim states. A current claim goes reserved → controller-published →
+// staged → published (skipping steps the plugin does not need); a released
+// (past) claim goes taken → node-detached → controller-detached →
+// ready-to-free → freed.
+const (
+	ClaimReserved            = "reserved"
+	ClaimControllerPublished = "controller-published"
+	ClaimStaged              = "staged"
+	ClaimPublished           = "published"
+
+	ClaimTaken              = "taken"
+	ClaimNodeDetached       = "node-detached"
+	ClaimControllerDetached = "controller-detached"
+	ClaimReadyToFree        = "ready-to-free"
+	ClaimFreed              = "freed"
+)
+
+// Event types.
+const (
+	EventAllocationRegistered   = "allocation-registered"
+	EventAllocationDeregistered = "allocation-deregistered"
+	EventHealthChanged          = "health-changed"
+	EventSingletonChanged       = "singleton-changed"
+	EventVolumeRegistered       = "volume-registered"
+	EventVolumeDeregistered     = "volume-deregistered"
+	EventVolumeCreated          = "volume-created"
+	EventVolumeDeleted          = "volume-deleted"
+	EventClaimPublished         = "claim-published"
+	EventClaimReleased          = "claim-released"
+	EventClaimFreed             = "claim-freed"
+	EventClaimFailed            = "claim-failed"
+	// EventsDropped tells a subscriber that it fell behind and lost events;
+	// Message says how many.
+	EventsDropped = "events-dropped"
+)
+
+// Limits on input.
+const (
+	// MaxIDLength is the longest allocation ID, volume ID or plugin name.
+	MaxIDLength = 128
+	// MaxSocketPathLength is the longest unix socket path Linux accepts
+	// (sun_path is 108 bytes including the terminating NUL).
+	MaxSocketPathLength = 107
+	// MaxExternalIDLength is the longest external volume ID.
+	MaxExternalIDLength = 1024
+)
+
+// Plugin is one CSI plugin as the registry sees it: every allocation of it
+// on this host, and which of them are healthy.
+type Plugin struct {
+	// Name is the plugin name allocations were registered under.
+	Name string `json:"name"`
+	// Provider and Version come from GetPluginInfo of the singleton.
+	Provider string `json:"provider"`
+	Version  string `json:"version"`
+	// ControllerRequired is true when the plugin has a controller service
+	// that supports ControllerPublishVolume, so claims go through it.
+	ControllerRequired  bool `json:"controller_required"`
+	ControllersHealthy  int  `json:"controllers_healthy"`
+	ControllersExpected int  `json:"controllers_expected"`
+	NodesHealthy        int  `json:"nodes_healthy"`
+	NodesExpected       int  `json:"nodes_expected"`
+	// Allocations are the plugin's allocations, newest first.
+	Allocations []Allocation `json:"allocations"`
+}
+
+// Allocation is one running (or expected) instance of a plugin.
+type Allocation struct {
+	ID     string `json:"id"`
+	Plugin string `json:"plugin"`
+	// Type is TypeController, TypeNode or TypeMonolith.
+	Type string `json:"type"`
+	// Socket is the plugin's unix socket path: given for an attached
+	// allocation, chosen by the agent for an exec-managed one.
+	Socket string `json:"socket"`
+	// Command and Env are set for an exec-managed allocation.
+	Command []string          `json:"command,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Healthy bool              `json:"healthy"`
+	// HealthDescription says why the allocation is (un)healthy.
+	HealthDescription string `json:"health_description"`
+	// Singleton is true for the allocation that operations of its plugin
+	// and type go to.
+	Singleton bool `json:"singleton"`
+	// NodeID is what NodeGetInfo returned, for node and monolith types.
+	NodeID string `json:"node_id,omitempty"`
+}
+
+// AllocationSpec is the body of a register-allocation request: an attached
+// allocation gives Socket, an exec-managed one gives Command (and Env).
+// The allocation ID is given beside it (the URL path, or
+// [AllocationConfig.ID]).
+type AllocationSpec struct {
+	Plugin  string            `json:"plugin" yaml:"plugin"`
+	Type    string            `json:"type" yaml:"type"`
+	Socket  string            `json:"socket,omitempty" yaml:"socket,omitempty"`
+	Command []string          `json:"command,omitempty" yaml:"command,omitempty"`
+	Env     map[string]string `json:"env,omitempty" yaml:"env,omitempty"`
+}
+
+// Validate checks s; the error is a *FieldError naming the bad field.
+func (s AllocationSpec) Validate() error {
+	if err := ValidateID("plugin", s.Plugin); err != nil {
+		return err
+	}
+	if err := ValidateAllocationType("type", s.Type); err != nil {
+		return err
+	}
+	switch {
+	case s.Socket != "" && len(s.Command) > 0:
+		return fieldErr("socket", "give either socket (an attached plugin) or command (an exec-managed plugin), not both")
+	case s.Socket == "" && len(s.Command) == 0:
+		return fieldErr("socket", "give socket (an attached plugin) or command (an exec-managed plugin)")
+	case s.Socket != "":
+		if err := ValidateSocketPath("socket", s.Socket); err != nil {
+			return err
+		}
+		if len(s.Env) > 0 {
+			return fieldErr("env", "only valid with command (an exec-managed plugin)")
+		}
+		return nil
+	}
+	if s.Command[0] == "" {
+		return fieldErr("command[0]", "must not be empty")
+	}
+	for i, a := range s.Command {
+		if strings.ContainsRune(a, 0) {
+			return fieldErr(fmt.Sprintf("command[%d]", i), "must not contain a NUL byte")
+		}
+	}
+	for _, k := range sortedKeys(s.Env) {
+		switch {
+		case k == "":
+			return fieldErr("env", "variable names must not be empty")
+		case strings.ContainsAny(k, "=\x00"):
+			return fieldErr("env", fmt.Sprintf("variable name %q must not contain '=' or NUL", k))
+		case strings.ContainsRune(s.Env[k], 0):
+			return fieldErr("env."+k, "must not contain a NUL byte")
+		}
+	}
+	return nil
+}
+
+// Capability is one way a volume can be used, by the kebab-case names of
+// package csi: access_mode like "single-node-writer", attachment_mode
+// "file-system" or "block-device".
+type Capability struct {
+	AccessMode     string `json:"access_mode"`
+	AttachmentMode string `json:"attachment_mode"`
+}
+
+// Parse returns c in the csi package's form; the error is a *FieldError
+// naming access_mode or attachment_mode.
+func (c Capability) Parse() (csi.VolumeCapability, error) {
+	am, err := csi.ParseAccessMode(c.AccessMode)
+	if err != nil {
+		return csi.VolumeCapability{}, &FieldError{Field: "access_mode", Msg: err.Error(), Err: err}
+	}
+	at, err := csi.ParseAttachmentMode(c.AttachmentMode)
+	if err != nil {
+		return csi.VolumeCapability{}, &FieldError{Field: "attachment_mode", Msg: err.Error(), Err: err}
+	}
+	return csi.VolumeCapability{AccessMode: am, AttachmentMode: at}, nil
+}
+
+// MountOptions are the file-system options of a volume's mounts, as given in
+// a register or create request. Mount flags often carry credentials: String,
+// GoString and MarshalJSON show only how many there are. Use
+// [VolumeSpec.RequestJSON] to send them.
+type MountOptions struct {
+	FSType     string   `json:"fs_type,omitempty"`
+	MountFlags []string `json:"mount_flags,omitempty"`
+}
+
+// Redacted returns o as it may be shown: the file-system type and the number
+// of mount flags. It returns nil for nil.
+func (o *MountOptions) Redacted() *RedactedMountOptions {
+	if o == nil {
+		return nil
+	}
+	return &RedactedMountOptions{FSType: o.FSType, MountFlagCount: len(o.MountFlags)}
+}
+
+// String prints the file-system type and the number of mount flags.
+func (o *MountOptions) String() string {
+	if o == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("fs_type=%q mount_flags=[%d redacted]", o.FSType, len(o.MountFlags))
+}
+
+// GoString is String, so that %#v redacts too.
+func (o *MountOptions) GoString() string { return o.String() }
+
+// MarshalJSON writes the redacted form, {"fs_type", "mount_flag_count"}.
+func (o *MountOptions) MarshalJSON() ([]byte, error) { return json.Marshal(o.Redacted()) }
+
+// CSI returns o in the csi package's form (nil for nil).
+func (o *MountOptions) CSI() *csi.MountOptions {
+	if o == nil {
+		return nil
+	}
+	return &csi.MountOptions{FSType: o.FSType, MountFlags: append([]string(nil), o.MountFlags...)}
+}
+
+// RedactedMountOptions are mount options as the API shows them: never the
+// flags, only their count.
+type RedactedMountOptions struct {
+	FSType         string `json:"fs_type,omitempty"`
+	MountFlagCount int    `json:"mount_flag_count"`
+}
+
+// VolumeSpec is the body of a register-volume request (PUT /v1/volumes/{id}):
+// an existing volume of the plugin, known to it as ExternalID.
+//
+// Secrets and mount flags are input only: String, GoString and MarshalJSON
+// leave them out (MarshalJSON writes secret_count and mount_flag_count), so
+// a spec can be printed or logged safely. [VolumeSpec.RequestJSON] writes the
+// full body for sending.
+type VolumeSpec struct {
+	Plugin       string            `json:"plugin"`
+	ExternalID   string            `json:"external_id,omitempty"`
+	Capabilities []Capability      `json:"capabilities"`
+	MountOptions *MountOptions     `json:"mount_options,omitempty"`
+	Parameters   map[string]string `json:"parameters,omitempty"`
+	Context      map[string]string `json:"context,omitempty"`
+	Secrets      map[string]string `json:"secrets,omitempty"`
+}
+
+// Validate checks s as a register request; the error is a *FieldError
+// naming the bad field.
+func (s VolumeSpec) Validate() error {
+	if err := s.validate(); err != nil {
+		return err
+	}
+	if s.ExternalID == "" {
+		return fieldErr("external_id", "must not be empty (the plugin's ID of the volume)")
+	}
+	return nil
+}
+
+func (s VolumeSpec) validate() error {
+	if err := ValidateID("plugin", s.Plugin); err != nil {
+		return err
+	}
+	if len(s.ExternalID) > MaxExternalIDLength {
+		return fieldErr("external_id", fmt.Sprintf("longer than %d bytes", MaxExternalIDLength))
+	}
+	if !utf8.ValidString(s.ExternalID) || strings.ContainsRune(s.ExternalID, 0) {
+		return fieldErr("external_id", "must be UTF-8 without NUL bytes")
+	}
+	if len(s.Capabilities) == 0 {
+		return fieldErr("capabilities", "give at least one {access_mode, attachment_mode}")
+	}
+	fileSystem := false
+	for i, c := range s.Capabilities {
+		vc, err := c.Parse()
+		if err != nil {
+			return prefixed(fmt.Sprintf("capabilities[%d]", i), err)
+		}
+		for j := range i {
+			if s.Capabilities[j] == c {
+				return fieldErr(fmt.Sprintf("capabilities[%d]", i), fmt.Sprintf("duplicate of capabilities[%d]", j))
+			}
+		}
+		fileSystem = fileSystem || vc.AttachmentMode == csi.AttachmentModeFileSystem
+	}
+	if o := s.MountOptions; o != nil {
+		if !fileSystem && (o.FSType != "" || len(o.MountFlags) > 0) {
+			return fieldErr("mount_options", "only valid with a file-system capability")
+		}
+		if o.FSType != "" && !validFSType(o.FSType) {
+			return fieldErr("mount_options.fs_type", fmt.Sprintf("%q is not a file-system type name", o.FSType))
+		}
+		for i, f := range o.MountFlags {
+			// Never echo a flag: it may be a credential.
+			if f == "" || strings.ContainsRune(f, 0) {
+				return fieldErr(fmt.Sprintf("mount_options.mount_flags[%d]", i), "must be non-empty and without NUL bytes")
+			}
+		}
+	}
+	for _, m := range []struct {
+		field  string
+		values map[string]string
+		secret bool
+	}{{"parameters", s.Parameters, false}, {"context", s.Context, false}, {"secrets", s.Secrets, true}} {
+		if err := validateMap(m.field, m.values, m.secret); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// String prints s without secrets and mount flags.
+func (s VolumeSpec) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "plugin=%q external_id=%q capabilities=%v", s.Plugin, s.ExternalID, s.Capabilities)
+	if s.MountOptions != nil {
+		fmt.Fprintf(&b, " mount_options={%s}", s.MountOptions)
+	}
+	if len(s.Parameters) > 0 {
+		fmt.Fprintf(&b, " parameters=%v", s.Parameters)
+	}
+	if len(s.Context) > 0 {
+		fmt.Fprintf(&b, " context=%v", s.Context)
+	}
+	if len(s.Secrets) > 0 {
+		fmt.Fprintf(&b, " secrets=[%d redacted]", len(s.Secrets))
+	}
+	return "{" + b.String() + "}"
+}
+
+// GoString is String, so that %#v redacts too.
+func (s VolumeSpec) GoString() string { return "runtime.VolumeSpec" + s.String() }
+
+// MarshalJSON writes s without secrets and mount flags: secrets become
+// secret_count and mount options their redacted form. Decoding that
+// output back into a VolumeSpec fails on the unknown fields, so a redacted
+// spec is never sent by mistake.
+func (s VolumeSpec) MarshalJSON() ([]byte, error) { return json.Marshal(redactVolumeSpec(s)) }
+
+// RequestJSON returns the full JSON body of s, secrets and mount flags
+// included, for sending to the agent. Never log it.
+func (s VolumeSpec) RequestJSON() ([]byte, error) { return json.Marshal(wireVolumeSpec(s)) }
+
+// CreateVolumeSpec is the body of a create-volume request (POST /v1/volumes):
+// the register body without external_id (the plugin chooses it), plus the
+// new volume's ID and capacity. The ID is also the name given to the
+// plugin's CreateVolume.
+type CreateVolumeSpec struct {
+	ID string `json:"id"`
+	VolumeSpec
+	// CapacityBytes is the requested size; 0 lets the plugin choose.
+	CapacityBytes int64 `json:"capacity_bytes,omitempty"`
+}
+
+// Validate checks s as a create request; the error is a *FieldError naming
+// the bad field.
+func (s CreateVolumeSpec) Validate() error {
+	if err := ValidateID("id", s.ID); err != nil {
+		return err
+	}
+	if s.ExternalID != "" {
+		return fieldErr("external_id", "is chosen by the plugin on create; leave it out")
+	}
+	if s.CapacityBytes < 0 {
+		return fieldErr("capacity_bytes", "must not be negative")
+	}
+	return s.validate()
+}
+
+// String prints s without secrets and mount flags.
+func (s CreateVolumeSpec) String() string {
+	return fmt.Sprintf("{id=%q capacity_bytes=%d %s}", s.ID, s.CapacityBytes, strings.TrimPrefix(s.VolumeSpec.String(), "{"))
+}
+
+// GoString is String, so that %#v redacts too.
+func (s CreateVolumeSpec) GoString() string { return "runtime.CreateVolumeSpec" + s.String() }
+
+// MarshalJSON writes s without secrets and mount flags, like
+// [VolumeSpec.MarshalJSON].
+func (s CreateVolumeSpec) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		ID string `json:"id"`
+		redactedVolumeSpec
+		CapacityBytes int64 `json:"capacity_bytes,omitempty"`
+	}{s.ID, redactVolumeSpec(s.VolumeSpec), s.CapacityBytes})
+}
+
+// RequestJSON returns the full JSON body of s, secrets and mount flags
+// included, for sending to the agent. Never log it.
+func (s CreateVolumeSpec) RequestJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		ID string `json:"id"`
+		volumeSpecWire
+		CapacityBytes int64 `json:"capacity_bytes,omitempty"`
+	}{s.ID, wireVolumeSpec(s.VolumeSpec), s.CapacityBytes})
+}
+
+// Volume is a registered volume as the API shows it. It never holds secrets
+// or mount flags.
+type Volume struct {
+	ID           string                `json:"id"`
+	Plugin       string                `json:"plugin"`
+	ExternalID   string                `json:"external_id"`
+	Capabilities []Capability          `json:"capabilities"`
+	MountOptions *RedactedMountOptions `json:"mount_options,omitempty"`
+	Parameters   map[string]string     `json:"parameters,omitempty"`
+	Context      map[string]string     `json:"context,omitempty"`
+	// CapacityBytes is the size the plugin reported on create (0 when
+	// unknown).
+	CapacityBytes int64 `json:"capacity_bytes"`
+	// Claims are the current claims; PastClaims the released ones still
+	// being torn down.
+	Claims     []Claim `json:"claims"`
+	PastClaims []Claim `json:"past_claims"`
+}
+
+// Claim is a current or past claim of a volume by one allocation.
+type Claim struct {
+	Alloc          string `json:"alloc"`
+	Mode           string `json:"mode"`
+	AccessMode     string `json:"access_mode"`
+	AttachmentMode string `json:"attachment_mode"`
+	// State is one of the Claim* constants.
+	State string `json:"state"`
+	// TargetPath is where the volume is (or was) published for the alloc.
+	TargetPath string `json:"target_path"`
+	// LastError is the last failure of the current step, if it is being
+	// retried, with secrets and mount flags removed.
+	LastError string `json:"last_error,omitempty"`
+}
+
+// ClaimRequest is the body of a claim request
+// (POST /v1/volumes/{id}/claims).
+type ClaimRequest struct {
+	Alloc          string `json:"alloc"`
+	Mode           string `json:"mode"`
+	AccessMode     string `json:"access_mode"`
+	AttachmentMode string `json:"attachment_mode"`
+}
+
+// Validate checks r; the error is a *FieldError naming the bad field.
+func (r ClaimRequest) Validate() error {
+	if err := ValidateID("alloc", r.Alloc); err != nil {
+		return err
+	}
+	if r.Mode != ModeRead && r.Mode != ModeWrite {
+		return fieldErr("mode", fmt.Sprintf("%q: want read or write", r.Mode))
+	}
+	vc, err := Capability{AccessMode: r.AccessMode, AttachmentMode: r.AttachmentMode}.Parse()
+	if err != nil {
+		return err
+	}
+	if r.Mode == ModeWrite && vc.AccessMode.ReadOnly() {
+		return fieldErr("mode", fmt.Sprintf("write is not allowed with access mode %s", vc.AccessMode))
+	}
+	return nil
+}
+
+// VolumeFilter selects volumes in a list; empty fields match everything.
+type VolumeFilter struct {
+	// Plugin keeps the volumes of this plugin.
+	Plugin string
+	// Node keeps the volumes claimed by allocations on this node ID.
+	Node string
+}
+
+// Validate checks f; the error is a *FieldError naming the bad field.
+func (f VolumeFilter) Validate() error {
+	if f.Plugin != "" {
+		if err := ValidateID("plugin", f.Plugin); err != nil {
+			return err
+		}
+	}
+	if len(f.Node) > MaxIDLength*2 || strings.ContainsRune(f.Node, 0) {
+		return fieldErr("node", "not a node ID")
+	}
+	return nil
+}
+
+// Event is something that happened in the agent, as the event stream shows
+// it.
+type Event struct {
+	Time time.Time `json:"time"`
+	// Type is one of the Event* constants.
+	Type    string `json:"type"`
+	Plugin  string `json:"plugin,omitempty"`
+	Alloc   string `json:"alloc,omitempty"`
+	Volume  string `json:"volume,omitempty"`
+	Message string `json:"message"`
+}
+
+// Validate checks e (for producers and decoders of events).
+func (e Event) Validate() error {
+	if e.Time.IsZero() {
+		return fieldErr("time", "must be set")
+	}
+	if e.Type == "" {
+		return fieldErr("type", "must not be empty")
+	}
+	return nil
+}
+
+// ValidateID checks an allocation ID, volume ID or plugin name, which become
+// path components on the host: 1 to MaxIDLength bytes of letters, digits,
+// '.', '_', '-' and ':', starting with a letter or digit (so "." and ".."
+// are out, and so is "/"). field names the field in the error.
+func ValidateID(field, id string) error {
+	if id == "" {
+		return fieldErr(field, "must not be empty")
+	}
+	if len(id) > MaxIDLength {
+		return fieldErr(field, fmt.Sprintf("longer than %d bytes", MaxIDLength))
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == '-' || c == ':'):
+		default:
+			return fieldErr(field, fmt.Sprintf("%q: use letters, digits, '.', '_', '-' and ':', starting with a letter or digit", id))
+		}
+	}
+	return nil
+}
+
+// ValidateAllocationType checks that t is controller, node or monolith.
+func ValidateAllocationType(field, t string) error {
+	switch t {
+	case TypeController, TypeNode, TypeMonolith:
+		return nil
+	}
+	return fieldErr(field, fmt.Sprintf("%q: want controller, node or monolith", t))
+}
+
+// ValidateSocketPath checks a unix socket path: absolute, clean, and at most
+// MaxSocketPathLength bytes.
+func ValidateSocketPath(field, p string) error {
+	switch {
+	case strings.HasPrefix(p, "unix:"):
+		return fieldErr(field, "give the socket's path, without unix://")
+	case !filepath.IsAbs(p):
+		return fieldErr(field, fmt.Sprintf("%q is not an absolute path", p))
+	case strings.ContainsRune(p, 0):
+		return fieldErr(field, "must not contain a NUL byte")
+	case filepath.Clean(p) != p:
+		return fieldErr(field, fmt.Sprintf("%q is not a clean path (want %q)", p, filepath.Clean(p)))
+	case len(p) > MaxSocketPathLength:
+		return fieldErr(field, fmt.Sprintf("path is %d bytes, over the %d-byte unix socket limit", len(p), MaxSocketPathLength))
+	}
+	return nil
+}
+
+func validFSType(s string) bool {
+	if len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// validateMap checks that keys are non-empty UTF-8 and values have no NUL;
+// for secrets it names neither key nor value.
+func validateMap(field string, m map[string]string, secret bool) error {
+	for _, k := range sortedKeys(m) {
+		if k == "" || !utf8.ValidString(k) || strings.ContainsRune(k, 0) {
+			return fieldErr(field, "keys must be non-empty UTF-8 without NUL bytes")
+		}
+		if strings.ContainsRune(m[k], 0) {
+			if secret {
+				return fieldErr(field, "values must not contain NUL bytes")
+			}
+			return fieldErr(field+"."+k, "must not contain a NUL byte")
+		}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// volumeSpecWire is VolumeSpec without its redacting methods.
+type volumeSpecWire struct {
+	Plugin       string            `json:"plugin"`
+	ExternalID   string            `json:"external_id,omitempty"`
+	Capabilities []Capability      `json:"capabilities"`
+	MountOptions *mountOptionsWire `json:"mount_options,omitempty"`
+	Parameters   map[string]string `json:"parameters,omitempty"`
+	Context      map[string]string `json:"context,omitempty"`
+	Secrets      map[string]string `json:"secrets,omitempty"`
+}
+
+type mountOptionsWire struct {
+	FSType     string   `json:"fs_type,omitempty"`
+	MountFlags []string `json:"mount_flags,omitempty"`
+}
+
+func wireVolumeSpec(s VolumeSpec) volumeSpecWire {
+	w := volumeSpecWire{
+		Plugin: s.Plugin, ExternalID: s.ExternalID, Capabilities: s.Capabilities,
+		Parameters: s.Parameters, Context: s.Context, Secrets: s.Secrets,
+	}
+	if s.MountOptions != nil {
+		w.MountOptions = &mountOptionsWire{FSType: s.MountOptions.FSType, MountFlags: s.MountOptions.MountFlags}
+	}
+	return w
+}
+
+type redactedVolumeSpec struct {
+	Plugin       string                `json:"plugin"`
+	ExternalID   string                `json:"external_id,omitempty"`
+	Capabilities []Capability          `json:"capabilities"`
+	MountOptions *RedactedMountOptions `json:"mount_options,omitempty"`
+	Parameters   map[string]string     `json:"parameters,omitempty"`
+	Context      map[string]string     `json:"context,omitempty"`
+	SecretCount  int                   `json:"secret_count,omitempty"`
+}
+
+func redactVolumeSpec(s VolumeSpec) redactedVolumeSpec {
+	return redactedVolumeSpec{
+		Plugin: s.Plugin, ExternalID: s.ExternalID, Capabilities: s.Capabilities,
+		MountOptions: s.MountOptions.Redacted(), Parameters: s.Parameters, Context: s.Context,
+		SecretCount: len(s.Secrets),
+	}
+}
