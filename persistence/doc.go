@@ -4,4 +4,44 @@
 //
 // It is the only package that imports bbolt. Actor packages define the small
 // interfaces they need from the store; [*Store] implements them.
+//
+// # Basics
+//
+// [Open] a file, use it from any number of goroutines, [Store.Close] it:
+//
+//	st, err := persistence.Open(filepath.Join(dataDir, "state.db"), persistence.Config{Registerer: reg, Logger: log})
+//	if err != nil { ... }          // errors.Is(err, persistence.ErrInUse), ErrCorrupt, ErrSchemaTooNew
+//	defer st.Close()
+//	a, err := st.PutAllocation(ctx, persistence.Allocation{ID: "a1", Plugin: "hostpath", Type: "node"})
+//	err = st.PutVolume(ctx, vol)
+//	vols, err := st.ActiveVolumes(ctx) // at start-up: every volume with claims or past claims
+//
+// Records are kept as JSON, one key per allocation or volume, and written
+// whole. Every write method blocks until its write is on disk.
+//
+// # Group commit
+//
+// Writes from all goroutines go to one committer goroutine. It takes the
+// first queued write, adds every write already queued behind it (up to
+// [Config.MaxBatchSize], for at most [Config.MaxBatchDelay]), and commits
+// them in one bbolt transaction with one fsync. It never waits for writes
+// that have not arrived, so a lone write is committed at once; under load,
+// the writes that queue while one batch is being synced form the next
+// batch. Each caller gets its own result: a write that fails is taken out
+// and the rest of its batch is committed without it.
+//
+// # Caveats
+//
+// The file is locked while open: a second Open of the same file, from this
+// or another process, fails with [ErrInUse] after [Config.LockTimeout].
+//
+// Open never writes to a file it cannot fully read: an existing file is
+// first checked through a read-only handle, and a damaged one is refused
+// with [ErrCorrupt] and left exactly as it was. bbolt reads pages through a
+// memory map, where a truncated file would fault and a damaged page makes
+// bbolt panic; the store turns both into ErrCorrupt errors instead of
+// crashing. [Config.VerifyOnOpen] adds a full page check.
+//
+// [Config.NoSync] gives up durability for speed; never use it for a real
+// agent.
 package persistence

@@ -1,0 +1,32 @@
+package persistence
+
+import "errors"
+
+var (
+	// ErrInUse is returned by Open when another process (usually a second
+	// csiactor agent on the same data dir) holds the store file's lock and
+	// does not release it within Config.LockTimeout.
+	ErrInUse = errors.New("persistence: store file locked by another process")
+	// ErrCorrupt is returned by Open when the store file is not a valid
+	// csiactor store (garbage, truncated, damaged pages, missing buckets),
+	// and by any method that meets a damaged page later. The file is never
+	// rewritten, truncated or repaired on this error: keep it for inspection
+	// and restore a backup or move it aside.
+	ErrCorrupt = errors.New("persistence: store file is corrupt")
+	// ErrSchemaTooNew is returned by Open when the store file was written by
+	// a newer csiactor with a schema version this build does not know. The
+	// file is left untouched.
+	ErrSchemaTooNew = errors.New("persistence: store schema is newer than this csiactor")
+	// ErrClosed is returned by every method of a Store after Close.
+	ErrClosed = errors.New("persistence: store closed")
+	// ErrNotFound is returned when an allocation or volume with the given ID
+	// is not stored.
+	ErrNotFound = errors.New("persistence: not found")
+	// ErrInvalid is returned for a record or argument the store cannot keep
+	// (an empty or oversized ID, for example); the message names the field.
+	// Nothing is written.
+	ErrInvalid = errors.New("persistence: invalid record")
+	// ErrInvalidConfig is returned by Config.Validate and Open for a bad
+	// Config; the message names the field.
+	ErrInvalidConfig = errors.New("persistence: invalid config")
+)

@@ -1,0 +1,78 @@
+package persistence
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the store's collectors. They are always recorded; Open
+// registers them only when Config.Registerer is set, and Close unregisters
+// them so that a store can be reopened on the same registry.
+type metrics struct {
+	commitSeconds prometheus.Histogram
+	batchSize     prometheus.Histogram
+	writes        *prometheus.CounterVec
+	queued        prometheus.GaugeFunc
+
+	writesOK, writesError, writesCanceled prometheus.Counter
+
+	registered []prometheus.Collector
+	reg        prometheus.Registerer
+}
+
+func newMetrics(queueLen func() float64) *metrics {
+	m := &metrics{
+		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "csiactor_store_commit_seconds",
+			Help: "Time to apply and durably commit one batch of store writes (one bbolt transaction, one fsync).",
+			// 50 µs to ~26 s.
+			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 20),
+		}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "csiactor_store_commit_batch_size",
+			Help:    "Writes committed together in one store transaction.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12), // 1 … 2048
+		}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "csiactor_store_writes_total",
+			Help: "Store writes by result: ok, error (rejected by the store or the disk) or canceled (the caller's context ended before the write was applied).",
+		}, []string{"result"}),
+		queued: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "csiactor_store_queued_writes",
+			Help: "Writes waiting for the committer.",
+		}, queueLen),
+	}
+	m.writesOK = m.writes.WithLabelValues("ok")
+	m.writesError = m.writes.WithLabelValues("error")
+	m.writesCanceled = m.writes.WithLabelValues("canceled")
+	return m
+}
+
+// register registers every collector on reg, undoing on failure.
+func (m *metrics) register(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
+	}
+	m.reg = reg
+	for _, c := range []prometheus.Collector{m.commitSeconds, m.batchSize, m.writes, m.queued} {
+		if err := reg.Register(c); err != nil {
+			m.unregister()
+			var already prometheus.AlreadyRegisteredError
+			if errors.As(err, &already) {
+				return fmt.Errorf("register store metrics: another store is registered on the same registry: %w", err)
+			}
+			return fmt.Errorf("register store metrics: %w", err)
+		}
+		m.registered = append(m.registered, c)
+	}
+	return nil
+}
+
+func (m *metrics) unregister() {
+	for _, c := range m.registered {
+		m.reg.Unregister(c)
+	}
+	m.registered = nil
+}

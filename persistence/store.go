@@ -1,0 +1,417 @@
+package persistence
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"syscall"
+
+	"github.com/sirupsen/logrus"
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// SchemaVersion is the layout this build reads and writes. A file with a
+// newer version is refused with ErrSchemaTooNew; an older one is migrated
+// by Open.
+const SchemaVersion uint64 = 1
+
+// Buckets and keys of schema version 1.
+const (
+	// bucketMeta holds keySchemaVersion.
+	bucketMeta = "meta"
+	// bucketAllocations maps allocation ID → JSON Allocation. Its bbolt
+	// sequence is the allocation creation counter (Allocation.Seq).
+	bucketAllocations = "allocations"
+	// bucketVolumes maps volume ID → JSON Volume.
+	bucketVolumes = "volumes"
+	// bucketVolumesWithWork maps volume ID → empty value for every volume
+	// whose record needs a volume actor at start-up (see Volume.hasWork).
+	// It is written in the same transaction as the volume record.
+	bucketVolumesWithWork = "volumes_with_work"
+	// keySchemaVersion is the schema version, 8 bytes big-endian.
+	keySchemaVersion = "schema_version"
+)
+
+// schema is what Open expects of a file and how to get there from older
+// versions. Open uses currentSchema; tests use others to exercise the
+// migration hook.
+type schema struct {
+	version uint64
+	// buckets must all exist in a file at this version.
+	buckets []string
+	// migrations[v] moves a file from version v to v+1. All steps from the
+	// file's version up run in one transaction with the version bump, so a
+	// crash leaves either the old or the new layout, never a mix.
+	migrations map[uint64]func(tx *bolt.Tx) error
+}
+
+func currentSchema() schema {
+	return schema{
+		version: SchemaVersion,
+		buckets: []string{bucketMeta, bucketAllocations, bucketVolumes, bucketVolumesWithWork},
+		// Version 1 is the first; add "1: migrate1to2" here with version 2.
+		migrations: map[uint64]func(tx *bolt.Tx) error{},
+	}
+}
+
+// Store is csiactor's durable state in one bbolt file. Its methods are safe
+// for concurrent use. Writes are queued to one committer goroutine that
+// commits many of them in one transaction (group commit); each write method
+// returns when its write is on disk (or failed). Reads run concurrently with
+// writes and with each other, each in its own read transaction, and see
+// every write that has returned.
+type Store struct {
+	path string
+	cfg  Config
+	log  *logrus.Entry
+	db   *bolt.DB
+	m    *metrics
+
+	// mu guards closed. A writer holds it for reading from its closed
+	// check until its request is queued, so Close (which takes it for
+	// writing) never closes reqs under a sender.
+	mu     sync.RWMutex
+	closed bool // guarded by mu
+
+	reqs chan *writeReq
+	// batch is the committer's reusable slice; owned by the committer.
+	batch []*writeReq
+	// done is closed when the committer goroutine returns.
+	done chan struct{}
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens the store file at path, creating it (mode 0600, parent
+// directories 0700) if it does not exist, and starts the committer.
+//
+// Open fails, without writing to the file, with an error wrapping:
+// ErrInUse if another process holds the file past cfg.LockTimeout;
+// ErrCorrupt if the file is not a readable csiactor store; ErrSchemaTooNew
+// if a newer csiactor wrote it; ErrInvalidConfig for a bad cfg. An existing
+// file of an older schema is migrated in one transaction. An empty (0-byte)
+// file, which a crash during the very first Open can leave, counts as new.
+//
+// The caller must Close the store.
+func Open(path string, cfg Config) (*Store, error) {
+	return open(path, cfg, currentSchema())
+}
+
+func open(path string, cfg Config, sc schema) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if path == "" {
+		return nil, fmt.Errorf("store path is empty: %w", ErrInvalidConfig)
+	}
+	cfg = cfg.withDefaults()
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir %s: %w", dir, err)
+	}
+
+	existing := false
+	switch fi, err := os.Stat(path); {
+	case err == nil && !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("store path %s is not a regular file: %w", path, ErrInvalidConfig)
+	case err == nil:
+		existing = fi.Size() > 0
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("stat store %s: %w", path, err)
+	}
+
+	// bbolt may write while opening a file read-write (it rebuilds a
+	// missing freelist, for one) and trusts the pages it finds. So an
+	// existing file is first checked through a read-only handle, which
+	// never writes; only a file that passes is opened for writing.
+	if existing {
+		if err := verifyFile(path, cfg, sc); err != nil {
+			return nil, err
+		}
+	}
+
+	db, err := openBolt(path, cfg, false)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		path:  path,
+		cfg:   cfg,
+		log:   cfg.Logger.WithField("store", path),
+		db:    db,
+		reqs:  make(chan *writeReq, cfg.MaxBatchSize),
+		batch: make([]*writeReq, 0, cfg.MaxBatchSize),
+		done:  make(chan struct{}),
+	}
+	if err := s.initSchema(sc); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	s.m = newMetrics(func() float64 { return float64(len(s.reqs)) })
+	if err := s.m.register(cfg.Registerer); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	go s.run()
+	s.log.WithField("schema_version", sc.version).Debug("store opened")
+	return s, nil
+}
+
+// Path returns the store file's path.
+func (s *Store) Path() string { return s.path }
+
+// Close commits every write already queued, stops the committer and closes
+// the file. Writes that arrive after Close starts fail with ErrClosed, and
+// so do reads after it returns. Close is idempotent: later calls return the
+// first call's result.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		close(s.reqs)
+		s.mu.Unlock()
+		<-s.done
+		s.m.unregister()
+		if err := s.db.Close(); err != nil {
+			s.closeErr = fmt.Errorf("close store %s: %w", s.path, err)
+		}
+		s.log.Debug("store closed")
+	})
+	return s.closeErr
+}
+
+func (s *Store) isClosed() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.closed
+}
+
+// openBolt opens path with bbolt and turns its failures into our sentinels.
+func openBolt(path string, cfg Config, readOnly bool) (*bolt.DB, error) {
+	var file *os.File
+	opts := &bolt.Options{
+		Timeout:  cfg.LockTimeout,
+		ReadOnly: readOnly,
+		// Read the freelist in the read-only check too, so that a damaged
+		// freelist page is found before the file is opened for writing.
+		PreLoadFreelist: true,
+		NoSync:          cfg.NoSync,
+		FreelistType:    bolt.FreelistMapType,
+		// Keep the file handle, so that a panic inside bolt.Open (a
+		// damaged page) does not leave the file open and locked.
+		OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
+			f, err := os.OpenFile(name, flag, perm)
+			file = f
+			return f, err
+		},
+	}
+	var db *bolt.DB
+	panicked := false
+	err := guard(path, func() error {
+		panicked = true
+		var err error
+		db, err = bolt.Open(path, 0o600, opts)
+		panicked = false
+		return err
+	})
+	switch {
+	case err == nil:
+		return db, nil
+	case panicked:
+		if file != nil {
+			_ = file.Close()
+		}
+		return nil, err
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("data dir %s is in use by another csiactor agent: no lock on %s within %s: %w",
+			filepath.Dir(path), path, cfg.LockTimeout, ErrInUse)
+	case isOSError(err):
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	default:
+		// bbolt's own complaints about the file's content: its sentinels
+		// (ErrInvalid, ErrChecksum, ErrVersionMismatch, ...) and plain
+		// errors such as "file size too small".
+		return nil, fmt.Errorf("store %s: %w: %w", path, ErrCorrupt, err)
+	}
+}
+
+// isOSError reports whether err comes from the operating system (open,
+// lock, stat, mmap) rather than from bbolt reading the file's content.
+func isOSError(err error) bool {
+	var pathErr *fs.PathError
+	var errno syscall.Errno
+	return errors.As(err, &pathErr) || errors.As(err, &errno)
+}
+
+// guard runs fn with memory faults turned into panics and recovers any
+// panic as an error wrapping ErrCorrupt. bbolt reads pages through an mmap:
+// a truncated file faults (SIGBUS) and a damaged page makes bbolt panic.
+func guard(path string, fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if e, ok := r.(error); ok {
+				err = fmt.Errorf("store %s: reading a damaged page: %w: %w", path, ErrCorrupt, e)
+				return
+			}
+			err = fmt.Errorf("store %s: reading a damaged page: %s: %w", path, fmt.Sprint(r), ErrCorrupt)
+		}
+	}()
+	return fn()
+}
+
+// verifyFile checks an existing file through a read-only handle.
+func verifyFile(path string, cfg Config, sc schema) error {
+	db, err := openBolt(path, cfg, true)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = db.Close() }()
+	return guard(path, func() error {
+		return db.View(func(tx *bolt.Tx) error {
+			fi, err := os.Stat(path)
+			if err != nil {
+				return fmt.Errorf("stat store %s: %w", path, err)
+			}
+			if tx.Size() > fi.Size() {
+				return fmt.Errorf("store %s is %d bytes but its meta page says %d (truncated): %w",
+					path, fi.Size(), tx.Size(), ErrCorrupt)
+			}
+			if _, err := checkSchema(path, tx, sc); err != nil {
+				return err
+			}
+			if cfg.VerifyOnOpen {
+				return checkPages(path, tx)
+			}
+			return nil
+		})
+	})
+}
+
+// checkPages runs bbolt's page-level consistency check.
+func checkPages(path string, tx *bolt.Tx) error {
+	var first error
+	n := 0
+	// Drain the channel: its producer goroutine stops only at the end.
+	for err := range tx.Check() {
+		n++
+		if first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		return fmt.Errorf("store %s: consistency check found %d problem(s), first: %w: %w", path, n, ErrCorrupt, first)
+	}
+	return nil
+}
+
+// fileState is what checkSchema found.
+type fileState int
+
+const (
+	stateCurrent fileState = iota // at sc.version with every bucket
+	stateEmpty                    // no buckets at all: a new file
+	stateOlder                    // an older version with a migration path
+)
+
+// checkSchema classifies the file as of tx, or fails with ErrCorrupt or
+// ErrSchemaTooNew.
+func checkSchema(path string, tx *bolt.Tx, sc schema) (fileState, error) {
+	meta := tx.Bucket([]byte(bucketMeta))
+	if meta == nil {
+		if k, _ := tx.Cursor().First(); k == nil {
+			return stateEmpty, nil
+		}
+		return 0, fmt.Errorf("store %s has no %q bucket, so it is not a csiactor store: %w", path, bucketMeta, ErrCorrupt)
+	}
+	raw := meta.Get([]byte(keySchemaVersion))
+	if len(raw) != 8 {
+		return 0, fmt.Errorf("store %s: schema version is %d bytes, want 8: %w", path, len(raw), ErrCorrupt)
+	}
+	v := binary.BigEndian.Uint64(raw)
+	switch {
+	case v == 0:
+		return 0, fmt.Errorf("store %s: schema version 0: %w", path, ErrCorrupt)
+	case v > sc.version:
+		return 0, fmt.Errorf("store %s has schema version %d; this csiactor knows versions up to %d: %w",
+			path, v, sc.version, ErrSchemaTooNew)
+	case v < sc.version:
+		for from := v; from < sc.version; from++ {
+			if sc.migrations[from] == nil {
+				return 0, fmt.Errorf("store %s: no migration from schema version %d to %d: %w", path, from, from+1, ErrCorrupt)
+			}
+		}
+		return stateOlder, nil
+	}
+	for _, name := range sc.buckets {
+		if tx.Bucket([]byte(name)) == nil {
+			return 0, fmt.Errorf("store %s: bucket %q is missing: %w", path, name, ErrCorrupt)
+		}
+	}
+	return stateCurrent, nil
+}
+
+// initSchema creates the buckets of a new file or migrates an older one. A
+// file already at the current version is not written.
+func (s *Store) initSchema(sc schema) error {
+	var state fileState
+	err := s.view(context.Background(), func(tx *bolt.Tx) error {
+		var err error
+		state, err = checkSchema(s.path, tx, sc)
+		return err
+	})
+	if err != nil || state == stateCurrent {
+		return err
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		switch state {
+		case stateEmpty:
+			for _, name := range sc.buckets {
+				if _, err := tx.CreateBucketIfNotExists([]byte(name)); err != nil {
+					return fmt.Errorf("store %s: create bucket %q: %w", s.path, name, err)
+				}
+			}
+			s.log.WithField("schema_version", sc.version).Info("created new store")
+		case stateOlder:
+			from := binary.BigEndian.Uint64(tx.Bucket([]byte(bucketMeta)).Get([]byte(keySchemaVersion)))
+			for v := from; v < sc.version; v++ {
+				if err := sc.migrations[v](tx); err != nil {
+					return fmt.Errorf("store %s: migrate schema version %d to %d: %w", s.path, v, v+1, err)
+				}
+			}
+			s.log.WithField("from", from).WithField("to", sc.version).Info("migrated store schema")
+		}
+		var raw [8]byte
+		binary.BigEndian.PutUint64(raw[:], sc.version)
+		return tx.Bucket([]byte(bucketMeta)).Put([]byte(keySchemaVersion), raw[:])
+	})
+}
+
+// view runs fn in a read transaction, guarded against damaged pages.
+func (s *Store) view(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.isClosed() {
+		return ErrClosed
+	}
+	err := guard(s.path, func() error { return s.db.View(fn) })
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return ErrClosed
+	}
+	return err
+}
+
+// update runs fn in one read-write transaction, guarded against damaged
+// pages. Only the committer and Open call it.
+func (s *Store) update(fn func(tx *bolt.Tx) error) error {
+	return guard(s.path, func() error { return s.db.Update(fn) })
+}

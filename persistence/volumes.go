@@ -1,0 +1,210 @@
+package persistence
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// forEachChunk is how many volumes ForEachVolume decodes per read
+// transaction.
+const forEachChunk = 256
+
+// Active reports whether v has anything the agent must track or finish
+// after a restart: a claim, a past claim, a staging that is staged or has
+// users, or a controller publish. ActiveVolumes returns exactly the stored
+// volumes for which it is true.
+func (v *Volume) Active() bool {
+	if len(v.Claims) > 0 || len(v.PastClaims) > 0 || v.ControllerPublished {
+		return true
+	}
+	for _, st := range v.Stagings {
+		if st.Staged || len(st.Users) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// PutVolume stores v whole, replacing any record with the same ID, and
+// keeps the index of active volumes (see Volume.Active) in the same
+// transaction. It changes nothing in v: Revision, UpdatedAt and the rest
+// are the caller's (the volume actor's) to set.
+func (s *Store) PutVolume(ctx context.Context, v Volume) error {
+	if err := checkID("volume id", v.ID); err != nil {
+		return err
+	}
+	// Encode in the caller's goroutine: the committer is the one serial
+	// part of every write, so it only copies bytes into the tree.
+	data, err := json.Marshal(&v)
+	if err != nil {
+		return fmt.Errorf("encode volume %q: %w", v.ID, err)
+	}
+	key := []byte(v.ID)
+	active := v.Active()
+	return s.write(ctx, func(tx *bolt.Tx) error {
+		if err := tx.Bucket([]byte(bucketVolumes)).Put(key, data); err != nil {
+			return fmt.Errorf("put volume %q: %w", v.ID, err)
+		}
+		idx := tx.Bucket([]byte(bucketVolumesWithWork))
+		var err error
+		if active {
+			err = idx.Put(key, []byte{})
+		} else {
+			err = idx.Delete(key)
+		}
+		if err != nil {
+			return fmt.Errorf("index volume %q: %w", v.ID, err)
+		}
+		return nil
+	})
+}
+
+// DeleteVolume removes the volume with id. Deleting an unknown ID is not an
+// error. The store does not check for claims: refusing to deregister a
+// claimed volume is the volume actor's decision.
+func (s *Store) DeleteVolume(ctx context.Context, id string) error {
+	if err := checkID("volume id", id); err != nil {
+		return err
+	}
+	key := []byte(id)
+	return s.write(ctx, func(tx *bolt.Tx) error {
+		if err := tx.Bucket([]byte(bucketVolumes)).Delete(key); err != nil {
+			return fmt.Errorf("delete volume %q: %w", id, err)
+		}
+		if err := tx.Bucket([]byte(bucketVolumesWithWork)).Delete(key); err != nil {
+			return fmt.Errorf("unindex volume %q: %w", id, err)
+		}
+		return nil
+	})
+}
+
+// Volume returns the volume with id, or an error wrapping ErrNotFound.
+func (s *Store) Volume(ctx context.Context, id string) (Volume, error) {
+	if err := checkID("volume id", id); err != nil {
+		return Volume{}, err
+	}
+	var v Volume
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		data := tx.Bucket([]byte(bucketVolumes)).Get([]byte(id))
+		if data == nil {
+			return fmt.Errorf("volume %q: %w", id, ErrNotFound)
+		}
+		return s.decode("volume", id, data, &v)
+	})
+	if err != nil {
+		return Volume{}, err
+	}
+	return v, nil
+}
+
+// ForEachVolume calls fn for every stored volume in ID order and stops at
+// the first error fn returns, which it returns unchanged.
+//
+// Volumes are read in chunks, each in its own read transaction, and fn runs
+// outside any transaction: fn may call the Store (even write), and a long
+// walk does not hold up the committer. Each volume is one consistent
+// record, but the walk is not one snapshot: a volume put or deleted during
+// the walk may or may not be seen.
+func (s *Store) ForEachVolume(ctx context.Context, fn func(Volume) error) error {
+	var after []byte // last key seen, copied out of its transaction
+	chunk := make([]Volume, 0, forEachChunk)
+	for {
+		chunk = chunk[:0]
+		err := s.view(ctx, func(tx *bolt.Tx) error {
+			c := tx.Bucket([]byte(bucketVolumes)).Cursor()
+			var k, data []byte
+			if after == nil {
+				k, data = c.First()
+			} else if k, data = c.Seek(after); k != nil && bytes.Equal(k, after) {
+				k, data = c.Next()
+			}
+			for ; k != nil && len(chunk) < forEachChunk; k, data = c.Next() {
+				var v Volume
+				if err := s.decode("volume", string(k), data, &v); err != nil {
+					return err
+				}
+				chunk = append(chunk, v)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, v := range chunk {
+			if err := fn(v); err != nil {
+				return err
+			}
+		}
+		if len(chunk) < forEachChunk {
+			return nil
+		}
+		after = []byte(chunk[len(chunk)-1].ID)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// VolumeIDs returns the IDs of every stored volume, sorted, without
+// decoding the records.
+func (s *Store) VolumeIDs(ctx context.Context) ([]string, error) {
+	var ids []string
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte(bucketVolumes)).ForEach(func(k, _ []byte) error {
+			ids = append(ids, string(k))
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// ActiveVolumes returns every stored volume for which Volume.Active is
+// true, in ID order, in one snapshot: the volumes an agent must hand to
+// volume actors at start-up. It reads them through an index kept with each
+// PutVolume, so idle volumes cost nothing.
+func (s *Store) ActiveVolumes(ctx context.Context) ([]Volume, error) {
+	var out []Volume
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		vols := tx.Bucket([]byte(bucketVolumes)).Cursor()
+		idx := tx.Bucket([]byte(bucketVolumesWithWork)).Cursor()
+		// Both buckets are sorted by ID: walk the volumes cursor forward
+		// next to the index, seeking only across gaps of idle volumes.
+		var vk, data []byte
+		for k, _ := idx.First(); k != nil; k, _ = idx.Next() {
+			if vk != nil {
+				vk, data = vols.Next()
+			}
+			if vk == nil || !bytes.Equal(vk, k) {
+				vk, data = vols.Seek(k)
+			}
+			if vk == nil || !bytes.Equal(vk, k) {
+				// Written in one transaction with the record, so this is
+				// damage; the record is gone either way.
+				s.log.WithField("volume", string(k)).Warn("active-volume index names a volume that is not stored; skipping it")
+				continue
+			}
+			var v Volume
+			if err := s.decode("volume", string(k), data, &v); err != nil {
+				return err
+			}
+			out = append(out, v)
+			if len(out)%1024 == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
