@@ -2,6 +2,8 @@ package csi
 
 import (
 	"fmt"
+	"io"
+	"strconv"
 	"strings"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -165,6 +167,23 @@ func (o *MountOptions) GoString() string {
 	return "&csi.MountOptions{" + o.String() + "}"
 }
 
+// Format makes every fmt verb print the redacted form: %#v prints
+// GoString, every other verb String. Without it %d or %x on a MountOptions
+// value would print the flags field by field.
+func (o MountOptions) Format(f fmt.State, verb rune) { formatRedacted(f, verb, o.String(), o.GoString()) }
+
+// formatRedacted writes s (or goS for %#v) for any verb; %q quotes s.
+func formatRedacted(f fmt.State, verb rune, s, goS string) {
+	switch {
+	case verb == 'v' && f.Flag('#'):
+		_, _ = io.WriteString(f, goS)
+	case verb == 'q':
+		_, _ = io.WriteString(f, strconv.Quote(s))
+	default:
+		_, _ = io.WriteString(f, s)
+	}
+}
+
 // Copy returns a deep copy of o (nil for nil).
 func (o *MountOptions) Copy() *MountOptions {
 	if o == nil {
@@ -249,6 +268,11 @@ func (c VolumeCapability) String() string {
 
 // GoString is String for %#v, so that debug printing redacts too.
 func (c VolumeCapability) GoString() string { return "csi.VolumeCapability{" + c.String() + "}" }
+
+// Format makes every fmt verb print the redacted form (see MountOptions.Format).
+func (c VolumeCapability) Format(f fmt.State, verb rune) {
+	formatRedacted(f, verb, c.String(), c.GoString())
+}
 
 // ToCSI converts c to its protobuf form.
 func (c VolumeCapability) ToCSI() *csipb.VolumeCapability {

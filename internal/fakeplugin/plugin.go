@@ -76,6 +76,9 @@ type Config struct {
 	NodeID string
 	// MaxVolumesPerNode is NodeGetInfo's max_volumes_per_node.
 	MaxVolumesPerNode int64
+	// Topology is NodeGetInfo's accessible_topology segments (none when
+	// empty).
+	Topology map[string]string
 
 	// Controller: the plugin has the controller service (CONTROLLER_SERVICE
 	// plugin capability). Without it controller RPCs fail with
@@ -207,6 +210,7 @@ func New(cfg Config) *Plugin {
 	if cfg.ControllerPublish || cfg.CreateDelete {
 		cfg.Controller = true
 	}
+	cfg.Topology = maps.Clone(cfg.Topology)
 	methods := map[string]bool{}
 	svcs := csipb.File_csi_proto.Services()
 	for i := range svcs.Len() {
@@ -230,7 +234,11 @@ func New(cfg Config) *Plugin {
 }
 
 // Config returns the plugin's configuration, defaults filled in.
-func (p *Plugin) Config() Config { return p.cfg }
+func (p *Plugin) Config() Config {
+	c := p.cfg
+	c.Topology = maps.Clone(c.Topology)
+	return c
+}
 
 // ErrServing is returned by Serve when the plugin is already serving.
 var ErrServing = errors.New("fakeplugin: already serving")

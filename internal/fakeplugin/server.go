@@ -305,10 +305,14 @@ func (s *server) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilities
 }
 
 func (s *server) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb.NodeGetInfoResponse, error) {
-	return &csipb.NodeGetInfoResponse{
+	resp := &csipb.NodeGetInfoResponse{
 		NodeId:            s.p.cfg.NodeID,
 		MaxVolumesPerNode: s.p.cfg.MaxVolumesPerNode,
-	}, nil
+	}
+	if len(s.p.cfg.Topology) > 0 {
+		resp.AccessibleTopology = &csipb.Topology{Segments: maps.Clone(s.p.cfg.Topology)}
+	}
+	return resp, nil
 }
 
 func (s *server) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolumeRequest) (*csipb.NodeStageVolumeResponse, error) {
