@@ -170,7 +170,9 @@ func (o *MountOptions) GoString() string {
 // Format makes every fmt verb print the redacted form: %#v prints
 // GoString, every other verb String. Without it %d or %x on a MountOptions
 // value would print the flags field by field.
-func (o MountOptions) Format(f fmt.State, verb rune) { formatRedacted(f, verb, o.String(), o.GoString()) }
+func (o MountOptions) Format(f fmt.State, verb rune) {
+	formatRedacted(f, verb, o.String(), o.GoString())
+}
 
 // formatRedacted writes s (or goS for %#v) for any verb; %q quotes s.
 func formatRedacted(f fmt.State, verb rune, s, goS string) {
