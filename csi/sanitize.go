@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"slices"
 	"strings"
-	"sync"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -21,22 +20,17 @@ const Stripped = "***stripped***"
 // still carry credentials (cifs "password=...", for example).
 const mountFlagsField protoreflect.FullName = "csi.v1.VolumeCapability.MountVolume.mount_flags"
 
-// secretFields caches, per field descriptor, whether the field is redacted.
-var secretFields sync.Map // protoreflect.FieldDescriptor → bool
-
 // isRedacted reports whether fd carries the csi_secret option or is
 // VolumeCapability.MountVolume.mount_flags.
 func isRedacted(fd protoreflect.FieldDescriptor) bool {
-	if v, ok := secretFields.Load(fd); ok {
-		return v.(bool)
+	if fd.FullName() == mountFlagsField {
+		return true
 	}
-	secret := fd.FullName() == mountFlagsField
-	if opts, ok := fd.Options().(*descriptorpb.FieldOptions); ok && opts != nil {
-		if v, ok := proto.GetExtension(opts, csipb.E_CsiSecret).(bool); ok && v {
-			secret = true
-		}
+	opts, ok := fd.Options().(*descriptorpb.FieldOptions)
+	if !ok || opts == nil {
+		return false
 	}
-	secretFields.Store(fd, secret)
+	secret, _ := proto.GetExtension(opts, csipb.E_CsiSecret).(bool)
 	return secret
 }
 

@@ -359,7 +359,9 @@ func (p *Plugin) ClearFaults() {
 }
 
 // Calls returns how many calls of method the plugin received, faulted ones
-// included. It panics on an unknown method name.
+// included. Calls to the controller service of a plugin without
+// Config.Controller are refused by gRPC before they reach the plugin and are
+// not counted. It panics on an unknown method name.
 func (p *Plugin) Calls(method string) int {
 	p.mustKnow(method)
 	p.mu.Lock()
