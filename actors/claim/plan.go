@@ -1,0 +1,322 @@
+package claim
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/persistence"
+)
+
+// Reserve adds r's claim to v (in place) in state reserved and returns a copy
+// of it. Admit must have allowed r. When the node plugin stages volumes, the
+// claim becomes a user of its usage's staging (created unstaged when new):
+// usage counts are recorded before any RPC, so a teardown after a crash
+// knows who may have staged.
+func Reserve(v *persistence.Volume, r Request, f Facts, dataDir string, now time.Time) persistence.Claim {
+	usage := Usage(r.Mode, r.Capability)
+	c := persistence.Claim{
+		Alloc:              r.Alloc,
+		Mode:               string(r.Mode),
+		AccessMode:         r.Capability.AccessMode.String(),
+		AttachmentMode:     r.Capability.AttachmentMode.String(),
+		State:              StateReserved,
+		Usage:              usage,
+		TargetPath:         TargetPath(dataDir, v.Plugin, r.Alloc, v.ID, usage),
+		NodeID:             f.NodeID,
+		ControllerRequired: f.ControllerRequired,
+		CreatedAt:          now,
+		UpdatedAt:          now,
+	}
+	if f.StageUnstage {
+		c.StagingPath = StagingPath(dataDir, v.Plugin, v.ID, usage)
+		addUser(v, usage, c.StagingPath, r.Alloc)
+	}
+	v.Claims = append(v.Claims, c)
+	return c
+}
+
+func addUser(v *persistence.Volume, usage, path, alloc string) {
+	i := FindStaging(v, usage)
+	if i < 0 {
+		v.Stagings = append(v.Stagings, persistence.Staging{Usage: usage, Path: path})
+		i = len(v.Stagings) - 1
+	}
+	st := &v.Stagings[i]
+	if !slices.Contains(st.Users, alloc) {
+		st.Users = append(st.Users, alloc)
+	}
+}
+
+// NextPublish returns the next RPC of alloc's current claim on v, and false
+// when the claim is published (or not there).
+func NextPublish(v *persistence.Volume, alloc string) (Step, bool) {
+	i := FindClaim(v.Claims, alloc)
+	if i < 0 {
+		return Step{}, false
+	}
+	c := &v.Claims[i]
+	switch c.State {
+	case StatePublished:
+		return Step{}, false
+	case StateReserved:
+		if c.ControllerRequired && !v.ControllerPublished {
+			return stepFor(v, c, ControllerPublish), true
+		}
+		fallthrough
+	case StateControllerPublished:
+		if c.StagingPath != "" {
+			// A staging missing from the record (it cannot be, Reserve
+			// adds it) is staged again; ApplyPublish records it.
+			if j := FindStaging(v, c.Usage); j < 0 || !v.Stagings[j].Staged {
+				return stepFor(v, c, NodeStage), true
+			}
+		}
+	}
+	return stepFor(v, c, NodePublish), true
+}
+
+// ApplyPublish records in v (in place) that s, a step NextPublish returned,
+// succeeded with r; it also clears the claim's last error.
+func ApplyPublish(v *persistence.Volume, s Step, r Result, now time.Time) {
+	i := FindClaim(v.Claims, s.Alloc)
+	if i < 0 {
+		return
+	}
+	c := &v.Claims[i]
+	switch s.Method {
+	case ControllerPublish:
+		v.ControllerPublished = true
+		v.PublishContext = maps.Clone(r.PublishContext)
+		c.State = StateControllerPublished
+	case NodeStage:
+		addUser(v, s.Usage, s.StagingPath, s.Alloc)
+		v.Stagings[FindStaging(v, s.Usage)].Staged = true
+		c.State = StateStaged
+	case NodePublish:
+		c.State = StatePublished
+	}
+	c.LastError, c.Attempts, c.UpdatedAt = "", 0, now
+}
+
+// RecordFailure sets the last error of alloc's claim in claims (current or
+// past), counts the attempt, and returns the number of failed attempts.
+func RecordFailure(claims []persistence.Claim, alloc string, msg string, now time.Time) int {
+	i := FindClaim(claims, alloc)
+	if i < 0 {
+		return 0
+	}
+	c := &claims[i]
+	c.LastError = msg
+	c.Attempts++
+	c.UpdatedAt = now
+	return c.Attempts
+}
+
+// Retire moves alloc's current claim on v (in place) to the past claims in
+// state taken, with lastError (empty for a release), and returns a copy of
+// it; false when alloc holds no current claim.
+func Retire(v *persistence.Volume, alloc, lastError string, now time.Time) (persistence.Claim, bool) {
+	i := FindClaim(v.Claims, alloc)
+	if i < 0 {
+		return persistence.Claim{}, false
+	}
+	c := v.Claims[i]
+	v.Claims = slices.Delete(v.Claims, i, i+1)
+	c.State = StateTaken
+	c.LastError = lastError
+	c.Attempts = 0
+	c.UpdatedAt = now
+	v.PastClaims = append(v.PastClaims, c)
+	return c, true
+}
+
+// AdvanceRelease moves alloc's past claim on v (in place) through every
+// transition that needs no RPC, and returns the next RPC to run (run is
+// true), or run false when the claim is freed (gone from v.PastClaims).
+// changed reports whether v was modified.
+//
+// The release steps: taken → NodeUnpublishVolume (the claim then stops
+// being a user of its staging) → NodeUnstageVolume when it was the last
+// user → node-detached → ControllerUnpublishVolume when the volume is
+// (or may be) published to this host and no other claim here still needs
+// it → controller-detached → ready-to-free → freed.
+func AdvanceRelease(v *persistence.Volume, alloc string, now time.Time) (s Step, run, changed bool) {
+	for {
+		i := FindClaim(v.PastClaims, alloc)
+		if i < 0 {
+			return Step{}, false, changed
+		}
+		c := &v.PastClaims[i]
+		set := func(state string) {
+			c.State, c.LastError, c.Attempts, c.UpdatedAt = state, "", 0, now
+			changed = true
+		}
+		switch c.State {
+		case StateTaken:
+			if c.StagingPath == "" {
+				return stepFor(v, c, NodeUnpublish), true, changed
+			}
+			j := FindStaging(v, c.Usage)
+			switch {
+			case j >= 0 && slices.Contains(v.Stagings[j].Users, alloc):
+				return stepFor(v, c, NodeUnpublish), true, changed
+			case j >= 0 && len(v.Stagings[j].Users) == 0:
+				return stepFor(v, c, NodeUnstage), true, changed
+			default:
+				// Unpublished, and someone else still uses (or
+				// already removed) the staging.
+				set(StateNodeDetached)
+			}
+		case StateNodeDetached:
+			if (v.ControllerPublished || c.ControllerRequired) && !controllerNeeded(v, alloc) {
+				return stepFor(v, c, ControllerUnpublish), true, changed
+			}
+			set(StateControllerDetached)
+		case StateControllerDetached:
+			set(StateReadyToFree)
+		case StateReadyToFree:
+			v.PastClaims = slices.Delete(v.PastClaims, i, i+1)
+			changed = true
+		default:
+			// An unknown state (a newer agent wrote it?): start the
+			// teardown over; every step is idempotent.
+			set(StateTaken)
+		}
+	}
+}
+
+// controllerNeeded reports whether a claim other than alloc's still needs the
+// volume published to this host: any current claim, or a past claim not yet
+// detached from the node.
+func controllerNeeded(v *persistence.Volume, alloc string) bool {
+	if len(v.Claims) > 0 {
+		return true
+	}
+	for i := range v.PastClaims {
+		if v.PastClaims[i].Alloc != alloc && v.PastClaims[i].State == StateTaken {
+			return true
+		}
+	}
+	return false
+}
+
+// ApplyRelease records in v (in place) that s, a step AdvanceRelease
+// returned, succeeded. Call AdvanceRelease next.
+func ApplyRelease(v *persistence.Volume, s Step, now time.Time) {
+	i := FindClaim(v.PastClaims, s.Alloc)
+	if i < 0 {
+		return
+	}
+	c := &v.PastClaims[i]
+	c.LastError, c.Attempts, c.UpdatedAt = "", 0, now
+	switch s.Method {
+	case NodeUnpublish:
+		if c.StagingPath == "" {
+			c.State = StateNodeDetached
+			return
+		}
+		if j := FindStaging(v, c.Usage); j >= 0 {
+			st := &v.Stagings[j]
+			st.Users = slices.DeleteFunc(st.Users, func(u string) bool { return u == s.Alloc })
+		}
+		// AdvanceRelease decides between unstaging and node-detached.
+	case NodeUnstage:
+		if j := FindStaging(v, c.Usage); j >= 0 && len(v.Stagings[j].Users) == 0 {
+			v.Stagings = slices.Delete(v.Stagings, j, j+1)
+		}
+		c.State = StateNodeDetached
+	case ControllerUnpublish:
+		v.ControllerPublished = false
+		v.PublishContext = nil
+		c.State = StateControllerDetached
+	}
+}
+
+// Unfinished reports whether v has a step to resume: a current claim not
+// yet published, or any past claim.
+func Unfinished(v *persistence.Volume) bool {
+	if len(v.PastClaims) > 0 {
+		return true
+	}
+	for i := range v.Claims {
+		if v.Claims[i].State != StatePublished {
+			return true
+		}
+	}
+	return false
+}
+
+// stepFor builds the request of method m for claim c of volume v. Maps are
+// copied, so the step stays valid whatever happens to v later.
+func stepFor(v *persistence.Volume, c *persistence.Claim, m Method) Step {
+	capab := CapabilityOf(v, c)
+	s := Step{
+		Method:        m,
+		Plugin:        v.Plugin,
+		Volume:        v.ID,
+		Alloc:         c.Alloc,
+		Usage:         c.Usage,
+		ExternalID:    v.ExternalID,
+		NodeID:        c.NodeID,
+		Capability:    capab,
+		StagingPath:   c.StagingPath,
+		TargetPath:    c.TargetPath,
+		VolumeContext: maps.Clone(v.Context),
+		Secrets:       maps.Clone(v.Secrets),
+	}
+	switch m {
+	case ControllerPublish:
+		s.Readonly = capab.AccessMode.ReadOnly()
+	case NodePublish:
+		s.Readonly = c.Mode == string(ModeRead) || capab.AccessMode.ReadOnly()
+		s.PublishContext = maps.Clone(v.PublishContext)
+	case NodeStage:
+		s.PublishContext = maps.Clone(v.PublishContext)
+	}
+	return s
+}
+
+// CapabilityOf returns claim c's capability on v: its access and attachment
+// modes, with the volume's mount options for a file-system attachment.
+func CapabilityOf(v *persistence.Volume, c *persistence.Claim) csi.VolumeCapability {
+	// Both names were checked when the claim was admitted.
+	vc, _ := csi.ParseVolumeCapability(c.AccessMode, c.AttachmentMode)
+	if vc.AttachmentMode == csi.AttachmentModeFileSystem && v.MountOptions != nil {
+		vc.MountOptions = &csi.MountOptions{
+			FSType:     v.MountOptions.FSType,
+			MountFlags: slices.Clone(v.MountOptions.MountFlags),
+		}
+	}
+	return vc
+}
+
+// CloneVolume returns a deep copy of v: the volume actor changes a copy and
+// keeps every record it has persisted or published unchanged.
+func CloneVolume(v *persistence.Volume) *persistence.Volume {
+	if v == nil {
+		return nil
+	}
+	c := *v
+	c.Capabilities = slices.Clone(v.Capabilities)
+	if v.MountOptions != nil {
+		mo := *v.MountOptions
+		mo.MountFlags = slices.Clone(mo.MountFlags)
+		c.MountOptions = &mo
+	}
+	c.Parameters = maps.Clone(v.Parameters)
+	c.Context = maps.Clone(v.Context)
+	c.Secrets = maps.Clone(v.Secrets)
+	c.PublishContext = maps.Clone(v.PublishContext)
+	c.Claims = slices.Clone(v.Claims)
+	c.PastClaims = slices.Clone(v.PastClaims)
+	if v.Stagings != nil {
+		c.Stagings = make([]persistence.Staging, len(v.Stagings))
+		for i, st := range v.Stagings {
+			st.Users = slices.Clone(st.Users)
+			c.Stagings[i] = st
+		}
+	}
+	return &c
+}

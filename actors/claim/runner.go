@@ -1,0 +1,213 @@
+package claim
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+
+	"github.com/csiactor/csiactor/csi"
+)
+
+// DefaultMaxInFlightPerPlugin is the default bound on RPCs in flight to one
+// plugin.
+const DefaultMaxInFlightPerPlugin = 16
+
+// RunnerConfig configures a Runner. Zero fields mean their defaults.
+type RunnerConfig struct {
+	// MaxInFlightPerPlugin bounds the RPCs in flight to one plugin (all
+	// volumes together), so that many volumes cannot swamp it. Zero means
+	// DefaultMaxInFlightPerPlugin.
+	MaxInFlightPerPlugin int
+	// InFlight, when set, is raised while an RPC is in flight
+	// (csiactor_volume_operations_in_flight).
+	InFlight prometheus.Gauge
+	// Logger receives one line per failed RPC; nil discards.
+	Logger *logrus.Entry
+}
+
+// Runner sends claim RPCs to plugins. It is safe for concurrent use; every
+// volume actor and claim actor of a manager shares one.
+type Runner struct {
+	plugins  Plugins
+	max      int
+	inflight prometheus.Gauge
+	log      *logrus.Entry
+
+	mu   sync.Mutex
+	sems map[string]chan struct{} // guarded by mu; one per plugin
+}
+
+// NewRunner returns a Runner that finds clients through plugins.
+func NewRunner(plugins Plugins, cfg RunnerConfig) *Runner {
+	if cfg.MaxInFlightPerPlugin <= 0 {
+		cfg.MaxInFlightPerPlugin = DefaultMaxInFlightPerPlugin
+	}
+	log := cfg.Logger
+	if log == nil {
+		l := logrus.New()
+		l.Out = discard{}
+		log = logrus.NewEntry(l)
+	}
+	return &Runner{
+		plugins:  plugins,
+		max:      cfg.MaxInFlightPerPlugin,
+		inflight: cfg.InFlight,
+		log:      log,
+		sems:     map[string]chan struct{}{},
+	}
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+func (r *Runner) sem(plugin string) chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.sems[plugin]
+	if !ok {
+		s = make(chan struct{}, r.max)
+		r.sems[plugin] = s
+	}
+	return s
+}
+
+// Do takes one of plugin's in-flight places (waiting for one under ctx),
+// gets the client of plugin and typ, and calls fn with it. The result is
+// classified for kind. When no client can be had, the result is Unavailable
+// with outcome Retry: nothing was sent.
+func (r *Runner) Do(ctx context.Context, plugin string, typ PluginType, kind csi.RPCKind, fn func(context.Context, csi.Client) error) Result {
+	sem := r.sem(plugin)
+	select {
+	case sem <- struct{}{}:
+	case <-ctx.Done():
+		return Result{Err: ctx.Err(), Outcome: csi.Retry, Unavailable: true}
+	}
+	defer func() { <-sem }()
+
+	client, _, err := r.plugins.Client(ctx, plugin, typ)
+	if err != nil {
+		return Result{Err: fmt.Errorf("%w: %s %s: %w", ErrPluginUnavailable, plugin, typ, err), Outcome: csi.Retry, Unavailable: true}
+	}
+	if r.inflight != nil {
+		r.inflight.Inc()
+		defer r.inflight.Dec()
+	}
+	err = fn(ctx, client)
+	return Result{Err: err, Outcome: csi.Classify(kind, err)}
+}
+
+// Run sends s to its plugin and returns the classified result. It creates
+// the staging directory before NodeStageVolume and the target's parent
+// before NodePublishVolume (the CO's job, by the CSI spec), and removes them
+// when empty after a successful unpublish or unstage.
+func (r *Runner) Run(ctx context.Context, s Step) Result {
+	var pubCtx map[string]string
+	res := r.Do(ctx, s.Plugin, s.Method.PluginType(), s.Method.Kind(), func(ctx context.Context, c csi.Client) error {
+		switch s.Method {
+		case ControllerPublish:
+			resp, err := c.ControllerPublishVolume(ctx, &csipb.ControllerPublishVolumeRequest{
+				VolumeId:         s.ExternalID,
+				NodeId:           s.NodeID,
+				VolumeCapability: s.Capability.ToCSI(),
+				Readonly:         s.Readonly,
+				Secrets:          s.Secrets,
+				VolumeContext:    s.VolumeContext,
+			})
+			if err == nil {
+				pubCtx = resp.GetPublishContext()
+			}
+			return err
+		case NodeStage:
+			if err := os.MkdirAll(s.StagingPath, 0o750); err != nil {
+				return fmt.Errorf("create staging directory: %w", err)
+			}
+			return c.NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
+				VolumeId:          s.ExternalID,
+				PublishContext:    s.PublishContext,
+				StagingTargetPath: s.StagingPath,
+				VolumeCapability:  s.Capability.ToCSI(),
+				Secrets:           s.Secrets,
+				VolumeContext:     s.VolumeContext,
+			})
+		case NodePublish:
+			if err := os.MkdirAll(filepath.Dir(s.TargetPath), 0o750); err != nil {
+				return fmt.Errorf("create target parent directory: %w", err)
+			}
+			return c.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
+				VolumeId:          s.ExternalID,
+				PublishContext:    s.PublishContext,
+				StagingTargetPath: s.StagingPath,
+				TargetPath:        s.TargetPath,
+				VolumeCapability:  s.Capability.ToCSI(),
+				Readonly:          s.Readonly,
+				Secrets:           s.Secrets,
+				VolumeContext:     s.VolumeContext,
+			})
+		case NodeUnpublish:
+			return c.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{
+				VolumeId:   s.ExternalID,
+				TargetPath: s.TargetPath,
+			})
+		case NodeUnstage:
+			return c.NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{
+				VolumeId:          s.ExternalID,
+				StagingTargetPath: s.StagingPath,
+			})
+		case ControllerUnpublish:
+			return c.ControllerUnpublishVolume(ctx, &csipb.ControllerUnpublishVolumeRequest{
+				VolumeId: s.ExternalID,
+				NodeId:   s.NodeID,
+				Secrets:  s.Secrets,
+			})
+		}
+		return fmt.Errorf("%w: unknown claim step %s", ErrInvalid, s.Method)
+	})
+	res.PublishContext = pubCtx
+	if res.OK() {
+		switch s.Method {
+		case NodeUnpublish:
+			// The plugin removes what it made at the target; the
+			// per-alloc directories are ours. Remove fails on a
+			// directory that is not empty, which is what we want.
+			_ = os.Remove(s.TargetPath)
+			_ = os.Remove(filepath.Dir(s.TargetPath))
+			_ = os.Remove(filepath.Dir(filepath.Dir(s.TargetPath)))
+		case NodeUnstage:
+			_ = os.Remove(s.StagingPath)
+			_ = os.Remove(filepath.Dir(s.StagingPath))
+		}
+	} else {
+		r.log.WithError(res.Err).WithFields(logrus.Fields{
+			"plugin": s.Plugin, "volume": s.Volume, "alloc": s.Alloc,
+			"method": s.Method.String(), "outcome": res.Outcome.String(),
+		}).Warn("claim step failed")
+	}
+	return res
+}
+
+// Pause waits d, then until plugin and typ have a healthy allocation, so a
+// retry neither spins nor fires at a plugin that is down. It returns early
+// with ctx's error when ctx ends.
+func (r *Runner) Pause(ctx context.Context, plugin string, typ PluginType, d time.Duration) error {
+	if d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+	if err := r.plugins.WaitHealthy(ctx, plugin, typ); err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return nil
+}

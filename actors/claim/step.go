@@ -1,0 +1,141 @@
+package claim
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/csiactor/csiactor/csi"
+)
+
+// PluginType is the side of a plugin an RPC goes to.
+type PluginType string
+
+// The plugin types a claim talks to. A monolith allocation serves both.
+const (
+	ControllerPlugin PluginType = "controller"
+	NodePlugin       PluginType = "node"
+)
+
+// Facts are what the registry knows about the current singleton of a plugin
+// and type, from its last fingerprint.
+type Facts struct {
+	// NodeID is the node plugin's ID for this host (NodeGetInfo).
+	NodeID string
+	// ControllerRequired: the plugin needs a controller and the controller
+	// supports PUBLISH_UNPUBLISH_VOLUME, so claims go through
+	// ControllerPublishVolume.
+	ControllerRequired bool
+	// StageUnstage: the node plugin has STAGE_UNSTAGE_VOLUME.
+	StageUnstage bool
+}
+
+// Plugins gives a claim the CSI client of a plugin's current singleton.
+// The runtime implements it on top of the registry.
+type Plugins interface {
+	// Client returns the client of the current singleton of plugin and typ
+	// (a monolith allocation counts as both types) and its facts. The
+	// client is shared and owned by the registry: callers never close it.
+	// An error means no usable allocation (unknown plugin, none healthy).
+	Client(ctx context.Context, plugin string, typ PluginType) (csi.Client, Facts, error)
+	// WaitHealthy blocks until plugin and typ have a healthy allocation,
+	// or ctx ends (it then returns ctx's error). It may return another
+	// error at once (the plugin is unknown); callers then rely on their
+	// backoff alone.
+	WaitHealthy(ctx context.Context, plugin string, typ PluginType) error
+}
+
+// Method is one of the CSI RPCs a claim runs.
+type Method int
+
+// The claim RPCs, in the order of a claim's life.
+const (
+	ControllerPublish Method = iota + 1
+	NodeStage
+	NodePublish
+	NodeUnpublish
+	NodeUnstage
+	ControllerUnpublish
+)
+
+var methodNames = [...]string{
+	ControllerPublish:   "ControllerPublishVolume",
+	NodeStage:           "NodeStageVolume",
+	NodePublish:         "NodePublishVolume",
+	NodeUnpublish:       "NodeUnpublishVolume",
+	NodeUnstage:         "NodeUnstageVolume",
+	ControllerUnpublish: "ControllerUnpublishVolume",
+}
+
+// String returns the CSI name of the RPC.
+func (m Method) String() string {
+	if m <= 0 || int(m) >= len(methodNames) {
+		return "method(" + strconv.Itoa(int(m)) + ")"
+	}
+	return methodNames[m]
+}
+
+// Kind returns the classification column of the RPC.
+func (m Method) Kind() csi.RPCKind {
+	if m >= NodeUnpublish {
+		return csi.UnpublishKind
+	}
+	return csi.PublishKind
+}
+
+// PluginType returns the side of the plugin the RPC goes to.
+func (m Method) PluginType() PluginType {
+	if m == ControllerPublish || m == ControllerUnpublish {
+		return ControllerPlugin
+	}
+	return NodePlugin
+}
+
+// Step is one RPC of a claim, with everything needed to send it. It holds
+// the volume's secrets: never log a Step with %#v or as a struct; String
+// leaves them out.
+type Step struct {
+	Method Method
+	Plugin string
+	// Volume and Alloc name the claim (for logs and to match results).
+	Volume string
+	Alloc  string
+	// Usage is the claim's usage (selects the staging).
+	Usage string
+
+	ExternalID     string
+	NodeID         string
+	Capability     csi.VolumeCapability
+	Readonly       bool
+	StagingPath    string
+	TargetPath     string
+	PublishContext map[string]string
+	VolumeContext  map[string]string
+	Secrets        map[string]string
+}
+
+// String names the RPC, the volume and the allocation; it never shows
+// secrets or mount flags.
+func (s Step) String() string {
+	return fmt.Sprintf("%s volume=%s alloc=%s", s.Method, s.Volume, s.Alloc)
+}
+
+// GoString is String, so that %#v cannot print secrets.
+func (s Step) GoString() string { return "claim.Step{" + s.String() + "}" }
+
+// Result is the outcome of running a Step (or any plugin call through a
+// Runner).
+type Result struct {
+	// Err is the error of the call, nil on success. For an unpublish-type
+	// RPC that answered NotFound, Err is kept but Outcome is Success.
+	Err error
+	// Outcome is csi.Classify of Err for the call's kind.
+	Outcome csi.Outcome
+	// Unavailable is true when no client could be had: nothing was sent.
+	Unavailable bool
+	// PublishContext is ControllerPublishVolume's answer.
+	PublishContext map[string]string
+}
+
+// OK reports whether the call succeeded (Outcome is Success).
+func (r Result) OK() bool { return r.Outcome == csi.Success }

@@ -1,0 +1,111 @@
+package volume
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+
+	"github.com/csiactor/csiactor/actors/claim"
+	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/internal/actorkit"
+)
+
+// Defaults used by DefaultConfig and for zero fields of a Config.
+const (
+	// DefaultIdleTimeout is how long a volume actor with nothing to do
+	// stays in memory before it stops; the next request starts it again
+	// from the store.
+	DefaultIdleTimeout = time.Minute
+	// DefaultMaxClaimAttempts is how many times a publish step that keeps
+	// failing with a retryable error is tried before the claim fails (and
+	// is torn down). With the default backoff that is about four minutes.
+	DefaultMaxClaimAttempts = 10
+)
+
+// Config configures a Manager. Zero fields mean their defaults.
+type Config struct {
+	// DataDir is the agent's data directory: staging and target paths live
+	// under <DataDir>/volumes. Required, absolute.
+	DataDir string
+	// Backoff paces retries of failed publish and release steps. Zero
+	// fields mean csi.DefaultBackoff's.
+	Backoff csi.Backoff
+	// MaxClaimAttempts bounds the attempts of one publish step that keeps
+	// failing with a retryable error; then the claim fails and is torn
+	// down. Zero means DefaultMaxClaimAttempts. Release steps are retried
+	// without limit.
+	MaxClaimAttempts int
+	// MaxInFlightPerPlugin bounds the RPCs in flight to one plugin across
+	// all volumes. Zero means claim.DefaultMaxInFlightPerPlugin.
+	MaxInFlightPerPlugin int
+	// IdleTimeout is how long an idle volume actor stays in memory. Zero
+	// means DefaultIdleTimeout; negative keeps actors forever.
+	IdleTimeout time.Duration
+	// Restart is the supervisor backoff of crashed volume and claim
+	// actors. Zero fields mean actorkit's defaults.
+	Restart actorkit.BackoffConfig
+	// Restarts, when set, counts restarts (csiactor_actor_restarts_total,
+	// kinds "volume" and "claim"). The caller registers it.
+	Restarts *actorkit.RestartCounter
+	// Logger receives the manager's logs; nil discards them.
+	Logger *logrus.Entry
+	// Registerer receives csiactor_volume_claims and
+	// csiactor_volume_operations_in_flight; nil registers nothing.
+	Registerer prometheus.Registerer
+}
+
+// DefaultConfig returns a Config with every default filled in except DataDir.
+func DefaultConfig() Config {
+	return Config{
+		Backoff:              csi.DefaultBackoff(),
+		MaxClaimAttempts:     DefaultMaxClaimAttempts,
+		MaxInFlightPerPlugin: claim.DefaultMaxInFlightPerPlugin,
+		IdleTimeout:          DefaultIdleTimeout,
+		Restart:              actorkit.DefaultBackoffConfig(),
+	}
+}
+
+// Validate reports the first field that cannot be used, naming it and
+// wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	switch {
+	case c.DataDir == "":
+		return fmt.Errorf("%w: data_dir is empty", ErrInvalidConfig)
+	case !filepath.IsAbs(c.DataDir):
+		return fmt.Errorf("%w: data_dir %q is not absolute", ErrInvalidConfig, c.DataDir)
+	case c.MaxClaimAttempts < 0:
+		return fmt.Errorf("%w: max_claim_attempts %d is negative", ErrInvalidConfig, c.MaxClaimAttempts)
+	case c.MaxInFlightPerPlugin < 0:
+		return fmt.Errorf("%w: max_in_flight_per_plugin %d is negative", ErrInvalidConfig, c.MaxInFlightPerPlugin)
+	}
+	if err := c.Backoff.Validate(); err != nil {
+		return fmt.Errorf("%w: backoff: %w", ErrInvalidConfig, err)
+	}
+	if err := c.Restart.Validate(); err != nil {
+		return fmt.Errorf("%w: restart: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.MaxClaimAttempts == 0 {
+		c.MaxClaimAttempts = d.MaxClaimAttempts
+	}
+	if c.MaxInFlightPerPlugin == 0 {
+		c.MaxInFlightPerPlugin = d.MaxInFlightPerPlugin
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = d.IdleTimeout
+	}
+	if c.Logger == nil {
+		l := logrus.New()
+		l.Out = io.Discard
+		c.Logger = logrus.NewEntry(l)
+	}
+	return c
+}

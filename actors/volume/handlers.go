@@ -1,0 +1,758 @@
+package volume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/sirupsen/logrus"
+
+	"github.com/csiactor/csiactor/actors/claim"
+	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/internal/actorkit"
+	"github.com/csiactor/csiactor/persistence"
+)
+
+type slotKind int
+
+const (
+	slotFree    slotKind = iota
+	slotPublish          // a publish step of slot.alloc's claim runs in a.job
+	slotLent             // slot.alloc's claim actor runs a release step
+	slotOp               // CreateVolume or DeleteVolume runs in a.job
+)
+
+type slot struct {
+	kind  slotKind
+	alloc string
+}
+
+// advanceWork asks for the next publish step of alloc's claim.
+type advanceWork struct{ alloc string }
+
+// turnWork is a claim actor's request for a release turn.
+type turnWork struct{ alloc string }
+
+// lookup is a node plugin lookup for a new claim, and the requests for that
+// claim that arrived meanwhile.
+type lookup struct {
+	job  *job
+	reqs []*claimRequest
+}
+
+func answer(ch chan<- reply, r reply) {
+	select {
+	case ch <- r:
+	default: // buffered with room for one; a second answer is dropped
+	}
+}
+
+// started loads the record and resumes its unfinished steps. A store error
+// panics: the supervisor restarts the actor after a backoff and it tries
+// again.
+func (a *volumeActor) started(ctx actor.Context) {
+	v, err := a.m.store.Volume(context.Background(), a.h.id)
+	switch {
+	case errors.Is(err, persistence.ErrNotFound):
+		a.rec = nil
+	case err != nil:
+		panic(fmt.Errorf("load volume %q: %w", a.h.id, err))
+	default:
+		a.rec = &v
+	}
+	a.m.publish(a.h, a.rec)
+	if a.rec != nil {
+		for i := range a.rec.Claims {
+			if a.rec.Claims[i].State != claim.StatePublished {
+				a.queue = append(a.queue, &advanceWork{alloc: a.rec.Claims[i].Alloc})
+			}
+		}
+		for i := range a.rec.PastClaims {
+			a.spawnClaimer(ctx, a.rec.PastClaims[i].Alloc)
+		}
+	}
+	a.settle(ctx)
+}
+
+// persist writes v (a modified copy of a.rec) and makes it the record and
+// the published snapshot.
+func (a *volumeActor) persist(v *persistence.Volume, point string) error {
+	v.Revision = 1
+	if a.rec != nil {
+		v.Revision = a.rec.Revision + 1
+	}
+	v.UpdatedAt = time.Now()
+	a.m.faultPoint("persist:"+point, a.h.id)
+	if err := a.m.store.PutVolume(context.Background(), *v); err != nil {
+		return fmt.Errorf("persist volume %q: %w", a.h.id, err)
+	}
+	a.rec = v
+	a.m.publish(a.h, v)
+	a.m.faultPoint("persisted:"+point, a.h.id)
+	return nil
+}
+
+// mustPersist is persist for a step's result: the plugin has already acted,
+// so a store failure crashes the actor, which reloads the last record and
+// runs the (idempotent) step again.
+func (a *volumeActor) mustPersist(v *persistence.Volume, point string) {
+	if err := a.persist(v, point); err != nil {
+		panic(err)
+	}
+}
+
+func (a *volumeActor) enqueue(ctx actor.Context, w any) {
+	a.queue = append(a.queue, w)
+	a.settle(ctx)
+}
+
+// settle starts queued work while the slot is free, then arms or disarms
+// the idle timer.
+func (a *volumeActor) settle(ctx actor.Context) {
+	if a.stopping {
+		return
+	}
+	for a.slot.kind == slotFree && len(a.queue) > 0 && !a.stopping {
+		w := a.queue[0]
+		a.queue[0] = nil
+		a.queue = a.queue[1:]
+		switch w := w.(type) {
+		case *advanceWork:
+			a.advance(ctx, w.alloc)
+		case *turnWork:
+			a.grantTurn(ctx, w.alloc)
+		case *registerRequest:
+			a.register(ctx, w)
+		case *deregisterRequest:
+			a.deregister(ctx, w)
+		}
+	}
+	if a.stopping {
+		return
+	}
+	idle := a.isIdle()
+	switch {
+	case idle && a.idle == nil && a.m.cfg.IdleTimeout > 0:
+		a.idleGen++
+		gen, self, root := a.idleGen, ctx.Self(), ctx.ActorSystem().Root
+		a.idle = time.AfterFunc(a.m.cfg.IdleTimeout, func() {
+			root.Send(self, &idleTimeout{owner: a, gen: gen})
+		})
+	case !idle && a.idle != nil:
+		a.idle.Stop()
+		a.idle = nil
+	}
+}
+
+func (a *volumeActor) isIdle() bool {
+	return a.slot.kind == slotFree && len(a.queue) == 0 && a.job == nil &&
+		len(a.lookups) == 0 && len(a.retries) == 0 && len(a.waiters) == 0 &&
+		len(a.claimers) == 0 && len(a.respawns) == 0 &&
+		(a.rec == nil || !claim.Unfinished(a.rec))
+}
+
+func (a *volumeActor) idleTimeout(ctx actor.Context, msg *idleTimeout) {
+	if msg.owner != a || msg.gen != a.idleGen || a.idle == nil {
+		return
+	}
+	a.idle = nil
+	if a.isIdle() && a.m.tryPassivate(a.h) {
+		a.passivated = true
+		ctx.Stop(ctx.Self())
+		return
+	}
+	a.settle(ctx)
+}
+
+func (a *volumeActor) notFound() error {
+	return fmt.Errorf("%w: volume %q", ErrNotFound, a.h.id)
+}
+
+// claim handles a new claim request: an idempotent repeat joins (or is
+// answered by) the existing claim; a new one first looks up the node plugin
+// in a goroutine, then is reserved.
+func (a *volumeActor) claim(ctx actor.Context, msg *claimRequest) {
+	if a.rec == nil {
+		answer(msg.reply, reply{err: a.notFound()})
+		return
+	}
+	i, err := claim.Admit(a.rec, msg.req)
+	if err != nil {
+		answer(msg.reply, reply{err: err})
+		return
+	}
+	if i >= 0 {
+		a.join(msg, &a.rec.Claims[i])
+		a.settle(ctx)
+		return
+	}
+	alloc := msg.req.Alloc
+	if l := a.lookups[alloc]; l != nil {
+		l.reqs = append(l.reqs, msg)
+		return
+	}
+	plugins, plugin := a.m.plugins, a.rec.Plugin
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	j := startJob(func(jctx context.Context) {
+		_, facts, err := plugins.Client(jctx, plugin, claim.NodePlugin)
+		if jctx.Err() == nil {
+			root.Send(self, &factsResolved{owner: a, alloc: alloc, facts: facts, err: err})
+		}
+	})
+	a.lookups[alloc] = &lookup{job: j, reqs: []*claimRequest{msg}}
+	a.settle(ctx)
+}
+
+// join answers msg with claim c if it is published, or adds it to c's
+// waiters.
+func (a *volumeActor) join(msg *claimRequest, c *persistence.Claim) {
+	if c.State == claim.StatePublished {
+		answer(msg.reply, reply{vol: a.rec, claim: *c})
+		return
+	}
+	a.waiters[c.Alloc] = append(a.waiters[c.Alloc], msg.reply)
+}
+
+// reserve records the claims whose node plugin lookup finished, checking
+// the limits again against the record as it is now.
+func (a *volumeActor) reserve(ctx actor.Context, msg *factsResolved) {
+	if msg.owner != a {
+		return
+	}
+	l := a.lookups[msg.alloc]
+	if l == nil {
+		return
+	}
+	delete(a.lookups, msg.alloc)
+	l.job.stop()
+	for _, req := range l.reqs {
+		if a.rec == nil {
+			answer(req.reply, reply{err: a.notFound()})
+			continue
+		}
+		if msg.err != nil {
+			answer(req.reply, reply{err: fmt.Errorf("%w: plugin %q (node): %w", ErrPluginUnavailable, a.rec.Plugin, msg.err)})
+			continue
+		}
+		i, err := claim.Admit(a.rec, req.req)
+		if err != nil {
+			answer(req.reply, reply{err: err})
+			continue
+		}
+		if i >= 0 {
+			a.join(req, &a.rec.Claims[i])
+			continue
+		}
+		v := claim.CloneVolume(a.rec)
+		claim.Reserve(v, req.req, msg.facts, a.m.cfg.DataDir, time.Now())
+		if err := a.persist(v, "reserve"); err != nil {
+			answer(req.reply, reply{err: err})
+			continue
+		}
+		a.waiters[msg.alloc] = append(a.waiters[msg.alloc], req.reply)
+		a.queue = append(a.queue, &advanceWork{alloc: msg.alloc})
+	}
+	a.settle(ctx)
+}
+
+// advance starts the next publish step of alloc's claim, or answers its
+// waiters when it is published. The slot is free.
+func (a *volumeActor) advance(ctx actor.Context, alloc string) {
+	if a.rec == nil {
+		return
+	}
+	if _, waiting := a.retries[alloc]; waiting {
+		return // retryDue queues it again
+	}
+	step, ok := claim.NextPublish(a.rec, alloc)
+	if !ok {
+		a.answerPublished(alloc)
+		return
+	}
+	a.slot = slot{kind: slotPublish, alloc: alloc}
+	runner, self, root := a.m.runner, ctx.Self(), ctx.ActorSystem().Root
+	a.job = startJob(func(jctx context.Context) {
+		res := runner.Run(jctx, step)
+		if jctx.Err() == nil {
+			root.Send(self, &stepFinished{owner: a, step: step, res: res})
+		}
+	})
+}
+
+func (a *volumeActor) answerPublished(alloc string) {
+	i := claim.FindClaim(a.rec.Claims, alloc)
+	if i < 0 || a.rec.Claims[i].State != claim.StatePublished {
+		return
+	}
+	for _, ch := range a.waiters[alloc] {
+		answer(ch, reply{vol: a.rec, claim: a.rec.Claims[i]})
+	}
+	delete(a.waiters, alloc)
+}
+
+func (a *volumeActor) stepFinished(ctx actor.Context, msg *stepFinished) {
+	if msg.owner != a {
+		return
+	}
+	a.job.stop()
+	a.job = nil
+	a.slot = slot{}
+	alloc := msg.step.Alloc
+	if a.rec == nil || claim.FindClaim(a.rec.Claims, alloc) < 0 {
+		// Released while the step ran: the claim's teardown assumes the
+		// step may have taken effect.
+		a.settle(ctx)
+		return
+	}
+	now := time.Now()
+	switch msg.res.Outcome {
+	case csi.Success:
+		v := claim.CloneVolume(a.rec)
+		claim.ApplyPublish(v, msg.step, msg.res, now)
+		a.mustPersist(v, msg.step.Method.String())
+		a.queue = append(a.queue, &advanceWork{alloc: alloc})
+	case csi.Final:
+		a.failClaim(ctx, msg.step, msg.res.Err)
+	default:
+		v := claim.CloneVolume(a.rec)
+		n := claim.RecordFailure(v.Claims, alloc, msg.res.Err.Error(), now)
+		a.mustPersist(v, "failure")
+		if n >= a.m.cfg.MaxClaimAttempts {
+			a.failClaim(ctx, msg.step, fmt.Errorf("gave up after %d attempts: %w", n, msg.res.Err))
+			break
+		}
+		a.scheduleRetry(ctx, msg.step, n)
+	}
+	a.settle(ctx)
+}
+
+func (a *volumeActor) scheduleRetry(ctx actor.Context, step claim.Step, attempts int) {
+	delay := a.m.cfg.Backoff.Delay(attempts - 1)
+	runner, self, root := a.m.runner, ctx.Self(), ctx.ActorSystem().Root
+	alloc, plugin, typ := step.Alloc, step.Plugin, step.Method.PluginType()
+	a.log.WithFields(logrus.Fields{"alloc": alloc, "method": step.Method.String(), "attempt": attempts, "delay": delay}).
+		Info("publish step failed; retrying with backoff")
+	a.retries[alloc] = startJob(func(jctx context.Context) {
+		if runner.Pause(jctx, plugin, typ, delay) == nil {
+			root.Send(self, &retryDue{owner: a, alloc: alloc})
+		}
+	})
+}
+
+func (a *volumeActor) retryDue(ctx actor.Context, msg *retryDue) {
+	if msg.owner != a {
+		return
+	}
+	if j := a.retries[msg.alloc]; j != nil {
+		j.stop()
+		delete(a.retries, msg.alloc)
+		a.queue = append(a.queue, &advanceWork{alloc: msg.alloc})
+	}
+	a.settle(ctx)
+}
+
+// failClaim turns a claim whose publish failed for good into a past claim,
+// answers its waiters with the error, and starts its teardown.
+func (a *volumeActor) failClaim(ctx actor.Context, step claim.Step, cause error) {
+	alloc := step.Alloc
+	v := claim.CloneVolume(a.rec)
+	if _, ok := claim.Retire(v, alloc, cause.Error(), time.Now()); !ok {
+		return
+	}
+	a.mustPersist(v, "fail")
+	err := fmt.Errorf("%w: %s on volume %q for alloc %q: %w", ErrClaimFailed, step.Method, a.h.id, alloc, cause)
+	a.log.WithError(cause).WithFields(logrus.Fields{"alloc": alloc, "method": step.Method.String()}).
+		Error("claim failed; tearing it down")
+	for _, ch := range a.waiters[alloc] {
+		answer(ch, reply{err: err})
+	}
+	delete(a.waiters, alloc)
+	a.spawnClaimer(ctx, alloc)
+}
+
+// release records alloc's claim as a past claim and answers at once; its
+// claim actor tears it down.
+func (a *volumeActor) release(ctx actor.Context, msg *releaseRequest) {
+	if a.rec == nil {
+		answer(msg.reply, reply{err: a.notFound()})
+		return
+	}
+	if claim.FindClaim(a.rec.Claims, msg.alloc) >= 0 {
+		v := claim.CloneVolume(a.rec)
+		c, _ := claim.Retire(v, msg.alloc, "", time.Now())
+		if err := a.persist(v, "release"); err != nil {
+			answer(msg.reply, reply{err: err})
+			return
+		}
+		if j := a.retries[msg.alloc]; j != nil {
+			j.stop()
+			delete(a.retries, msg.alloc)
+		}
+		for _, ch := range a.waiters[msg.alloc] {
+			answer(ch, reply{err: fmt.Errorf("%w: alloc %q on volume %q", ErrReleased, msg.alloc, a.h.id)})
+		}
+		delete(a.waiters, msg.alloc)
+		a.spawnClaimer(ctx, msg.alloc)
+		answer(msg.reply, reply{vol: a.rec, claim: c})
+		a.settle(ctx)
+		return
+	}
+	if i := claim.FindClaim(a.rec.PastClaims, msg.alloc); i >= 0 {
+		answer(msg.reply, reply{vol: a.rec, claim: a.rec.PastClaims[i]})
+		return
+	}
+	answer(msg.reply, reply{err: fmt.Errorf("%w: alloc %q holds no claim on volume %q", ErrNotFound, msg.alloc, a.h.id)})
+}
+
+func (a *volumeActor) spawnClaimer(ctx actor.Context, alloc string) {
+	if _, ok := a.claimers[alloc]; ok || a.stopping {
+		return
+	}
+	props := claim.NewProps(claim.Config{
+		Volume:  a.h.id,
+		Alloc:   alloc,
+		Plugin:  a.rec.Plugin,
+		Runner:  a.m.runner,
+		Backoff: a.m.cfg.Backoff,
+		Logger:  a.m.log,
+		Hook:    a.m.hook,
+	})
+	a.claimers[alloc] = ctx.Spawn(props)
+}
+
+func (a *volumeActor) turnRequested(ctx actor.Context, msg *claim.TurnRequest) {
+	if a.slot.kind == slotLent && a.slot.alloc == msg.Alloc {
+		// The claim actor restarted and lost its turn.
+		a.slot = slot{}
+	}
+	for _, w := range a.queue {
+		if t, ok := w.(*turnWork); ok && t.alloc == msg.Alloc {
+			a.settle(ctx)
+			return
+		}
+	}
+	a.queue = append(a.queue, &turnWork{alloc: msg.Alloc})
+	a.settle(ctx)
+}
+
+// grantTurn moves alloc's past claim through the transitions that need no
+// RPC and lends the slot to its claim actor for the next RPC, or tells it
+// the claim is freed. The slot is free.
+func (a *volumeActor) grantTurn(ctx actor.Context, alloc string) {
+	pid := a.claimers[alloc]
+	if pid == nil {
+		return
+	}
+	if a.rec == nil {
+		ctx.Send(pid, &claim.Freed{})
+		return
+	}
+	v := claim.CloneVolume(a.rec)
+	step, run, changed := claim.AdvanceRelease(v, alloc, time.Now())
+	if changed {
+		a.mustPersist(v, "release-advance")
+	}
+	a.lend(ctx, pid, step, run)
+}
+
+func (a *volumeActor) lend(ctx actor.Context, pid *actor.PID, step claim.Step, run bool) {
+	if !run {
+		ctx.Send(pid, &claim.Freed{})
+		return
+	}
+	a.slot = slot{kind: slotLent, alloc: step.Alloc}
+	ctx.Send(pid, &claim.Turn{Step: step})
+}
+
+func (a *volumeActor) releaseStepDone(ctx actor.Context, msg *claim.StepDone) {
+	if a.slot.kind != slotLent || a.slot.alloc != msg.Alloc || a.rec == nil {
+		return // a turn taken back after its claim actor restarted
+	}
+	a.slot = slot{}
+	now := time.Now()
+	v := claim.CloneVolume(a.rec)
+	if msg.Result.OK() {
+		claim.ApplyRelease(v, msg.Step, now)
+		step, run, _ := claim.AdvanceRelease(v, msg.Alloc, now)
+		a.mustPersist(v, msg.Step.Method.String())
+		if pid := a.claimers[msg.Alloc]; pid != nil {
+			a.lend(ctx, pid, step, run)
+		}
+	} else {
+		claim.RecordFailure(v.PastClaims, msg.Alloc, msg.Result.Err.Error(), now)
+		a.mustPersist(v, "release-failure")
+	}
+	a.settle(ctx)
+}
+
+func (a *volumeActor) childTerminated(ctx actor.Context, msg *actor.Terminated) {
+	for alloc, pid := range a.claimers {
+		if !pid.Equal(msg.Who) {
+			continue
+		}
+		delete(a.claimers, alloc)
+		if a.slot.kind == slotLent && a.slot.alloc == alloc {
+			a.slot = slot{}
+		}
+		if a.stopping || a.rec == nil || claim.FindClaim(a.rec.PastClaims, alloc) < 0 {
+			break
+		}
+		// Stopped for good by its supervisor with work left: start it
+		// again later, after the longest backoff.
+		delay := a.m.cfg.Backoff.Delay(1 << 20)
+		self, root := ctx.Self(), ctx.ActorSystem().Root
+		a.respawns[alloc] = startJob(func(jctx context.Context) {
+			t := time.NewTimer(delay)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				root.Send(self, &respawnClaimer{owner: a, alloc: alloc})
+			case <-jctx.Done():
+			}
+		})
+		break
+	}
+	a.settle(ctx)
+}
+
+func (a *volumeActor) childGaveUp(msg *actorkit.ChildGaveUp) {
+	a.log.WithField("child", msg.Child.Id).WithField("failures", msg.Failures).
+		Error("claim actor keeps crashing; it will be started again after a backoff")
+}
+
+func (a *volumeActor) respawnClaimer(ctx actor.Context, msg *respawnClaimer) {
+	if msg.owner != a {
+		return
+	}
+	if j := a.respawns[msg.alloc]; j != nil {
+		j.stop()
+		delete(a.respawns, msg.alloc)
+	}
+	if a.rec != nil && claim.FindClaim(a.rec.PastClaims, msg.alloc) >= 0 {
+		a.spawnClaimer(ctx, msg.alloc)
+	}
+	a.settle(ctx)
+}
+
+// register handles Register and Create. The slot is free.
+func (a *volumeActor) register(ctx actor.Context, req *registerRequest) {
+	if a.rec != nil {
+		if req.spec.sameAs(a.rec, req.create) {
+			answer(req.reply, reply{vol: a.rec})
+		} else {
+			answer(req.reply, reply{err: fmt.Errorf("%w: volume %q is already registered with a different definition", ErrConflict, a.h.id)})
+		}
+		return
+	}
+	if !req.create {
+		if err := a.persist(req.spec.record(time.Now()), "register"); err != nil {
+			answer(req.reply, reply{err: err})
+			return
+		}
+		a.m.registered(a.h.id)
+		answer(req.reply, reply{vol: a.rec})
+		return
+	}
+	spec := req.spec
+	creq := &csipb.CreateVolumeRequest{
+		Name:       spec.ID,
+		Parameters: spec.Parameters,
+		Secrets:    spec.Secrets,
+	}
+	if spec.CapacityBytes > 0 {
+		creq.CapacityRange = &csipb.CapacityRange{RequiredBytes: spec.CapacityBytes}
+	}
+	for _, c := range spec.Capabilities {
+		c.MountOptions = spec.MountOptions
+		if c.AttachmentMode != csi.AttachmentModeFileSystem {
+			c.MountOptions = nil
+		}
+		creq.VolumeCapabilities = append(creq.VolumeCapabilities, c.ToCSI())
+	}
+	a.startOp(ctx, req, req.ctx, csi.PublishKind, func(ctx context.Context, c csi.Client) (*csipb.Volume, error) {
+		resp, err := c.CreateVolume(ctx, creq)
+		return resp.GetVolume(), err
+	})
+}
+
+// deregister handles Deregister and Delete. The slot is free.
+func (a *volumeActor) deregister(ctx actor.Context, req *deregisterRequest) {
+	if a.rec == nil {
+		answer(req.reply, reply{err: a.notFound()})
+		return
+	}
+	if n, p := len(a.rec.Claims), len(a.rec.PastClaims); n+p > 0 {
+		answer(req.reply, reply{err: fmt.Errorf("%w: volume %q has %d claims and %d past claims not yet freed", ErrInUse, a.h.id, n, p)})
+		return
+	}
+	if !req.delete {
+		a.remove(ctx, req)
+		return
+	}
+	dreq := &csipb.DeleteVolumeRequest{VolumeId: a.rec.ExternalID, Secrets: maps.Clone(a.rec.Secrets)}
+	a.startOp(ctx, req, req.ctx, csi.UnpublishKind, func(ctx context.Context, c csi.Client) (*csipb.Volume, error) {
+		return nil, c.DeleteVolume(ctx, dreq)
+	})
+}
+
+// startOp runs a controller call (CreateVolume, DeleteVolume) in the slot,
+// retrying retryable failures with backoff until the caller's ctx ends.
+func (a *volumeActor) startOp(ctx actor.Context, req any, callerCtx context.Context, kind csi.RPCKind,
+	call func(context.Context, csi.Client) (*csipb.Volume, error)) {
+	a.slot = slot{kind: slotOp}
+	runner, backoff, self, root := a.m.runner, a.m.cfg.Backoff, ctx.Self(), ctx.ActorSystem().Root
+	plugin := a.h.id
+	if a.rec != nil {
+		plugin = a.rec.Plugin
+	} else if r, ok := req.(*registerRequest); ok {
+		plugin = r.spec.Plugin
+	}
+	a.job = startJob(func(jctx context.Context) {
+		octx, cancel := context.WithCancel(jctx)
+		defer cancel()
+		defer context.AfterFunc(callerCtx, cancel)()
+		var created *csipb.Volume
+		var res claim.Result
+		for attempt := 0; ; attempt++ {
+			res = runner.Do(octx, plugin, claim.ControllerPlugin, kind, func(ctx context.Context, c csi.Client) error {
+				v, err := call(ctx, c)
+				created = v
+				return err
+			})
+			if res.OK() || res.Outcome == csi.Final || octx.Err() != nil {
+				break
+			}
+			if runner.Pause(octx, plugin, claim.ControllerPlugin, backoff.Delay(attempt)) != nil {
+				break
+			}
+		}
+		if jctx.Err() == nil {
+			root.Send(self, &opFinished{owner: a, req: req, res: res, created: created})
+		}
+	})
+}
+
+func (a *volumeActor) opFinished(ctx actor.Context, msg *opFinished) {
+	if msg.owner != a {
+		return
+	}
+	a.job.stop()
+	a.job = nil
+	a.slot = slot{}
+	switch req := msg.req.(type) {
+	case *registerRequest:
+		a.created(req, msg)
+	case *deregisterRequest:
+		if err := opError("DeleteVolume", a.h.id, msg.res); err != nil {
+			answer(req.reply, reply{err: err})
+			break
+		}
+		a.remove(ctx, req)
+	}
+	a.settle(ctx)
+}
+
+func (a *volumeActor) created(req *registerRequest, msg *opFinished) {
+	if err := opError("CreateVolume", a.h.id, msg.res); err != nil {
+		answer(req.reply, reply{err: err})
+		return
+	}
+	if msg.created.GetVolumeId() == "" {
+		answer(req.reply, reply{err: fmt.Errorf("%w: CreateVolume %q: %w: no volume id", ErrPluginCall, a.h.id, csi.ErrInvalidResponse)})
+		return
+	}
+	v := req.spec.record(time.Now())
+	v.ExternalID = msg.created.GetVolumeId()
+	v.Created = true
+	if vc := msg.created.GetVolumeContext(); len(vc) > 0 {
+		if v.Context == nil {
+			v.Context = map[string]string{}
+		}
+		maps.Copy(v.Context, vc)
+	}
+	if c := msg.created.GetCapacityBytes(); c > 0 {
+		v.CapacityBytes = c
+	}
+	if err := a.persist(v, "create"); err != nil {
+		answer(req.reply, reply{err: err})
+		return
+	}
+	a.m.registered(a.h.id)
+	answer(req.reply, reply{vol: a.rec})
+}
+
+func opError(method, id string, res claim.Result) error {
+	switch {
+	case res.OK():
+		return nil
+	case res.Unavailable:
+		return fmt.Errorf("%s %q: %w", method, id, res.Err)
+	}
+	return fmt.Errorf("%w: %s %q: %w", ErrPluginCall, method, id, res.Err)
+}
+
+// remove deletes the record, answers, and stops the actor.
+func (a *volumeActor) remove(ctx actor.Context, req *deregisterRequest) {
+	a.m.faultPoint("persist:deregister", a.h.id)
+	if err := a.m.store.DeleteVolume(context.Background(), a.h.id); err != nil {
+		answer(req.reply, reply{err: fmt.Errorf("delete volume %q: %w", a.h.id, err)})
+		return
+	}
+	a.rec = nil
+	a.h.snap.Store(&snapshot{})
+	a.m.removed(a.h)
+	a.removed = true
+	answer(req.reply, reply{})
+	ctx.Stop(ctx.Self())
+}
+
+// stopWork stops every goroutine the actor owns and waits for them.
+func (a *volumeActor) stopWork() {
+	a.stopping = true
+	if a.idle != nil {
+		a.idle.Stop()
+		a.idle = nil
+	}
+	a.job.stop()
+	a.job = nil
+	for k, l := range a.lookups {
+		l.job.stop()
+		delete(a.lookups, k)
+	}
+	for k, j := range a.retries {
+		j.stop()
+		delete(a.retries, k)
+	}
+	for k, j := range a.respawns {
+		j.stop()
+		delete(a.respawns, k)
+	}
+}
+
+// restarting: the supervisor restarts the actor after a crash. Its requests
+// in memory are lost; waiters send theirs again to the new incarnation,
+// which reloads the record.
+func (a *volumeActor) restarting() {
+	a.stopWork()
+	a.h.incarnationEnded()
+}
+
+func (a *volumeActor) stoppingNow() {
+	a.stopWork()
+	if !a.passivated && !a.removed {
+		a.m.detach(a.h)
+	}
+}
+
+func (a *volumeActor) stopped() {
+	if !a.passivated && !a.removed {
+		a.m.orphaned(a.h)
+	}
+	a.h.incarnationEnded()
+	close(a.h.stopped)
+	a.m.actors.Done()
+}

@@ -1,0 +1,556 @@
+package volume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+
+	"github.com/csiactor/csiactor/actors/claim"
+	"github.com/csiactor/csiactor/internal/actorkit"
+	"github.com/csiactor/csiactor/persistence"
+)
+
+// Store is what the volume manager needs from the store; *persistence.Store
+// implements it. Volume returns an error wrapping persistence.ErrNotFound
+// for an unknown ID.
+type Store interface {
+	PutVolume(ctx context.Context, v persistence.Volume) error
+	Volume(ctx context.Context, id string) (persistence.Volume, error)
+	DeleteVolume(ctx context.Context, id string) error
+	ForEachVolume(ctx context.Context, fn func(persistence.Volume) error) error
+	VolumeIDs(ctx context.Context) ([]string, error)
+	ActiveVolumes(ctx context.Context) ([]persistence.Volume, error)
+}
+
+// Plugins gives volumes the CSI clients of plugin singletons; see
+// claim.Plugins.
+type Plugins = claim.Plugins
+
+// maxResends bounds how often one request is sent again to a volume actor
+// whose incarnation ended before it answered.
+const maxResends = 5
+
+// Manager runs one actor per volume that has work or was used recently, and
+// answers for the others from the store. All methods are safe for
+// concurrent use; the blocking ones take a context first and return its
+// error when it ends first (the request itself may still complete: every
+// request is idempotent, so call again to learn the outcome).
+//
+// Call Start once before anything else, and Shutdown at the end.
+type Manager struct {
+	cfg      Config
+	log      *logrus.Entry
+	root     *actor.RootContext
+	store    Store
+	plugins  Plugins
+	runner   *claim.Runner
+	volSup   *actorkit.Supervisor
+	claimSup *actorkit.Supervisor
+
+	inflight   prometheus.Gauge
+	collectors []prometheus.Collector
+
+	// hook, when set (tests only), is called at every point where a crash
+	// matters; see faultPoints in the tests.
+	hook func(point, volume string)
+
+	mu      sync.Mutex
+	index   map[string]struct{} // guarded by mu; every registered volume
+	live    map[string]*handle  // guarded by mu; volumes with an actor
+	started bool                // guarded by mu
+	closed  bool                // guarded by mu
+
+	countsMu sync.Mutex
+	counts   map[countKey]int               // guarded by countsMu
+	orphans  map[string]*persistence.Volume // guarded by countsMu; counted records of crashed-out actors
+
+	actors sync.WaitGroup // one per spawned volume actor, done when it has stopped
+
+	shutdownOnce sync.Once
+	shutdownDone chan struct{}
+}
+
+// NewManager returns a Manager that spawns its actors from root. It
+// registers its metrics on cfg.Registerer. store and plugins are required.
+func NewManager(root *actor.RootContext, cfg Config, store Store, plugins Plugins) (*Manager, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case root == nil:
+		return nil, fmt.Errorf("%w: root context is nil", ErrInvalidConfig)
+	case store == nil:
+		return nil, fmt.Errorf("%w: store is nil", ErrInvalidConfig)
+	case plugins == nil:
+		return nil, fmt.Errorf("%w: plugins is nil", ErrInvalidConfig)
+	}
+	cfg = cfg.withDefaults()
+	m := &Manager{
+		cfg:          cfg,
+		log:          cfg.Logger,
+		root:         root,
+		store:        store,
+		plugins:      plugins,
+		index:        map[string]struct{}{},
+		live:         map[string]*handle{},
+		counts:       map[countKey]int{},
+		orphans:      map[string]*persistence.Volume{},
+		shutdownDone: make(chan struct{}),
+	}
+	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "csiactor_volume_operations_in_flight",
+		Help: "Volume RPCs (publish, stage, unpublish, create, ...) in flight to plugins.",
+	})
+	m.runner = claim.NewRunner(plugins, claim.RunnerConfig{
+		MaxInFlightPerPlugin: cfg.MaxInFlightPerPlugin,
+		InFlight:             m.inflight,
+		Logger:               m.log,
+	})
+	var err error
+	if m.volSup, err = actorkit.NewSupervisor("volume", cfg.Restart, m.log, cfg.Restarts, actorkit.Hooks{}); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if m.claimSup, err = actorkit.NewSupervisor("claim", cfg.Restart, m.log, cfg.Restarts, actorkit.Hooks{}); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{newClaimsCollector(m), m.inflight} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				m.unregister()
+				return nil, fmt.Errorf("register metrics: %w", err)
+			}
+			m.collectors = append(m.collectors, c)
+		}
+	}
+	return m, nil
+}
+
+func (m *Manager) unregister() {
+	for _, c := range m.collectors {
+		m.cfg.Registerer.Unregister(c)
+	}
+	m.collectors = nil
+}
+
+// Start loads the index of registered volumes and the claim counts from the
+// store, and starts the actor of every volume with an unfinished step:
+// claims go forward to published, past claims to freed. It returns when the
+// manager is ready to serve; the resumed steps run on in the background.
+func (m *Manager) Start(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrShutdown
+	}
+	if m.started {
+		m.mu.Unlock()
+		return fmt.Errorf("%w: Start called twice", ErrInvalid)
+	}
+	m.mu.Unlock()
+
+	ids, err := m.store.VolumeIDs(ctx)
+	if err != nil {
+		return fmt.Errorf("load volume ids: %w", err)
+	}
+	active, err := m.store.ActiveVolumes(ctx)
+	if err != nil {
+		return fmt.Errorf("load active volumes: %w", err)
+	}
+
+	m.countsMu.Lock()
+	for i := range active {
+		addCounts(m.counts, &active[i], 1)
+	}
+	m.countsMu.Unlock()
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrShutdown
+	}
+	for _, id := range ids {
+		m.index[id] = struct{}{}
+	}
+	resumed := 0
+	for i := range active {
+		if claim.Unfinished(&active[i]) {
+			if _, ok := m.live[active[i].ID]; !ok {
+				m.spawnLocked(active[i].ID)
+				resumed++
+			}
+		}
+	}
+	m.started = true
+	m.log.WithFields(logrus.Fields{"volumes": len(ids), "active": len(active), "resumed": resumed}).Info("volume manager started")
+	return nil
+}
+
+// spawnLocked starts the actor of volume id. m.mu must be held.
+func (m *Manager) spawnLocked(id string) *handle {
+	h := newHandle(id)
+	m.countsMu.Lock()
+	if c, ok := m.orphans[id]; ok {
+		h.counted, h.baselined = c, true
+		delete(m.orphans, id)
+	}
+	m.countsMu.Unlock()
+	props := actor.PropsFromProducer(func() actor.Actor { return newVolumeActor(m, h) },
+		actor.WithGuardian(m.volSup), actor.WithSupervisor(m.claimSup))
+	m.actors.Add(1)
+	h.pid = m.root.SpawnPrefix(props, "volume-")
+	m.live[id] = h
+	return h
+}
+
+// acquire returns the live handle of volume id, spawning its actor when
+// needed (create: even for a volume that is not registered yet), and counts
+// one pending request on it.
+func (m *Manager) acquire(id string, create bool) (*handle, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrShutdown
+	}
+	if !m.started {
+		return nil, fmt.Errorf("%w: manager not started", ErrInvalid)
+	}
+	h := m.live[id]
+	if h == nil {
+		if _, ok := m.index[id]; !ok && !create {
+			return nil, fmt.Errorf("%w: volume %q", ErrNotFound, id)
+		}
+		h = m.spawnLocked(id)
+	}
+	h.pending++
+	return h, nil
+}
+
+func (m *Manager) done(h *handle) {
+	m.mu.Lock()
+	h.pending--
+	m.mu.Unlock()
+}
+
+// ask sends the request mk builds to volume id's actor and waits for the
+// reply. When the actor's incarnation ends before it answers (a crash, a
+// stop), the request is sent again: requests are idempotent.
+func (m *Manager) ask(ctx context.Context, id string, create bool, mk func(chan<- reply) any) (reply, error) {
+	for attempt := 0; ; attempt++ {
+		h, err := m.acquire(id, create)
+		if err != nil {
+			return reply{}, err
+		}
+		lost := h.lostCh()
+		ch := make(chan reply, 1)
+		m.root.Send(h.pid, mk(ch))
+		select {
+		case r := <-ch:
+			m.done(h)
+			return r, nil
+		case <-ctx.Done():
+			m.done(h)
+			return reply{}, ctx.Err()
+		case <-lost:
+			m.done(h)
+			select {
+			case r := <-ch:
+				return r, nil
+			default:
+			}
+			if attempt >= maxResends {
+				return reply{}, fmt.Errorf("%w: volume %q", ErrVolumeFailed, id)
+			}
+			m.log.WithField("volume", id).Debug("volume actor restarted or stopped before answering; sending the request again")
+		}
+	}
+}
+
+// tryPassivate removes h from the live set if no request is pending on it;
+// the idle actor then stops.
+func (m *Manager) tryPassivate(h *handle) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h.pending > 0 || m.live[h.id] != h {
+		return false
+	}
+	delete(m.live, h.id)
+	h.gone = true
+	return true
+}
+
+// detach removes h from the live set (its actor is stopping); the next
+// request for the volume starts a new actor.
+func (m *Manager) detach(h *handle) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.live[h.id] == h {
+		delete(m.live, h.id)
+	}
+	h.gone = true
+}
+
+// registered adds id to the index.
+func (m *Manager) registered(id string) {
+	m.mu.Lock()
+	m.index[id] = struct{}{}
+	m.mu.Unlock()
+}
+
+// removed forgets volume h.id: index, live set and counts.
+func (m *Manager) removed(h *handle) {
+	m.mu.Lock()
+	delete(m.index, h.id)
+	if m.live[h.id] == h {
+		delete(m.live, h.id)
+	}
+	h.gone = true
+	m.mu.Unlock()
+	m.countsMu.Lock()
+	if h.baselined {
+		addCounts(m.counts, h.counted, -1)
+	}
+	h.counted, h.baselined = nil, true
+	m.countsMu.Unlock()
+}
+
+// orphaned keeps the counted record of an actor that stopped without
+// passivating or being removed, so the next actor of the volume counts from
+// it.
+func (m *Manager) orphaned(h *handle) {
+	m.countsMu.Lock()
+	defer m.countsMu.Unlock()
+	if h.baselined && h.counted != nil {
+		m.orphans[h.id] = h.counted
+	}
+}
+
+// publish makes rec the snapshot of h and updates the claim counts.
+func (m *Manager) publish(h *handle, rec *persistence.Volume) {
+	h.snap.Store(&snapshot{rec: rec})
+	m.countsMu.Lock()
+	defer m.countsMu.Unlock()
+	if h.baselined {
+		addCounts(m.counts, h.counted, -1)
+		addCounts(m.counts, rec, 1)
+	}
+	h.counted, h.baselined = rec, true
+}
+
+func (m *Manager) faultPoint(point, volume string) {
+	if m.hook != nil {
+		m.hook(point, volume)
+	}
+}
+
+// Register registers a volume the plugin already has (spec.ExternalID
+// set). Registering the same spec again returns the volume; a different
+// spec under the same ID is ErrConflict.
+func (m *Manager) Register(ctx context.Context, spec Spec) (Volume, error) {
+	if err := spec.validate(false); err != nil {
+		return Volume{}, err
+	}
+	return m.register(ctx, spec, false)
+}
+
+// Create creates a volume through the plugin's controller (CreateVolume,
+// named spec.ID, so a retried Create finds the same volume) and registers
+// it. Creating the same spec again returns the volume.
+func (m *Manager) Create(ctx context.Context, spec Spec) (Volume, error) {
+	if err := spec.validate(true); err != nil {
+		return Volume{}, err
+	}
+	return m.register(ctx, spec, true)
+}
+
+func (m *Manager) register(ctx context.Context, spec Spec, create bool) (Volume, error) {
+	r, err := m.ask(ctx, spec.ID, true, func(ch chan<- reply) any {
+		return &registerRequest{ctx: ctx, spec: spec, create: create, reply: ch}
+	})
+	if err == nil {
+		err = r.err
+	}
+	if err != nil {
+		return Volume{}, err
+	}
+	return viewOf(r.vol), nil
+}
+
+// Deregister forgets volume id. It fails with ErrInUse while the volume has
+// claims or past claims not yet freed.
+func (m *Manager) Deregister(ctx context.Context, id string) error {
+	return m.deregister(ctx, id, false)
+}
+
+// Delete deletes volume id through the plugin's controller (DeleteVolume;
+// a volume the plugin no longer has counts as deleted) and deregisters it.
+// It fails with ErrInUse while the volume has claims or past claims.
+func (m *Manager) Delete(ctx context.Context, id string) error {
+	return m.deregister(ctx, id, true)
+}
+
+func (m *Manager) deregister(ctx context.Context, id string, del bool) error {
+	if err := claim.CheckName("id", id); err != nil {
+		return err
+	}
+	r, err := m.ask(ctx, id, false, func(ch chan<- reply) any {
+		return &deregisterRequest{ctx: ctx, delete: del, reply: ch}
+	})
+	if err == nil {
+		err = r.err
+	}
+	return err
+}
+
+// Claim claims the volume for an allocation and publishes it to the
+// allocation's target path, one persisted step at a time; it returns the
+// published claim. Claiming again with the same allocation and mode returns
+// the same claim (and waits for it if it is still being published); a
+// claim the access mode does not allow is ErrClaimLimit. If ctx ends first
+// the claim goes on: call again to get it.
+func (m *Manager) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
+	if err := req.validate(); err != nil {
+		return Claim{}, err
+	}
+	r, err := m.ask(ctx, req.VolumeID, false, func(ch chan<- reply) any {
+		return &claimRequest{req: req.claim(), reply: ch}
+	})
+	if err == nil {
+		err = r.err
+	}
+	if err != nil {
+		return Claim{}, err
+	}
+	return claimOf(req.VolumeID, &r.claim), nil
+}
+
+// Release releases alloc's claim on the volume: it records the claim as a
+// past claim and returns it (state taken) at once; a claim actor then
+// unpublishes, unstages and detaches it in the background until it is
+// freed. Releasing again returns the past claim's current state; a claim
+// that is gone (or never was) is ErrNotFound.
+func (m *Manager) Release(ctx context.Context, volumeID, alloc string) (Claim, error) {
+	if err := claim.CheckName("volume", volumeID); err != nil {
+		return Claim{}, err
+	}
+	if err := claim.CheckName("alloc", alloc); err != nil {
+		return Claim{}, err
+	}
+	r, err := m.ask(ctx, volumeID, false, func(ch chan<- reply) any {
+		return &releaseRequest{alloc: alloc, reply: ch}
+	})
+	if err == nil {
+		err = r.err
+	}
+	if err != nil {
+		return Claim{}, err
+	}
+	return claimOf(volumeID, &r.claim), nil
+}
+
+// Get returns volume id's status. It never waits for a volume's work: it
+// reads the last snapshot its actor published, or the store.
+func (m *Manager) Get(ctx context.Context, id string) (Volume, error) {
+	if err := claim.CheckName("id", id); err != nil {
+		return Volume{}, err
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return Volume{}, ErrShutdown
+	}
+	h := m.live[id]
+	_, known := m.index[id]
+	m.mu.Unlock()
+	if h != nil {
+		if s := h.snap.Load(); s != nil {
+			if s.rec == nil {
+				return Volume{}, fmt.Errorf("%w: volume %q", ErrNotFound, id)
+			}
+			return viewOf(s.rec), nil
+		}
+	}
+	if !known {
+		return Volume{}, fmt.Errorf("%w: volume %q", ErrNotFound, id)
+	}
+	v, err := m.store.Volume(ctx, id)
+	if errors.Is(err, persistence.ErrNotFound) {
+		return Volume{}, fmt.Errorf("%w: volume %q", ErrNotFound, id)
+	}
+	if err != nil {
+		return Volume{}, fmt.Errorf("read volume %q: %w", id, err)
+	}
+	return viewOf(&v), nil
+}
+
+// List returns the status of every registered volume that f matches, in ID
+// order, read from the store.
+func (m *Manager) List(ctx context.Context, f Filter) ([]Volume, error) {
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
+		return nil, ErrShutdown
+	}
+	var out []Volume
+	err := m.store.ForEachVolume(ctx, func(v persistence.Volume) error {
+		if f.match(&v) {
+			out = append(out, viewOf(&v))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list volumes: %w", err)
+	}
+	return out, nil
+}
+
+// Live returns the number of volume actors in memory (for status and
+// tests); idle ones stop after Config.IdleTimeout.
+func (m *Manager) Live() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.live)
+}
+
+// Shutdown stops every volume and claim actor and waits for them and the
+// goroutines they own; unfinished steps are resumed by the next Start. It
+// is idempotent; later calls wait for the first to finish. It returns ctx's
+// error if ctx ends first.
+func (m *Manager) Shutdown(ctx context.Context) error {
+	m.shutdownOnce.Do(func() {
+		m.mu.Lock()
+		m.closed = true
+		hs := make([]*handle, 0, len(m.live))
+		for _, h := range m.live {
+			hs = append(hs, h)
+		}
+		m.mu.Unlock()
+		go func() {
+			defer close(m.shutdownDone)
+			// No restart may fire once actors are told to stop.
+			m.volSup.Close()
+			m.claimSup.Close()
+			for _, h := range hs {
+				m.root.Stop(h.pid)
+			}
+			// Actors that passivated or were deregistered just before
+			// are stopping on their own; wait for them too.
+			m.actors.Wait()
+			if m.cfg.Registerer != nil {
+				m.unregister()
+			}
+			m.log.Info("volume manager stopped")
+		}()
+	})
+	select {
+	case <-m.shutdownDone:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,97 @@
+package volume
+
+import (
+	"context"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/csiactor/csiactor/actors/claim"
+	"github.com/csiactor/csiactor/persistence"
+)
+
+// reply is what a volume actor answers a request with.
+type reply struct {
+	vol   *persistence.Volume // the record after the request (never modified)
+	claim persistence.Claim
+	err   error
+}
+
+// registerRequest is sent to a volume actor by Manager.Register and
+// Manager.Create. ctx is the caller's, for the CreateVolume call.
+type registerRequest struct {
+	ctx    context.Context
+	spec   Spec
+	create bool
+	reply  chan<- reply
+}
+
+// deregisterRequest is sent to a volume actor by Manager.Deregister and
+// Manager.Delete (delete set: DeleteVolume first). ctx is the caller's.
+type deregisterRequest struct {
+	ctx    context.Context
+	delete bool
+	reply  chan<- reply
+}
+
+// claimRequest is sent to a volume actor by Manager.Claim. The reply comes
+// when the claim is published or has failed.
+type claimRequest struct {
+	req   claim.Request
+	reply chan<- reply
+}
+
+// releaseRequest is sent to a volume actor by Manager.Release. The reply
+// comes as soon as the past claim is recorded.
+type releaseRequest struct {
+	alloc string
+	reply chan<- reply
+}
+
+// factsResolved is sent to a volume actor by the goroutine that looked up
+// the node plugin for a new claim of alloc.
+type factsResolved struct {
+	owner *volumeActor
+	alloc string
+	facts claim.Facts
+	err   error
+}
+
+// stepFinished is sent to a volume actor by the goroutine that ran one
+// publish step of a claim.
+type stepFinished struct {
+	owner *volumeActor
+	step  claim.Step
+	res   claim.Result
+}
+
+// retryDue is sent to a volume actor by the goroutine that waited out a
+// failed publish step of alloc's claim (backoff, then plugin health).
+type retryDue struct {
+	owner *volumeActor
+	alloc string
+}
+
+// opFinished is sent to a volume actor by the goroutine that ran
+// CreateVolume (req is a *registerRequest; created is the answer) or
+// DeleteVolume (req is a *deregisterRequest).
+type opFinished struct {
+	owner   *volumeActor
+	req     any
+	res     claim.Result
+	created *csipb.Volume
+}
+
+// respawnClaimer is sent to a volume actor by a timer when it is time to
+// start again the claim actor of alloc, after that actor was stopped for
+// good by its supervisor.
+type respawnClaimer struct {
+	owner *volumeActor
+	alloc string
+}
+
+// idleTimeout is sent to a volume actor by its idle timer; gen tells a stale
+// timer from the current one.
+type idleTimeout struct {
+	owner *volumeActor
+	gen   uint64
+}
