@@ -1,0 +1,124 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sirupsen/logrus"
+
+	"github.com/csiactor/csiactor/actors/plugin/proc"
+	"github.com/csiactor/csiactor/csi"
+)
+
+// StaleProcess identifies a process of an exec-managed allocation that a
+// previous run of the agent started (from the persisted allocation).
+type StaleProcess struct {
+	PID      int
+	PIDStart uint64
+}
+
+// Props returns the props of the allocation actor for spec, which must be
+// valid and have its Socket set (see Spec.WithSocket). When stale is set,
+// that process is killed (if it still runs) before the plugin is started,
+// so two copies never run. opts are added to the props (middleware, for
+// example).
+func Props(cfg Config, spec Spec, stale StaleProcess, opts ...actor.PropsOption) (*actor.Props, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if spec.ExecManaged() && cfg.Launcher == nil {
+		return nil, fmt.Errorf("%w: launcher is required for exec-managed allocation %q", ErrInvalidConfig, spec.ID)
+	}
+	if spec.Socket == "" {
+		return nil, fmt.Errorf("%w: socket is not set (use WithSocket)", ErrInvalidSpec)
+	}
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &Actor{
+			cfg:   cfg,
+			spec:  spec,
+			stale: stale,
+			log:   cfg.Log.WithFields(logrus.Fields{"alloc": spec.ID, "plugin": spec.Plugin}),
+		}
+	}, opts...), nil
+}
+
+// Actor is the allocation actor. Its fields belong to its goroutine (the
+// one protoactor runs Receive on), except where noted.
+type Actor struct {
+	cfg   Config
+	spec  Spec
+	stale StaleProcess
+	log   *logrus.Entry
+
+	// Set in Started, constant until the incarnation ends; read by the
+	// actor's goroutines.
+	system *actor.ActorSystem
+	self   *actor.PID
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // every goroutine this incarnation started
+	heart  *timer
+	rerun  *timer // restarts the process after a backoff
+
+	status   Status
+	reported Status
+	done     bool // torn down
+	sentLast bool // Stopped sent
+
+	client   csi.Client
+	handoff  handoff
+	fpActive bool // a fingerprint goroutine runs
+	fpAgain  bool // run another when it ends
+	failures int  // fingerprints failed in a row
+
+	proc        *proc.Process
+	exits       []time.Time // exits within the restart window
+	restartStep int         // backoff step of the next restart
+}
+
+// Receive handles one message.
+func (a *Actor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.onStarted(ctx)
+	case *actor.Restarting:
+		a.onRestarting(ctx)
+	case *actor.Stopping:
+		a.onStopping(ctx)
+	case *Shutdown:
+		a.onShutdown(ctx, m)
+	case *GetStatus:
+		ctx.Respond(a.status)
+	case *heartbeat:
+		if m.owner == a {
+			a.onHeartbeat(ctx)
+		}
+	case *dialed:
+		if m.owner == a {
+			a.onDialed(ctx, m)
+		}
+	case *connChanged:
+		if m.owner == a {
+			a.onConnChanged(ctx, m)
+		}
+	case *fingerprinted:
+		if m.owner == a {
+			a.onFingerprinted(ctx, m)
+		}
+	case *procExited:
+		if m.owner == a {
+			a.onProcExited(ctx, m)
+		}
+	case *restartProcess:
+		if m.owner == a {
+			a.onRestartProcess(ctx)
+		}
+	}
+}

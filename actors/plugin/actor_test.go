@@ -1,0 +1,322 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/csiactor/csiactor/actors/plugin/proc"
+	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/internal/fakeplugin"
+	"github.com/csiactor/csiactor/internal/leakcheck"
+)
+
+func attached(id string, typ Type, endpoint string) Spec {
+	s, err := Spec{ID: id, Plugin: "fake", Type: typ, Socket: endpoint}.WithSocket("/unused")
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+func TestActor_Fingerprint_ByType(t *testing.T) {
+	tests := []struct {
+		name           string
+		typ            Type
+		cfg            fakeplugin.Config
+		wantController bool
+		wantNode       bool
+		wantRequired   bool
+	}{
+		{"monolith with publish", Monolith, fakeplugin.Config{Name: "m.csi", VendorVersion: "2.1", NodeID: "n1", ControllerPublish: true}, true, true, true},
+		{"controller without publish", Controller, fakeplugin.Config{Name: "m.csi", VendorVersion: "2.1", NodeID: "n1", CreateDelete: true}, true, false, false},
+		{"node only", Node, fakeplugin.Config{Name: "m.csi", VendorVersion: "2.1", NodeID: "n1", MaxVolumesPerNode: 7}, false, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			defer leakcheck.Check(t)()
+			fake, ep := startFake(t, tt.cfg)
+			defer fake.Stop()
+			h := newHarness(t, attached("a1", tt.typ, ep), StaleProcess{}, nil)
+			defer h.close()
+
+			s := h.waitHealthy()
+			fp := s.Fingerprint
+			if s.Description != "healthy" || s.Client == nil {
+				t.Errorf("status = %q client %v, want healthy with a client", s.Description, s.Client)
+			}
+			if fp.Provider != "m.csi" || fp.Version != "2.1" {
+				t.Errorf("provider/version = %q/%q, want m.csi/2.1", fp.Provider, fp.Version)
+			}
+			if (fp.Controller != nil) != tt.wantController || (fp.Node != nil) != tt.wantNode || (fp.NodeInfo != nil) != tt.wantNode {
+				t.Errorf("controller %v node %v nodeinfo %v; want controller %v node %v", fp.Controller, fp.Node, fp.NodeInfo, tt.wantController, tt.wantNode)
+			}
+			if fp.ControllerRequired != tt.wantRequired {
+				t.Errorf("ControllerRequired = %v, want %v", fp.ControllerRequired, tt.wantRequired)
+			}
+			if tt.wantNode && (fp.NodeInfo.NodeID != "n1" || fp.NodeInfo.MaxVolumesPerNode != tt.cfg.MaxVolumesPerNode) {
+				t.Errorf("node info = %+v", fp.NodeInfo)
+			}
+			if fp.At.IsZero() {
+				t.Error("fingerprint time not set")
+			}
+			// The client handed to the registry works.
+			if ready, err := s.Client.Probe(context.Background()); err != nil || !ready {
+				t.Errorf("Probe through the reported client = %v, %v", ready, err)
+			}
+		})
+	}
+}
+
+func TestActor_Health_NotReadyThenReady(t *testing.T) {
+	defer leakcheck.Check(t)()
+	fake, ep := startFake(t, fakeplugin.Config{NotReady: true})
+	defer fake.Stop()
+	h := newHarness(t, attached("a1", Node, ep), StaleProcess{}, nil)
+	defer h.close()
+	h.waitUnhealthy("starting: plugin reports it is not ready")
+	fake.SetReady(true)
+	h.waitHealthy() // the unhealthy retry notices without waiting a heartbeat
+}
+
+func TestActor_Health_GarbageAnswer(t *testing.T) {
+	defer leakcheck.Check(t)()
+	fake, ep := startFake(t, fakeplugin.Config{})
+	defer fake.Stop()
+	fake.SetFault("GetPluginInfo", fakeplugin.Fault{Garbage: true})
+	h := newHarness(t, attached("a1", Node, ep), StaleProcess{}, nil)
+	defer h.close()
+	s := h.waitUnhealthy("fingerprint failed")
+	if !strings.Contains(s.Description, "invalid response") {
+		t.Errorf("description = %q, want it to say the response is invalid", s.Description)
+	}
+	fake.ClearFaults()
+	h.waitHealthy()
+}
+
+func TestActor_Health_RPCErrorDescribed(t *testing.T) {
+	defer leakcheck.Check(t)()
+	fake, ep := startFake(t, fakeplugin.Config{})
+	defer fake.Stop()
+	fake.SetFault("NodeGetInfo", fakeplugin.Fault{Code: codes.Internal, Message: "disk on fire"})
+	h := newHarness(t, attached("a1", Node, ep), StaleProcess{}, nil)
+	defer h.close()
+	s := h.waitUnhealthy("disk on fire")
+	if !strings.Contains(s.Description, "NodeGetInfo") {
+		t.Errorf("description = %q, want the failing method named", s.Description)
+	}
+}
+
+func TestActor_Health_SocketAppearsLater(t *testing.T) {
+	defer leakcheck.Check(t)()
+	path := filepath.Join(shortDir(t), "csi.sock")
+	h := newHarness(t, attached("a1", Node, path), StaleProcess{}, nil)
+	defer h.close()
+	h.waitUnhealthy("connecting:")
+	fake := fakeplugin.New(fakeplugin.Config{})
+	if err := fake.Serve(path); err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Stop()
+	h.waitHealthy()
+}
+
+func TestActor_Health_SocketDisappearsAndReturns(t *testing.T) {
+	tests := []struct {
+		name string
+		stop func(*fakeplugin.Plugin)
+	}{
+		{"graceful stop removes the socket", (*fakeplugin.Plugin).Stop},
+		{"kill leaves a dead socket", (*fakeplugin.Plugin).Kill},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			defer leakcheck.Check(t)()
+			fake, ep := startFake(t, fakeplugin.Config{})
+			defer fake.Stop()
+			path := fake.SocketPath()
+			h := newHarness(t, attached("a1", Node, ep), StaleProcess{}, func(c *Config) {
+				c.HeartbeatInterval = time.Hour // only the connection state can tell
+			})
+			defer h.close()
+			h.waitHealthy()
+			tt.stop(fake)
+			h.waitUnhealthy("")
+			again := fakeplugin.New(fakeplugin.Config{})
+			if err := again.Serve(path); err != nil {
+				t.Fatal(err)
+			}
+			defer again.Stop()
+			h.waitHealthy()
+		})
+	}
+}
+
+func TestActor_Shutdown_LastFingerprintWithClosedClient(t *testing.T) {
+	defer leakcheck.Check(t)()
+	fake, ep := startFake(t, fakeplugin.Config{Name: "last.csi"})
+	defer fake.Stop()
+	h := newHarness(t, attached("a1", Node, ep), StaleProcess{}, nil)
+	defer h.close()
+	s := h.waitHealthy()
+	client := s.Client
+
+	st := h.shutdown("")
+	if st.ID != "a1" || st.Reason != ReasonShutdown {
+		t.Errorf("Stopped = %+v, want a1 with reason %q", st, ReasonShutdown)
+	}
+	if st.Status.Healthy || st.Status.Description != ReasonShutdown {
+		t.Errorf("final status = %v %q, want unhealthy %q", st.Status.Healthy, st.Status.Description, ReasonShutdown)
+	}
+	if st.Status.Fingerprint.Provider != "last.csi" {
+		t.Errorf("final status lost the plugin info: %+v", st.Status.Fingerprint)
+	}
+	if st.Status.Client != nil {
+		t.Error("final status still has a client")
+	}
+	if _, err := client.Probe(context.Background()); !errors.Is(err, csi.ErrClosed) {
+		t.Errorf("Probe after shutdown: %v, want csi.ErrClosed", err)
+	}
+}
+
+func TestActor_Exec_StartsWithEndpointAndOutput(t *testing.T) {
+	defer leakcheck.Check(t)()
+	data := shortDir(t)
+	spec, err := Spec{ID: "e1", Plugin: "fake", Type: Monolith, Command: fakeCommand(t), Env: fakeEnv("exec.csi")}.WithSocket(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, spec, StaleProcess{}, nil)
+	defer h.close()
+	s := h.waitHealthy()
+	if s.PID <= 0 || s.PIDStart == 0 || !alive(s.PID) {
+		t.Fatalf("PID %d start %d, want a running process", s.PID, s.PIDStart)
+	}
+	if s.Fingerprint.Provider != "exec.csi" || s.Fingerprint.NodeInfo.NodeID != "node-exec.csi" {
+		t.Errorf("fingerprint = %+v", s.Fingerprint)
+	}
+	fi, err := os.Stat(filepath.Dir(spec.Socket))
+	if err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("socket dir: %v mode %v, want 0700", err, fi.Mode().Perm())
+	}
+	if want := filepath.Join(data, "plugins", "e1", "csi.sock"); spec.Socket != want {
+		t.Errorf("socket = %q, want %q", spec.Socket, want)
+	}
+
+	st := h.shutdown(ReasonDeregistered)
+	if alive(s.PID) {
+		t.Errorf("process %d survived the shutdown", s.PID)
+	}
+	if st.Status.Description != ReasonDeregistered {
+		t.Errorf("final description %q, want %q", st.Status.Description, ReasonDeregistered)
+	}
+	if _, err := os.Stat(filepath.Dir(spec.Socket)); !os.IsNotExist(err) {
+		t.Errorf("socket dir after deregistration: %v, want removed", err)
+	}
+	var served, stopped bool
+	for _, e := range h.hook.AllEntries() {
+		if e.Data["alloc"] == "e1" && e.Data["plugin"] == "fake" && e.Data["stream"] == "stdout" {
+			served = served || strings.HasPrefix(e.Message, "fake plugin serving on ")
+			stopped = stopped || e.Message == "fake plugin stopped" // SIGTERM first, not SIGKILL
+		}
+	}
+	if !served || !stopped {
+		t.Errorf("plugin output in the log: serving %v stopped %v, want both with alloc and plugin fields", served, stopped)
+	}
+}
+
+func TestActor_Exec_KilledProcessIsUnhealthyThenRestarted(t *testing.T) {
+	defer leakcheck.Check(t)()
+	spec, err := Spec{ID: "e1", Plugin: "fake", Type: Node, Command: fakeCommand(t), Env: fakeEnv("k")}.WithSocket(shortDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, spec, StaleProcess{}, func(c *Config) { c.HeartbeatInterval = time.Hour })
+	defer h.close()
+	first := h.waitHealthy()
+
+	if err := syscall.Kill(first.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The very next update is already unhealthy (the exit or the lost
+	// connection, whichever is seen first), not a heartbeat's discovery;
+	// the exit is reported before the restarted process is healthy.
+	var updates []Status
+	for {
+		u, ok := h.next().(*StatusChanged)
+		if !ok {
+			t.Fatal("actor stopped")
+		}
+		updates = append(updates, u.Status)
+		if u.Status.Healthy {
+			break
+		}
+	}
+	if len(updates) < 2 || updates[0].Healthy {
+		t.Fatalf("updates after SIGKILL = %+v, want unhealthy first", updates)
+	}
+	var exited bool
+	for _, u := range updates {
+		if strings.HasPrefix(u.Description, "plugin process exited: signal: killed; restarting in ") {
+			exited = true
+			if u.PID != 0 || u.Exits != 1 {
+				t.Errorf("after exit: PID %d exits %d, want 0 and 1", u.PID, u.Exits)
+			}
+		}
+	}
+	if !exited {
+		t.Errorf("no update said the process exited: %+v", updates)
+	}
+	again := updates[len(updates)-1]
+	if again.PID == first.PID || again.PID == 0 {
+		t.Errorf("restarted PID %d, first %d", again.PID, first.PID)
+	}
+	if again.Client != first.Client {
+		t.Error("the client changed; gRPC should have reconnected the same one")
+	}
+}
+
+func TestActor_Exec_CrashLooping(t *testing.T) {
+	defer leakcheck.Check(t)()
+	spec, err := Spec{ID: "c1", Plugin: "fake", Type: Node, Command: []string{"sh", "-c", "echo dying; exit 7"}}.WithSocket(shortDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, spec, StaleProcess{}, nil)
+	defer h.close()
+	s := h.waitUnhealthy("crash-looping: exited 3 times")
+	if !strings.Contains(s.Description, "last: exited: exit status 7") {
+		t.Errorf("description = %q, want the last exit status", s.Description)
+	}
+}
+
+func TestActor_Exec_KillsStaleProcessFirst(t *testing.T) {
+	defer leakcheck.Check(t)()
+	l := proc.NewLauncher()
+	defer l.Close()
+	old, err := l.Start(context.Background(), proc.Spec{Command: []string{"sleep", "300"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := Spec{ID: "s1", Plugin: "fake", Type: Node, Command: fakeCommand(t), Env: fakeEnv("s")}.WithSocket(shortDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, spec, StaleProcess{PID: old.PID(), PIDStart: old.StartTicks()}, nil)
+	defer h.close()
+	s := h.waitHealthy()
+	<-old.Exited()
+	if old.Status() != "signal: killed" {
+		t.Errorf("stale process ended with %q, want signal: killed", old.Status())
+	}
+	if s.PID == old.PID() {
+		t.Error("new process has the stale PID")
+	}
+}

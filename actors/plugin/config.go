@@ -1,0 +1,155 @@
+package plugin
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/csiactor/csiactor/actors/plugin/proc"
+	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/internal/actorkit"
+)
+
+// Config is shared by every allocation actor of an agent. Zero values mean
+// the defaults of DefaultConfig.
+type Config struct {
+	// Log is the parent logger; each actor adds the alloc and plugin
+	// fields. Required.
+	Log *logrus.Entry
+	// HeartbeatInterval is the time between fingerprints of a healthy
+	// allocation. Default 30 s.
+	HeartbeatInterval time.Duration
+	// UnhealthyRetry is the first delay before fingerprinting an unhealthy
+	// allocation again; it doubles on each failure up to
+	// HeartbeatInterval, so a plugin that comes back is seen quickly and a
+	// dead one is not hammered. Default 100 ms.
+	UnhealthyRetry time.Duration
+	// ProbeTimeout bounds each Probe. Default 5 s.
+	ProbeTimeout time.Duration
+	// RPCTimeout bounds each other RPC made through the allocation's
+	// client (the volume actors use the same client). Default 1 minute.
+	RPCTimeout time.Duration
+	// FingerprintTimeout bounds a whole fingerprint. Default 10 s.
+	FingerprintTimeout time.Duration
+	// DialTimeout bounds each attempt to connect to the socket; attempts
+	// repeat until the allocation stops. Default 5 s.
+	DialTimeout time.Duration
+
+	// Launcher starts exec-managed plugin processes. Required for
+	// exec-managed allocations.
+	Launcher *proc.Launcher
+	// RestartBackoff spaces the restarts of an exec-managed process that
+	// exits. MaxFailures is not used: the agent never gives up on a
+	// plugin it was told to run. Window is how long a process must run
+	// before its exit counts as a fresh failure (the backoff starts over).
+	// Defaults: Initial 200 ms, Max 1 minute, Multiplier 2, Jitter 0.2,
+	// Window 5 minutes.
+	RestartBackoff actorkit.BackoffConfig
+	// CrashLoopExits is how many exits within RestartBackoff.Window make
+	// the health description say "crash-looping". Default 3.
+	CrashLoopExits int
+	// StopGrace is how long a process has between SIGTERM and SIGKILL.
+	// Default 10 s.
+	StopGrace time.Duration
+	// BaseEnv is the environment every exec-managed process starts from,
+	// before the allocation's Env and CSI_ENDPOINT. Default: PATH from the
+	// agent's environment (or a standard PATH), nothing else.
+	BaseEnv []string
+
+	// Metrics, when set, is passed to csi.Dial for
+	// csiactor_csi_operations_seconds.
+	Metrics *csi.Metrics
+}
+
+// DefaultConfig returns the defaults, without a logger or launcher.
+func DefaultConfig() Config {
+	path := os.Getenv("PATH")
+	if path == "" {
+		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	}
+	return Config{
+		HeartbeatInterval:  30 * time.Second,
+		UnhealthyRetry:     100 * time.Millisecond,
+		ProbeTimeout:       5 * time.Second,
+		RPCTimeout:         time.Minute,
+		FingerprintTimeout: 10 * time.Second,
+		DialTimeout:        5 * time.Second,
+		RestartBackoff: actorkit.BackoffConfig{
+			Initial:    200 * time.Millisecond,
+			Max:        time.Minute,
+			Multiplier: 2,
+			Jitter:     0.2,
+			Window:     5 * time.Minute,
+		},
+		CrashLoopExits: 3,
+		StopGrace:      10 * time.Second,
+		BaseEnv:        []string{"PATH=" + path},
+	}
+}
+
+// withDefaults fills zero fields.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	set := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	set(&c.HeartbeatInterval, d.HeartbeatInterval)
+	set(&c.UnhealthyRetry, d.UnhealthyRetry)
+	set(&c.ProbeTimeout, d.ProbeTimeout)
+	set(&c.RPCTimeout, d.RPCTimeout)
+	set(&c.FingerprintTimeout, d.FingerprintTimeout)
+	set(&c.DialTimeout, d.DialTimeout)
+	set(&c.StopGrace, d.StopGrace)
+	rb := c.RestartBackoff
+	set(&rb.Initial, d.RestartBackoff.Initial)
+	set(&rb.Max, d.RestartBackoff.Max)
+	set(&rb.Window, d.RestartBackoff.Window)
+	if rb.Multiplier == 0 {
+		rb.Multiplier = d.RestartBackoff.Multiplier
+	}
+	if rb.Jitter == 0 {
+		rb.Jitter = d.RestartBackoff.Jitter
+	}
+	c.RestartBackoff = rb.WithDefaults()
+	if c.CrashLoopExits == 0 {
+		c.CrashLoopExits = d.CrashLoopExits
+	}
+	if c.BaseEnv == nil {
+		c.BaseEnv = d.BaseEnv
+	}
+	return c
+}
+
+// Validate reports the first bad field, by name.
+func (c Config) Validate() error {
+	if c.Log == nil {
+		return fmt.Errorf("%w: log is required", ErrInvalidConfig)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"heartbeat_interval", c.HeartbeatInterval},
+		{"unhealthy_retry", c.UnhealthyRetry},
+		{"probe_timeout", c.ProbeTimeout},
+		{"rpc_timeout", c.RPCTimeout},
+		{"fingerprint_timeout", c.FingerprintTimeout},
+		{"dial_timeout", c.DialTimeout},
+		{"stop_grace", c.StopGrace},
+	} {
+		if d.v < 0 {
+			return fmt.Errorf("%w: %s must not be negative", ErrInvalidConfig, d.name)
+		}
+	}
+	if c.CrashLoopExits < 0 {
+		return fmt.Errorf("%w: crash_loop_exits must not be negative", ErrInvalidConfig)
+	}
+	if err := c.RestartBackoff.Validate(); err != nil {
+		return fmt.Errorf("%w: restart_backoff: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}

@@ -1,0 +1,144 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/csiactor/csiactor/csi"
+)
+
+// send delivers a message to the actor from one of its goroutines.
+func (a *Actor) send(m any) { a.system.Root.Send(a.self, m) }
+
+func (a *Actor) onStarted(ctx actor.Context) {
+	a.system, a.self = ctx.ActorSystem(), ctx.Self()
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	a.status = Status{Description: "starting: connecting to " + a.spec.Socket, Since: time.Now()}
+	a.heart = startTimer(a.ctx, &a.wg, func() { a.send(&heartbeat{a}) })
+	a.heart.Reset(a.cfg.HeartbeatInterval)
+	if a.spec.ExecManaged() {
+		a.rerun = startTimer(a.ctx, &a.wg, func() { a.send(&restartProcess{a}) })
+		a.startProcess()
+	}
+	a.dial()
+	a.log.WithField("socket", a.spec.Socket).Debug("allocation actor started")
+	a.report(ctx)
+}
+
+// onRestarting tears the failed incarnation down; the next one starts from
+// the spec. The parent hears that the client is gone.
+func (a *Actor) onRestarting(ctx actor.Context) {
+	a.log.Warn("allocation actor restarting after a failure")
+	a.teardown("actor restarting after a failure")
+	a.report(ctx)
+}
+
+func (a *Actor) onStopping(ctx actor.Context) {
+	a.teardown(ReasonShutdown)
+	a.sendStopped(ctx, ReasonShutdown)
+}
+
+func (a *Actor) onShutdown(ctx actor.Context, m *Shutdown) {
+	reason := m.Reason
+	if reason == "" {
+		reason = ReasonShutdown
+	}
+	a.teardown(reason)
+	a.sendStopped(ctx, reason)
+	ctx.Stop(ctx.Self())
+}
+
+func (a *Actor) sendStopped(ctx actor.Context, reason string) {
+	if a.sentLast {
+		return
+	}
+	a.sentLast = true
+	a.reported = a.status
+	if p := ctx.Parent(); p != nil {
+		ctx.Send(p, &Stopped{ID: a.spec.ID, Status: a.status, Reason: reason})
+	}
+}
+
+// teardown stops the process, ends every goroutine and waits for them,
+// closes the client and runs the last fingerprint with it closed, so that
+// the final status is unhealthy with reason as its description. It blocks
+// the actor for at most StopGrace plus a few seconds.
+func (a *Actor) teardown(reason string) {
+	if a.done || a.cancel == nil {
+		return
+	}
+	a.done = true
+	a.cancel()
+	if a.proc != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.StopGrace+5*time.Second)
+		if err := a.proc.Stop(ctx, a.cfg.StopGrace); err != nil {
+			a.log.WithError(err).Error("plugin process did not stop")
+		} else {
+			a.log.WithField("status", a.proc.Status()).Info("plugin process stopped")
+		}
+		cancel()
+		a.proc = nil
+	}
+	a.wg.Wait()
+	if c := a.handoff.take(); c != nil {
+		if a.client == nil {
+			a.client = c
+		} else {
+			_ = c.Close()
+		}
+	}
+	if a.client != nil {
+		_ = a.client.Close()
+		// The last fingerprint, with the closed client: it fails at once
+		// (ErrClosed) and leaves the allocation unhealthy with its last
+		// known plugin info, which is what the registry persists.
+		if _, err := fingerprint(context.Background(), a.client, a.spec.Type); err != nil && !errors.Is(err, csi.ErrClosed) {
+			a.log.WithError(err).Debug("last fingerprint")
+		}
+	}
+	a.status.Client = nil
+	a.status.PID, a.status.PIDStart = 0, 0
+	a.setHealth(false, reason)
+	if reason == ReasonDeregistered && a.spec.ExecManaged() {
+		if err := os.RemoveAll(filepath.Dir(a.spec.Socket)); err != nil {
+			a.log.WithError(err).Warn("remove socket directory")
+		}
+	}
+}
+
+// setHealth sets health and description, logging transitions.
+func (a *Actor) setHealth(healthy bool, desc string) {
+	if a.status.Healthy != healthy {
+		a.status.Since = time.Now()
+		if healthy {
+			a.log.Info("plugin allocation healthy")
+		} else {
+			a.log.WithField("reason", desc).Warn("plugin allocation unhealthy")
+		}
+	}
+	a.status.Healthy = healthy
+	a.status.Description = desc
+}
+
+// report sends StatusChanged to the parent when the status differs from
+// the last one sent (the fingerprint's timestamp aside).
+func (a *Actor) report(ctx actor.Context) {
+	if sameStatus(a.status, a.reported) {
+		return
+	}
+	a.reported = a.status
+	if p := ctx.Parent(); p != nil {
+		ctx.Send(p, &StatusChanged{ID: a.spec.ID, Status: a.status})
+	}
+}
+
+func sameStatus(x, y Status) bool {
+	x.Fingerprint.At, y.Fingerprint.At = time.Time{}, time.Time{}
+	return reflect.DeepEqual(x, y)
+}

@@ -1,0 +1,199 @@
+package plugin
+
+import (
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/csiactor/csiactor/csi"
+)
+
+// Type is the kind of an allocation: what services of the plugin it runs.
+type Type string
+
+const (
+	// Controller is an allocation that runs the controller service.
+	Controller Type = "controller"
+	// Node is an allocation that runs the node service.
+	Node Type = "node"
+	// Monolith is an allocation that runs both; it counts as a controller
+	// and as a node.
+	Monolith Type = "monolith"
+)
+
+// Role is one of the two services an allocation can serve: Controller or
+// Node (never Monolith).
+type Role = Type
+
+// Roles returns the roles an allocation of type t serves: one for
+// controller and node, both for monolith.
+func (t Type) Roles() []Role {
+	switch t {
+	case Controller:
+		return []Role{Controller}
+	case Node:
+		return []Role{Node}
+	case Monolith:
+		return []Role{Controller, Node}
+	}
+	return nil
+}
+
+// Serves reports whether an allocation of type t serves role r.
+func (t Type) Serves(r Role) bool { return slices.Contains(t.Roles(), r) }
+
+// ParseType returns the Type named s.
+func ParseType(s string) (Type, error) {
+	switch t := Type(s); t {
+	case Controller, Node, Monolith:
+		return t, nil
+	}
+	return "", fmt.Errorf("%w: type %q: want controller, node or monolith", ErrInvalidSpec, s)
+}
+
+// Spec is what an allocation is: registered through the config file, the
+// API, or restored from the store.
+type Spec struct {
+	// ID names the allocation; it is used as a directory name, so it is
+	// limited to letters, digits, '.', '_' and '-' (at most 64).
+	ID string
+	// Plugin is the plugin name the allocation belongs to.
+	Plugin string
+	Type   Type
+	// Socket is the plugin's unix socket path. For an attached allocation
+	// it is given; for an exec-managed one WithSocket fills it in (given
+	// along with a command, it must be that path already).
+	Socket string
+	// Command makes the allocation exec-managed: the agent runs it. "{endpoint}"
+	// and "{socket}" in any element are replaced with the endpoint
+	// ("unix://" + socket) and the socket path.
+	Command []string
+	// Env is added to the exec-managed process's environment.
+	Env map[string]string
+}
+
+// ExecManaged reports whether the agent runs the plugin process.
+func (s Spec) ExecManaged() bool { return len(s.Command) > 0 }
+
+// Endpoint returns "unix://" + Socket.
+func (s Spec) Endpoint() string { return "unix://" + s.Socket }
+
+// Equal reports whether s and o describe the same allocation.
+func (s Spec) Equal(o Spec) bool {
+	return s.ID == o.ID && s.Plugin == o.Plugin && s.Type == o.Type && s.Socket == o.Socket &&
+		slices.Equal(s.Command, o.Command) && maps.Equal(s.Env, o.Env)
+}
+
+// SocketPath returns the socket path of an exec-managed allocation:
+// <dataDir>/plugins/<id>/csi.sock.
+func SocketPath(dataDir, id string) string {
+	return filepath.Join(dataDir, "plugins", id, "csi.sock")
+}
+
+// WithSocket returns s with Socket set: the normalized given path for an
+// attached allocation, SocketPath(dataDir, ID) for an exec-managed one. It
+// validates s first; a path longer than the unix socket limit is an error
+// naming the socket.
+func (s Spec) WithSocket(dataDir string) (Spec, error) {
+	if err := s.Validate(); err != nil {
+		return s, err
+	}
+	if s.ExecManaged() {
+		if !filepath.IsAbs(dataDir) {
+			return s, fmt.Errorf("%w: data dir %q is not absolute", ErrInvalidSpec, dataDir)
+		}
+		want := SocketPath(dataDir, s.ID)
+		if s.Socket != "" && s.Socket != want && s.Socket != "unix://"+want {
+			return s, fmt.Errorf("%w: socket and command are both set: give socket for an attached plugin, command for one the agent runs", ErrInvalidSpec)
+		}
+		s.Socket = want
+	}
+	path, err := csi.ParseEndpoint(s.Socket)
+	if err != nil {
+		return s, fmt.Errorf("%w: socket: %w", ErrInvalidSpec, err)
+	}
+	s.Socket = path
+	return s, nil
+}
+
+// Validate reports the first bad field of s, by name.
+func (s Spec) Validate() error {
+	if err := validName("id", s.ID, 64); err != nil {
+		return err
+	}
+	if err := validName("plugin", s.Plugin, 128); err != nil {
+		return err
+	}
+	if _, err := ParseType(string(s.Type)); err != nil {
+		return err
+	}
+	switch {
+	case s.Socket == "" && !s.ExecManaged():
+		return fmt.Errorf("%w: socket or command is required", ErrInvalidSpec)
+	case s.Socket != "":
+		if _, err := csi.ParseEndpoint(s.Socket); err != nil {
+			return fmt.Errorf("%w: socket: %w", ErrInvalidSpec, err)
+		}
+	}
+	if s.ExecManaged() && strings.TrimSpace(s.Command[0]) == "" {
+		return fmt.Errorf("%w: command[0] is empty", ErrInvalidSpec)
+	}
+	for i, a := range s.Command {
+		if strings.ContainsRune(a, 0) {
+			return fmt.Errorf("%w: command[%d] contains a NUL byte", ErrInvalidSpec, i)
+		}
+	}
+	if len(s.Env) > 0 && !s.ExecManaged() {
+		return fmt.Errorf("%w: env is only for an allocation with a command", ErrInvalidSpec)
+	}
+	for k, v := range s.Env {
+		switch {
+		case k == "" || strings.ContainsAny(k, "=\x00"):
+			return fmt.Errorf("%w: env: bad variable name %q", ErrInvalidSpec, k)
+		case k == "CSI_ENDPOINT":
+			return fmt.Errorf("%w: env: CSI_ENDPOINT is set by the agent", ErrInvalidSpec)
+		case strings.ContainsRune(v, 0):
+			return fmt.Errorf("%w: env: %s contains a NUL byte", ErrInvalidSpec, k)
+		}
+	}
+	return nil
+}
+
+func validName(field, v string, max int) error {
+	switch {
+	case v == "":
+		return fmt.Errorf("%w: %s is required", ErrInvalidSpec, field)
+	case len(v) > max:
+		return fmt.Errorf("%w: %s is %d bytes, at most %d", ErrInvalidSpec, field, len(v), max)
+	case v == "." || v == "..":
+		return fmt.Errorf("%w: %s %q is not a valid name", ErrInvalidSpec, field, v)
+	}
+	for _, r := range v {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("%w: %s %q: only letters, digits, '.', '_' and '-' are allowed", ErrInvalidSpec, field, v)
+		}
+	}
+	return nil
+}
+
+// command returns the command with {endpoint} and {socket} substituted.
+func (s Spec) command() []string {
+	out := make([]string, len(s.Command))
+	r := strings.NewReplacer("{endpoint}", s.Endpoint(), "{socket}", s.Socket)
+	for i, a := range s.Command {
+		out[i] = r.Replace(a)
+	}
+	return out
+}
+
+// environ returns the process environment: base, then Env, then
+// CSI_ENDPOINT, sorted by name within Env so the order is stable.
+func (s Spec) environ(base []string) []string {
+	env := slices.Clone(base)
+	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+		env = append(env, k+"="+s.Env[k])
+	}
+	return append(env, "CSI_ENDPOINT="+s.Endpoint())
+}
