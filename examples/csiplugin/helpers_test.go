@@ -16,6 +16,7 @@ import (
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/csiactor/csiactor/examples/csiplugin"
+	"github.com/csiactor/csiactor/internal/leakcheck"
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -56,6 +57,14 @@ type testPlugin struct {
 
 	stopOnce sync.Once
 	served   chan error
+}
+
+// checkLeaks fails t if goroutines started during the test outlive it.
+// Call it first: cleanups run last-in first-out, so the check runs after
+// the plugins and mounts the test set up are gone.
+func checkLeaks(t *testing.T) {
+	t.Helper()
+	t.Cleanup(leakcheck.Check(t))
 }
 
 // newTestDir returns a fresh temp dir and makes sure no mount is left

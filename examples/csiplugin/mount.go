@@ -34,7 +34,7 @@ func parseMountFlags(flags []string) (uintptr, error) {
 		for _, one := range strings.Split(f, ",") {
 			b, ok := mountFlagBits[strings.TrimSpace(one)]
 			if !ok {
-				return 0, fmt.Errorf("mount_flags[%d] is not supported (supported: ro, rw, nosuid, nodev, noexec, noatime, nodiratime, relatime)", i)
+				return 0, fmt.Errorf("mount_flags[%d] is not a supported bind mount flag", i)
 			}
 			bits |= b
 		}

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/csiactor/csiactor/examples/csiplugin"
-	"github.com/csiactor/csiactor/internal/leakcheck"
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
 )
 
@@ -26,7 +25,7 @@ func TestSanity(t *testing.T) {
 	if sanityRan.Swap(true) {
 		t.Skip("Ginkgo runs specs once per process; the suite already ran (use -count=1)")
 	}
-	defer leakcheck.Check(t)()
+	checkLeaks(t)
 	base := newTestDir(t)
 	mode := csiplugin.MountMode(os.Getenv(sanityModeEnv))
 	tp := startPlugin(t, csiplugin.Config{
