@@ -16,8 +16,13 @@
 //	err = st.PutVolume(ctx, vol)
 //	vols, err := st.ActiveVolumes(ctx) // at start-up: every volume with claims or past claims
 //
-// Records are kept as JSON, one key per allocation or volume, and written
-// whole. Every write method blocks until its write is on disk.
+// Records are kept one key per allocation or volume and written whole.
+// Allocations are JSON. Volumes use a compact binary form (codec.go),
+// about ten times faster to decode than JSON, so that an agent restarting
+// with 100,000 claimed volumes loads them in a fraction of a second; the
+// store reads JSON volumes too and writes JSON if records.go ever has a
+// field the codec does not know. Every write method blocks until its write
+// is on disk.
 //
 // # Group commit
 //

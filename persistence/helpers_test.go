@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -92,3 +93,6 @@ func volumeWithClaim(id string) Volume {
 		Revision: 3, CreatedAt: now, UpdatedAt: now,
 	}
 }
+
+// testingProcs is GOMAXPROCS, for sizing parallel benchmarks.
+func testingProcs() int { return runtime.GOMAXPROCS(0) }

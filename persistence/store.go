@@ -73,6 +73,9 @@ type Store struct {
 	log  *logrus.Entry
 	db   *bolt.DB
 	m    *metrics
+	// binaryVolumes is true when the binary volume codec covers the
+	// record types as compiled; otherwise volumes are written as JSON.
+	binaryVolumes bool
 
 	// mu guards closed. A writer holds it for reading from its closed
 	// check until its request is queued, so Close (which takes it for
@@ -150,6 +153,11 @@ func open(path string, cfg Config, sc schema) (*Store, error) {
 		reqs:  make(chan *writeReq, cfg.MaxBatchSize),
 		batch: make([]*writeReq, 0, cfg.MaxBatchSize),
 		done:  make(chan struct{}),
+
+		binaryVolumes: volumeCodecCovers(),
+	}
+	if !s.binaryVolumes {
+		s.log.Warn("volume record types differ from the binary codec (codec.go): writing volumes as JSON, which loads slower at start-up")
 	}
 	if err := s.initSchema(sc); err != nil {
 		_ = db.Close()

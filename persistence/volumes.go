@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -39,9 +40,9 @@ func (s *Store) PutVolume(ctx context.Context, v Volume) error {
 	}
 	// Encode in the caller's goroutine: the committer is the one serial
 	// part of every write, so it only copies bytes into the tree.
-	data, err := json.Marshal(&v)
+	data, err := s.encodeVolume(&v)
 	if err != nil {
-		return fmt.Errorf("encode volume %q: %w", v.ID, err)
+		return err
 	}
 	key := []byte(v.ID)
 	active := v.Active()
@@ -93,7 +94,7 @@ func (s *Store) Volume(ctx context.Context, id string) (Volume, error) {
 		if data == nil {
 			return fmt.Errorf("volume %q: %w", id, ErrNotFound)
 		}
-		return s.decode("volume", id, data, &v)
+		return s.decodeVolume(id, data, &v)
 	})
 	if err != nil {
 		return Volume{}, err
@@ -124,7 +125,7 @@ func (s *Store) ForEachVolume(ctx context.Context, fn func(Volume) error) error 
 			}
 			for ; k != nil && len(chunk) < forEachChunk; k, data = c.Next() {
 				var v Volume
-				if err := s.decode("volume", string(k), data, &v); err != nil {
+				if err := s.decodeVolume(string(k), data, &v); err != nil {
 					return err
 				}
 				chunk = append(chunk, v)
@@ -168,7 +169,7 @@ func (s *Store) VolumeIDs(ctx context.Context) ([]string, error) {
 // ActiveVolumes returns every stored volume for which Volume.Active is
 // true, in ID order, in one snapshot: the volumes an agent must hand to
 // volume actors at start-up. It reads them through an index kept with each
-// PutVolume, so idle volumes cost nothing.
+// PutVolume, so idle volumes cost nothing, and decodes them on all CPUs.
 func (s *Store) ActiveVolumes(ctx context.Context) ([]Volume, error) {
 	var out []Volume
 	err := s.view(ctx, func(tx *bolt.Tx) error {
@@ -176,6 +177,9 @@ func (s *Store) ActiveVolumes(ctx context.Context) ([]Volume, error) {
 		idx := tx.Bucket([]byte(bucketVolumesWithWork)).Cursor()
 		// Both buckets are sorted by ID: walk the volumes cursor forward
 		// next to the index, seeking only across gaps of idle volumes.
+		// raw values point into the transaction's pages; they are decoded
+		// (copied) before the transaction ends.
+		var raw [][]byte
 		var vk, data []byte
 		for k, _ := idx.First(); k != nil; k, _ = idx.Next() {
 			if vk != nil {
@@ -190,21 +194,85 @@ func (s *Store) ActiveVolumes(ctx context.Context) ([]Volume, error) {
 				s.log.WithField("volume", string(k)).Warn("active-volume index names a volume that is not stored; skipping it")
 				continue
 			}
-			var v Volume
-			if err := s.decode("volume", string(k), data, &v); err != nil {
-				return err
-			}
-			out = append(out, v)
-			if len(out)%1024 == 0 {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-			}
+			raw = append(raw, data)
 		}
-		return nil
+		out = make([]Volume, len(raw))
+		return s.decodeVolumes(ctx, raw, out)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// decodeVolumes decodes raw[i] into out[i] on up to GOMAXPROCS goroutines
+// and returns the first error. It returns only when all of them are done.
+func (s *Store) decodeVolumes(ctx context.Context, raw [][]byte, out []Volume) error {
+	const minPerWorker = 512
+	workers := min(runtime.GOMAXPROCS(0), (len(raw)+minPerWorker-1)/minPerWorker)
+	if workers <= 1 {
+		return s.decodeVolumeRange(ctx, raw, out)
+	}
+	errs := make(chan error, workers)
+	per := (len(raw) + workers - 1) / workers
+	for lo := 0; lo < len(raw); lo += per {
+		hi := min(len(raw), lo+per)
+		go func() {
+			// Each goroutine reads mapped pages: guard it like any reader.
+			errs <- guard(s.path, func() error { return s.decodeVolumeRange(ctx, raw[lo:hi], out[lo:hi]) })
+		}()
+	}
+	var first error
+	for lo := 0; lo < len(raw); lo += per {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func (s *Store) decodeVolumeRange(ctx context.Context, raw [][]byte, out []Volume) error {
+	for i, data := range raw {
+		if err := decodeVolumeValue(data, &out[i]); err != nil {
+			return fmt.Errorf("store %s: decode volume #%d of the active set: %w: %w", s.path, i, ErrCorrupt, err)
+		}
+		if i%1024 == 1023 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// encodeVolume encodes v for storage: binary when the codec covers the
+// record types as compiled, JSON otherwise (see codec.go).
+func (s *Store) encodeVolume(v *Volume) ([]byte, error) {
+	if s.binaryVolumes {
+		return appendVolume(make([]byte, 0, 512), v), nil
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode volume %q: %w", v.ID, err)
+	}
+	return data, nil
+}
+
+// decodeVolume decodes a stored volume value of either form into v,
+// wrapping ErrCorrupt on failure.
+func (s *Store) decodeVolume(id string, data []byte, v *Volume) error {
+	if err := decodeVolumeValue(data, v); err != nil {
+		return fmt.Errorf("store %s: decode volume %q: %w: %w", s.path, id, ErrCorrupt, err)
+	}
+	return nil
+}
+
+// decodeVolumeValue decodes a binary or JSON volume value. Neither keeps a
+// reference to data.
+func decodeVolumeValue(data []byte, v *Volume) error {
+	if len(data) > 0 && data[0] == volumeFormatBinary {
+		return decodeVolumeBinary(data, v)
+	}
+	*v = Volume{}
+	return json.Unmarshal(data, v)
 }
