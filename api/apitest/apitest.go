@@ -1,0 +1,607 @@
+// Package apitest is a hand-written, in-memory fake of [api.Backend] and a
+// helper that serves it on a real unix socket, for tests of the API, the
+// CLI and programs that embed the client.
+//
+// The fake keeps the contract's visible rules: validation with field-naming
+// errors, the claim limits per access mode, idempotent registration and
+// claims, 409 for deleting a claimed volume, 503 for a plugin without
+// allocations, and an event stream with subscribers. It does not talk to
+// any plugin.
+package apitest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/csiactor/csiactor/api"
+	"github.com/csiactor/csiactor/runtime"
+)
+
+// Backend is the fake. Its zero value is not usable; call NewBackend.
+type Backend struct {
+	// DataDir is used for the socket paths of exec-managed allocations and
+	// for claims' target paths.
+	DataDir string
+	// NodeID is the node ID of every node and monolith allocation.
+	NodeID string
+
+	mu      sync.Mutex               // guards everything below
+	seq     int                      // last allocation sequence number
+	allocs  map[string]*alloc        // by ID
+	volumes map[string]*volume       // by ID
+	events  []runtime.Event          // newest last, at most maxEvents
+	subs    map[*subscriber]struct{} // live subscribers
+	fail    map[string]error         // method name → error to return
+	now     func() time.Time         // clock for events
+}
+
+type alloc struct {
+	seq  int
+	spec runtime.AllocationSpec
+	a    runtime.Allocation
+}
+
+type volume struct {
+	spec runtime.VolumeSpec // as received, secrets included
+	v    runtime.Volume
+}
+
+type subscriber struct {
+	ch     chan runtime.Event
+	closed bool
+}
+
+const maxEvents = 1000
+
+// NewBackend returns an empty fake with DataDir /var/lib/csiactor and
+// NodeID "node-1".
+func NewBackend() *Backend {
+	return &Backend{
+		DataDir: "/var/lib/csiactor",
+		NodeID:  "node-1",
+		allocs:  map[string]*alloc{},
+		volumes: map[string]*volume{},
+		subs:    map[*subscriber]struct{}{},
+		fail:    map[string]error{},
+		now:     time.Now,
+	}
+}
+
+var _ api.Backend = (*Backend)(nil)
+
+// FailWith makes the method named method (like "Claim") return err from
+// now on; a nil err clears it.
+func (b *Backend) FailWith(method string, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err == nil {
+		delete(b.fail, method)
+		return
+	}
+	b.fail[method] = err
+}
+
+// SetClock replaces the clock that stamps events.
+func (b *Backend) SetClock(now func() time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.now = now
+}
+
+// ReceivedVolumeSpec returns the spec volume id was registered or created
+// with, secrets and mount flags included, as the backend received it.
+func (b *Backend) ReceivedVolumeSpec(id string) (runtime.VolumeSpec, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	v, ok := b.volumes[id]
+	if !ok {
+		return runtime.VolumeSpec{}, false
+	}
+	return v.spec, true
+}
+
+// SetHealth sets the health of allocation id.
+func (b *Backend) SetHealth(id string, healthy bool, description string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if a, ok := b.allocs[id]; ok {
+		a.a.Healthy, a.a.HealthDescription = healthy, description
+		b.publishLocked(runtime.Event{Type: runtime.EventHealthChanged, Plugin: a.spec.Plugin, Alloc: id, Message: description})
+	}
+}
+
+// Publish records ev (stamped with the clock if it has no time) and sends
+// it to every subscriber that has room.
+func (b *Backend) Publish(ev runtime.Event) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.publishLocked(ev)
+}
+
+// Subscribers returns how many subscriptions are live.
+func (b *Backend) Subscribers() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.subs)
+}
+
+func (b *Backend) publishLocked(ev runtime.Event) {
+	if ev.Time.IsZero() {
+		ev.Time = b.now().UTC()
+	}
+	b.events = append(b.events, ev)
+	if len(b.events) > maxEvents {
+		b.events = b.events[len(b.events)-maxEvents:]
+	}
+	for s := range b.subs {
+		select {
+		case s.ch <- ev:
+		default: // a slow subscriber loses events
+		}
+	}
+}
+
+func (b *Backend) failLocked(method string) error { return b.fail[method] }
+
+// RegisterAllocation implements api.Backend.
+func (b *Backend) RegisterAllocation(_ context.Context, id string, spec runtime.AllocationSpec) (runtime.Allocation, error) {
+	if err := runtime.ValidateID("id", id); err != nil {
+		return runtime.Allocation{}, err
+	}
+	if err := spec.Validate(); err != nil {
+		return runtime.Allocation{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.failLocked("RegisterAllocation"); err != nil {
+		return runtime.Allocation{}, err
+	}
+	if old, ok := b.allocs[id]; ok {
+		if !reflect.DeepEqual(old.spec, spec) {
+			return runtime.Allocation{}, fmt.Errorf("%w: allocation %s is registered with a different definition", runtime.ErrConflict, id)
+		}
+		return b.viewLocked(old), nil
+	}
+	b.seq++
+	a := &alloc{seq: b.seq, spec: spec, a: runtime.Allocation{
+		ID: id, Plugin: spec.Plugin, Type: spec.Type, Socket: spec.Socket,
+		Command: spec.Command, Env: spec.Env, Healthy: true, HealthDescription: "healthy",
+	}}
+	if spec.Socket == "" {
+		a.a.Socket = filepath.Join(b.DataDir, "plugins", id, "csi.sock")
+	}
+	if spec.Type != runtime.TypeController {
+		a.a.NodeID = b.NodeID
+	}
+	b.allocs[id] = a
+	b.publishLocked(runtime.Event{Type: runtime.EventAllocationRegistered, Plugin: spec.Plugin, Alloc: id, Message: "registered " + spec.Type})
+	return b.viewLocked(a), nil
+}
+
+// viewLocked returns a's allocation with its singleton flag: the newest
+// allocation of its plugin and type.
+func (b *Backend) viewLocked(a *alloc) runtime.Allocation {
+	out := a.a
+	out.Singleton = true
+	for _, o := range b.allocs {
+		if o.spec.Plugin == a.spec.Plugin && o.spec.Type == a.spec.Type && o.seq > a.seq {
+			out.Singleton = false
+		}
+	}
+	return out
+}
+
+// DeregisterAllocation implements api.Backend.
+func (b *Backend) DeregisterAllocation(_ context.Context, id string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.failLocked("DeregisterAllocation"); err != nil {
+		return err
+	}
+	a, ok := b.allocs[id]
+	if !ok {
+		return fmt.Errorf("%w: allocation %s", runtime.ErrNotFound, id)
+	}
+	delete(b.allocs, id)
+	b.publishLocked(runtime.Event{Type: runtime.EventAllocationDeregistered, Plugin: a.spec.Plugin, Alloc: id, Message: "deregistered"})
+	return nil
+}
+
+// Allocations implements api.Backend.
+func (b *Backend) Allocations(context.Context) ([]runtime.Allocation, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.failLocked("Allocations"); err != nil {
+		return nil, err
+	}
+	return b.allocationsLocked(""), nil
+}
+
+func (b *Backend) allocationsLocked(plugin string) []runtime.Allocation {
+	as := make([]*alloc, 0, len(b.allocs))
+	for _, a := range b.allocs {
+		if plugin == "" || a.spec.Plugin == plugin {
+			as = append(as, a)
+		}
+	}
+	sort.Slice(as, func(i, j int) bool {
+		if as[i].spec.Plugin != as[j].spec.Plugin {
+			return as[i].spec.Plugin < as[j].spec.Plugin
+		}
+		if as[i].spec.Type != as[j].spec.Type {
+			return as[i].spec.Type < as[j].spec.Type
+		}
+		return as[i].seq > as[j].seq
+	})
+	out := make([]runtime.Allocation, 0, len(as))
+	for _, a := range as {
+		out = append(out, b.viewLocked(a))
+	}
+	return out
+}
+
+// Plugins implements api.Backend.
+func (b *Backend) Plugins(context.Context) ([]runtime.Plugin, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.failLocked("Plugins"); err != nil {
+		return nil, err
+	}
+	names := map[string]bool{}
+	for _, a := range b.allocs {
+		names[a.spec.Plugin] = true
+	}
+	out := []runtime.Plugin{}
+	for _, n := range slices.Sorted(maps.Keys(names)) {
+		out = append(out, b.pluginLocked(n))
+	}
+	return out, nil
+}
+
+// Plugin implements api.Backend.
+func (b *Backend) Plugin(_ context.Context, name string) (runtime.Plugin, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.failLocked("Plugin"); err != nil {
+		return runtime.Plugin{}, err
+	}
+	p := b.pluginLocked(name)
+	if len(p.Allocations) == 0 {
+		return runtime.Plugin{}, fmt.Errorf("%w: plugin %s", runtime.ErrNotFound, name)
+	}
+	return p, nil
+}
+
+func (b *Backend) pluginLocked(name string) runtime.Plugin {
+	p := runtime.Plugin{Name: name, Provider: "fake.csi.csiactor.dev", Version: "1.0.0", Allocations: b.allocationsLocked(name)}
+	for _, a := range p.Allocations {
+		if a.Type != runtime.TypeNode {
+			p.ControllersExpected++
+			if a.Healthy {
+				p.ControllersHealthy++
+			}
+		}
+		if a.Type != runtime.TypeController {
+			p.NodesExpected++
+			if a.Healthy {
+				p.NodesHealthy++
+			}
+		}
+	}
+	return p
+}
+
+func (b *Backend) hasAllocLocked(plugin string, controller bool) bool {
+	for _, a := range b.allocs {
+		if a.spec.Plugin == plugin && a.a.Healthy && (!controller || a.spec.Type != runtime.TypeNode) {
+			return true
+		}
+	}
+	return false
+}
+
+// RegisterVolume implements api.Backend.
+func (b *Backend) RegisterVolume(_ context.Context, id string, spec runtime.VolumeSpec) (runtime.Volume, error) {
+	if err := runtime.ValidateID("id", id); err != nil {
+		return runtime.Volume{}, err
+	}
+	if err := spec.Validate(); err != nil {
+		return runtime.Volume{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.failLocked("RegisterVolume"); err != nil {
+		return runtime.Volume{}, err
+	}
+	if old, ok := b.volumes[id]; ok {
+		if !reflect.DeepEqual(old.spec, spec) {
+			return runtime.Volume{}, fmt.Errorf("%w: volume %s is registered with a different definition", runtime.ErrConflict, id)
+		}
+		return copyVolume(old.v), nil
+	}
+	if !b.hasAllocLocked(spec.Plugin, false) {
+		return runtime.Volume{}, fmt.Errorf("%w: no healthy allocation of plugin %s", runtime.ErrPluginUnavailable, spec.Plugin)
+	}
+	v := &volume{spec: spec, v: runtime.Volume{
+		ID: id, Plugin: spec.Plugin, ExternalID: spec.ExternalID, Capabilities: spec.Capabilities,
+		MountOptions: spec.MountOptions.Redacted(), Parameters: spec.Parameters, Context: spec.Context,
+		Claims: []runtime.Claim{}, PastClaims: []runtime.Claim{},
+	}}
+	b.volumes[id] = v
+	b.publishLocked(runtime.Event{Type: runtime.EventVolumeRegistered, Plugin: spec.Plugin, Volume: id, Message: "registered"})
+	return copyVolume(v.v), nil
+}
+
+// CreateVolume implements api.Backend.
+func (b *Backend) CreateVolume(_ context.Context, spec runtime.CreateVolumeSpec) (runtime.Volume, error) {
+	if err := spec.Validate(); err != nil {
+		return runtime.Volume{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.failLocked("CreateVolume"); err != nil {
+		return runtime.Volume{}, err
+	}
+	if _, ok := b.volumes[spec.ID]; ok {
+		return runtime.Volume{}, fmt.Errorf("%w: volume %s exists", runtime.ErrConflict, spec.ID)
+	}
+	if !b.hasAllocLocked(spec.Plugin, true) {
+		return runtime.Volume{}, fmt.Errorf("%w: no healthy controller of plugin %s", runtime.ErrPluginUnavailable, spec.Plugin)
+	}
+	s := spec.VolumeSpec
+	s.ExternalID = "ext-" + spec.ID
+	v := &volume{spec: s, v: runtime.Volume{
+		ID: spec.ID, Plugin: s.Plugin, ExternalID: s.ExternalID, Capabilities: s.Capabilities,
+		MountOptions: s.MountOptions.Redacted(), Parameters: s.Parameters, Context: s.Context,
+		CapacityBytes: spec.CapacityBytes, Claims: []runtime.Claim{}, PastClaims: []runtime.Claim{},
+	}}
+	b.volumes[spec.ID] = v
+	b.publishLocked(runtime.Event{Type: runtime.EventVolumeCreated, Plugin: s.Plugin, Volume: spec.ID, Message: "created"})
+	return copyVolume(v.v), nil
+}
+
+// DeleteVolume implements api.Backend.
+func (b *Backend) DeleteVolume(_ context.Context, id string, deleteToo bool) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.failLocked("DeleteVolume"); err != nil {
+		return err
+	}
+	v, ok := b.volumes[id]
+	if !ok {
+		return fmt.Errorf("%w: volume %s", runtime.ErrNotFound, id)
+	}
+	if n := len(v.v.Claims) + len(v.v.PastClaims); n > 0 {
+		return fmt.Errorf("%w: volume %s has %d claims and past claims", runtime.ErrConflict, id, n)
+	}
+	delete(b.volumes, id)
+	typ, msg := runtime.EventVolumeDeregistered, "deregistered"
+	if deleteToo {
+		typ, msg = runtime.EventVolumeDeleted, "deleted"
+	}
+	b.publishLocked(runtime.Event{Type: typ, Plugin: v.v.Plugin, Volume: id, Message: msg})
+	return nil
+}
+
+// Volumes implements api.Backend. The node filter matches volumes with
+// claims when it equals NodeID.
+func (b *Backend) Volumes(_ context.Context, f runtime.VolumeFilter) ([]runtime.Volume, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.failLocked("Volumes"); err != nil {
+		return nil, err
+	}
+	out := []runtime.Volume{}
+	for _, id := range slices.Sorted(maps.Keys(b.volumes)) {
+		v := b.volumes[id].v
+		if f.Plugin != "" && v.Plugin != f.Plugin {
+			continue
+		}
+		if f.Node != "" && (f.Node != b.NodeID || len(v.Claims) == 0) {
+			continue
+		}
+		out = append(out, copyVolume(v))
+	}
+	return out, nil
+}
+
+// Volume implements api.Backend.
+func (b *Backend) Volume(_ context.Context, id string) (runtime.Volume, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.failLocked("Volume"); err != nil {
+		return runtime.Volume{}, err
+	}
+	v, ok := b.volumes[id]
+	if !ok {
+		return runtime.Volume{}, fmt.Errorf("%w: volume %s", runtime.ErrNotFound, id)
+	}
+	return copyVolume(v.v), nil
+}
+
+// Claim implements api.Backend with the claim limits of DESIGN §4.
+func (b *Backend) Claim(_ context.Context, volumeID string, req runtime.ClaimRequest) (runtime.Claim, error) {
+	if err := req.Validate(); err != nil {
+		return runtime.Claim{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.failLocked("Claim"); err != nil {
+		return runtime.Claim{}, err
+	}
+	v, ok := b.volumes[volumeID]
+	if !ok {
+		return runtime.Claim{}, fmt.Errorf("%w: volume %s", runtime.ErrNotFound, volumeID)
+	}
+	capOK := false
+	for _, c := range v.v.Capabilities {
+		capOK = capOK || (c.AccessMode == req.AccessMode && c.AttachmentMode == req.AttachmentMode)
+	}
+	if !capOK {
+		return runtime.Claim{}, fmt.Errorf("%w: volume %s has no capability %s/%s", runtime.ErrInvalid, volumeID, req.AccessMode, req.AttachmentMode)
+	}
+	readers, writers := 0, 0
+	for _, c := range v.v.Claims {
+		if c.Alloc == req.Alloc {
+			if c.Mode == req.Mode && c.AccessMode == req.AccessMode && c.AttachmentMode == req.AttachmentMode {
+				return c, nil // the same claim again
+			}
+			return runtime.Claim{}, fmt.Errorf("%w: alloc %s already claims volume %s for %s", runtime.ErrConflict, req.Alloc, volumeID, c.Mode)
+		}
+		if c.Mode == runtime.ModeWrite {
+			writers++
+		} else {
+			readers++
+		}
+	}
+	if err := claimLimit(req, readers, writers); err != nil {
+		return runtime.Claim{}, fmt.Errorf("%w: volume %s: %s", runtime.ErrConflict, volumeID, err.Error())
+	}
+	rw := "rw"
+	if req.Mode == runtime.ModeRead {
+		rw = "ro"
+	}
+	usage := rw + "-" + req.AttachmentMode + "-" + req.AccessMode
+	c := runtime.Claim{
+		Alloc: req.Alloc, Mode: req.Mode, AccessMode: req.AccessMode, AttachmentMode: req.AttachmentMode,
+		State:      runtime.ClaimPublished,
+		TargetPath: filepath.Join(b.DataDir, "volumes", v.v.Plugin, "per-alloc", req.Alloc, volumeID, usage),
+	}
+	v.v.Claims = append(v.v.Claims, c)
+	b.publishLocked(runtime.Event{Type: runtime.EventClaimPublished, Plugin: v.v.Plugin, Alloc: req.Alloc, Volume: volumeID, Message: "published at " + c.TargetPath})
+	return c, nil
+}
+
+// claimLimit applies the per-access-mode limits to a new claim, given the
+// other claims' counts.
+func claimLimit(req runtime.ClaimRequest, readers, writers int) error {
+	switch req.AccessMode {
+	case "single-node-reader-only":
+		if readers > 0 {
+			return errors.New("single-node-reader-only allows one reader")
+		}
+	case "single-node-writer", "single-node-single-writer":
+		if readers+writers > 0 {
+			return fmt.Errorf("%s allows one claim in all", req.AccessMode)
+		}
+	case "multi-node-single-writer":
+		if req.Mode == runtime.ModeWrite && writers > 0 {
+			return errors.New("multi-node-single-writer allows one writer")
+		}
+	}
+	return nil
+}
+
+// Release implements api.Backend: the claim becomes a past claim in state
+// taken.
+func (b *Backend) Release(_ context.Context, volumeID, allocID string) (runtime.Claim, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.failLocked("Release"); err != nil {
+		return runtime.Claim{}, err
+	}
+	v, ok := b.volumes[volumeID]
+	if !ok {
+		return runtime.Claim{}, fmt.Errorf("%w: volume %s", runtime.ErrNotFound, volumeID)
+	}
+	for i, c := range v.v.Claims {
+		if c.Alloc == allocID {
+			v.v.Claims = slices.Delete(v.v.Claims, i, i+1)
+			c.State = runtime.ClaimTaken
+			v.v.PastClaims = append(v.v.PastClaims, c)
+			b.publishLocked(runtime.Event{Type: runtime.EventClaimReleased, Plugin: v.v.Plugin, Alloc: allocID, Volume: volumeID, Message: "released"})
+			return c, nil
+		}
+	}
+	for _, c := range v.v.PastClaims {
+		if c.Alloc == allocID {
+			return c, nil // released already: the same past claim
+		}
+	}
+	return runtime.Claim{}, fmt.Errorf("%w: alloc %s has no claim on volume %s", runtime.ErrNotFound, allocID, volumeID)
+}
+
+// Events implements api.Backend.
+func (b *Backend) Events(context.Context) ([]runtime.Event, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.failLocked("Events"); err != nil {
+		return nil, err
+	}
+	return slices.Clone(b.events), nil
+}
+
+// Subscribe implements api.Backend: the channel gets the recent events and
+// then new ones, and is closed when ctx is done.
+func (b *Backend) Subscribe(ctx context.Context) (<-chan runtime.Event, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.failLocked("Subscribe"); err != nil {
+		return nil, err
+	}
+	s := &subscriber{ch: make(chan runtime.Event, len(b.events)+64)}
+	for _, ev := range b.events {
+		s.ch <- ev
+	}
+	b.subs[s] = struct{}{}
+	context.AfterFunc(ctx, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		delete(b.subs, s)
+		if !s.closed {
+			s.closed = true
+			close(s.ch)
+		}
+	})
+	return s.ch, nil
+}
+
+func copyVolume(v runtime.Volume) runtime.Volume {
+	v.Claims = append([]runtime.Claim{}, v.Claims...)
+	v.PastClaims = append([]runtime.Claim{}, v.PastClaims...)
+	return v
+}
+
+// Serve serves the full API handler over b on a real unix socket in a
+// temporary directory, and returns its address ("unix:///…/api.sock"). The
+// server is closed, and its goroutines waited for, when t ends.
+func Serve(t testing.TB, b api.Backend, opts api.Options) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "api.sock")
+	l, err := api.ListenUnix(path)
+	if err != nil {
+		t.Fatalf("apitest: %v", err)
+	}
+	ServeListener(t, l, api.NewHandler(b, opts))
+	return "unix://" + path
+}
+
+// ServeListener serves h on l until t ends; then it closes the server and
+// waits for Serve to return.
+func ServeListener(t testing.TB, l net.Listener, h http.Handler) {
+	t.Helper()
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(l)
+	}()
+	t.Cleanup(func() {
+		_ = srv.Close()
+		<-done
+	})
+}

@@ -1,0 +1,30 @@
+// Package api is csiactor's HTTP API: the handlers that serve a [Backend]
+// (the runtime) and the typed [Client] that the CLI and embedders use to
+// talk to an agent.
+//
+// # Basics
+//
+// The agent serves [NewHandler] on its unix socket, made by [ListenUnix]
+// with mode 0600: the full API. On its TCP address it serves
+// [NewTCPHandler]: /metrics and GET /v1/health, and the full API only to
+// requests that carry the configured bearer token.
+//
+// Bodies are JSON with snake_case fields (the types of package runtime).
+// Errors are {"error": "..."} with 400 for bad input (the message names the
+// field), 401 for a missing or wrong token, 404 for an unknown object or
+// route, 405 for a wrong method, 409 for a conflict (claim limit, volume in
+// use), 413 for a body over the limit, 503 when the plugin is unavailable
+// or the agent is shutting down, and 500 otherwise. GET /v1/events writes
+// newline-delimited JSON; with ?follow=true it keeps streaming until the
+// client goes away.
+//
+// [Client] mirrors [Backend] over HTTP, so either can be used where the
+// other is expected. Its errors are [*Error] (the agent answered with an
+// error status; errors.Is matches the runtime sentinels) or
+// [*UnreachableError] (no agent at the address).
+//
+// # Caveats
+//
+// Request logs carry method, path, status and duration only: never a
+// body, so never a secret or a mount flag.
+package api

@@ -1,0 +1,640 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/csiactor/csiactor/runtime"
+)
+
+// DefaultMaxBodyBytes is the largest request body the handlers read when
+// Options.MaxBodyBytes is zero.
+const DefaultMaxBodyBytes = 1 << 20
+
+// Options configures the handlers.
+type Options struct {
+	// Log receives one line per request (method, path, status, duration).
+	// Nil discards them.
+	Log *logrus.Entry
+	// MaxBodyBytes limits request bodies; larger ones get 413. Zero means
+	// DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Metrics, when set, is served at GET /metrics.
+	Metrics http.Handler
+}
+
+// NewHandler returns the full API over b, as served on the agent's unix
+// socket: every /v1 route, and /metrics when opts.Metrics is set.
+func NewHandler(b Backend, opts Options) http.Handler {
+	s := newServer(b, opts)
+	return s.logged(s)
+}
+
+// NewTCPHandler returns the handler of the agent's TCP listener: /metrics
+// (when opts.Metrics is set) and GET /v1/health for anyone; the rest of the
+// API only when token is not empty, and then only for requests with
+// "Authorization: Bearer <token>" (401 otherwise). Without a token the rest
+// of the API answers 404 with a hint.
+func NewTCPHandler(b Backend, token string, opts Options) http.Handler {
+	s := newServer(b, opts)
+	want := sha256.Sum256([]byte(token))
+	return s.logged(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/health" || r.URL.Path == "/metrics" {
+			s.ServeHTTP(w, r)
+			return
+		}
+		if token == "" {
+			writeError(w, http.StatusNotFound, "the API is served on the agent's unix socket only; set api.token_file to serve it over TCP")
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		// Compare digests so that the comparison takes the same time
+		// whatever the token's length.
+		sum := sha256.Sum256([]byte(got))
+		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="csiactor"`)
+			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			return
+		}
+		s.ServeHTTP(w, r)
+	}))
+}
+
+type server struct {
+	b       Backend
+	log     *logrus.Entry
+	maxBody int64
+	mux     *http.ServeMux
+}
+
+func newServer(b Backend, opts Options) *server {
+	s := &server{b: b, log: opts.Log, maxBody: opts.MaxBodyBytes, mux: http.NewServeMux()}
+	if s.log == nil {
+		l := logrus.New()
+		l.SetOutput(io.Discard)
+		s.log = logrus.NewEntry(l)
+	}
+	if s.maxBody <= 0 {
+		s.maxBody = DefaultMaxBodyBytes
+	}
+	m := s.mux
+	m.HandleFunc("GET /v1/health", s.health)
+	m.HandleFunc("GET /v1/plugins", s.plugins)
+	m.HandleFunc("GET /v1/plugins/{name}", s.plugin)
+	m.HandleFunc("GET /v1/allocations", s.allocations)
+	m.HandleFunc("PUT /v1/allocations/{id}", s.registerAllocation)
+	m.HandleFunc("DELETE /v1/allocations/{id}", s.deregisterAllocation)
+	m.HandleFunc("GET /v1/volumes", s.volumes)
+	m.HandleFunc("POST /v1/volumes", s.createVolume)
+	m.HandleFunc("GET /v1/volumes/{id}", s.volume)
+	m.HandleFunc("PUT /v1/volumes/{id}", s.registerVolume)
+	m.HandleFunc("DELETE /v1/volumes/{id}", s.deleteVolume)
+	m.HandleFunc("POST /v1/volumes/{id}/claims", s.claim)
+	m.HandleFunc("DELETE /v1/volumes/{id}/claims/{alloc}", s.release)
+	m.HandleFunc("GET /v1/events", s.events)
+	if opts.Metrics != nil {
+		m.Handle("GET /metrics", opts.Metrics)
+	}
+	return s
+}
+
+// ServeHTTP routes r, turning the mux's own plain-text 404 and 405 answers
+// into JSON ones, and its redirects of non-canonical paths into 400s.
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// The mux redirects paths that are not canonical ("/v1//x", "/a/../b")
+	// to their cleaned form. Never redirect: a client that follows would
+	// send a DELETE meant for one object to another. Refuse instead.
+	if c := cleanPath(r.URL.Path); c != r.URL.Path {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("path %q is not canonical (cleaned, it is %q)", r.URL.Path, c))
+		return
+	}
+	if _, pattern := s.mux.Handler(r); pattern != "" {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	rec := &headerRecorder{header: http.Header{}}
+	s.mux.ServeHTTP(rec, r)
+	switch {
+	case rec.status == http.StatusMethodNotAllowed:
+		w.Header().Set("Allow", rec.header.Get("Allow"))
+		writeError(w, rec.status, fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, rec.header.Get("Allow")))
+	case rec.status >= 300 && rec.status < 400:
+		// Any other redirect (there is none with these patterns).
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such API route: %s %s (try %s)", r.Method, r.URL.Path, rec.header.Get("Location")))
+	default:
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such API route: %s %s", r.Method, r.URL.Path))
+	}
+}
+
+// cleanPath is the canonical form of an URL path, as the mux computes it:
+// path.Clean, keeping a trailing slash.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
+}
+
+// headerRecorder keeps the status and headers of the mux's built-in
+// answers and drops their plain-text bodies.
+type headerRecorder struct {
+	header http.Header
+	status int
+}
+
+func (h *headerRecorder) Header() http.Header         { return h.header }
+func (h *headerRecorder) Write(p []byte) (int, error) { return len(p), nil }
+func (h *headerRecorder) WriteHeader(status int)      { h.status = status }
+
+func (s *server) health(w http.ResponseWriter, r *http.Request) {
+	if !s.noQuery(w, r) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *server) plugins(w http.ResponseWriter, r *http.Request) {
+	if !s.noQuery(w, r) {
+		return
+	}
+	ps, err := s.b.Plugins(r.Context())
+	if err != nil {
+		writeBackendError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, nonNil(ps))
+}
+
+func (s *server) plugin(w http.ResponseWriter, r *http.Request) {
+	name, ok := pathID(w, r, "name")
+	if !ok || !s.noQuery(w, r) {
+		return
+	}
+	p, err := s.b.Plugin(r.Context(), name)
+	if err != nil {
+		writeBackendError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+func (s *server) allocations(w http.ResponseWriter, r *http.Request) {
+	if !s.noQuery(w, r) {
+		return
+	}
+	as, err := s.b.Allocations(r.Context())
+	if err != nil {
+		writeBackendError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, nonNil(as))
+}
+
+func (s *server) registerAllocation(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, "id")
+	if !ok || !s.noQuery(w, r) {
+		return
+	}
+	var spec runtime.AllocationSpec
+	if !s.decode(w, r, &spec) || !valid(w, spec.Validate()) {
+		return
+	}
+	a, err := s.b.RegisterAllocation(r.Context(), id, spec)
+	if err != nil {
+		writeBackendError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, a)
+}
+
+func (s *server) deregisterAllocation(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, "id")
+	if !ok || !s.noQuery(w, r) {
+		return
+	}
+	if err := s.b.DeregisterAllocation(r.Context(), id); err != nil {
+		writeBackendError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *server) volumes(w http.ResponseWriter, r *http.Request) {
+	q, ok := query(w, r, "plugin", "node")
+	if !ok {
+		return
+	}
+	f := runtime.VolumeFilter{Plugin: q.Get("plugin"), Node: q.Get("node")}
+	if !valid(w, f.Validate()) {
+		return
+	}
+	vs, err := s.b.Volumes(r.Context(), f)
+	if err != nil {
+		writeBackendError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, nonNil(vs))
+}
+
+func (s *server) volume(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, "id")
+	if !ok || !s.noQuery(w, r) {
+		return
+	}
+	v, err := s.b.Volume(r.Context(), id)
+	if err != nil {
+		writeBackendError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *server) registerVolume(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, "id")
+	if !ok || !s.noQuery(w, r) {
+		return
+	}
+	var spec runtime.VolumeSpec
+	if !s.decode(w, r, &spec) || !valid(w, spec.Validate()) {
+		return
+	}
+	v, err := s.b.RegisterVolume(r.Context(), id, spec)
+	if err != nil {
+		writeBackendError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *server) createVolume(w http.ResponseWriter, r *http.Request) {
+	if !s.noQuery(w, r) {
+		return
+	}
+	var spec runtime.CreateVolumeSpec
+	if !s.decode(w, r, &spec) || !valid(w, spec.Validate()) {
+		return
+	}
+	v, err := s.b.CreateVolume(r.Context(), spec)
+	if err != nil {
+		writeBackendError(w, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/volumes/"+url.PathEscape(v.ID))
+	writeJSON(w, http.StatusCreated, v)
+}
+
+func (s *server) deleteVolume(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, "id")
+	if !ok {
+		return
+	}
+	q, ok := query(w, r, "delete")
+	if !ok {
+		return
+	}
+	deleteToo, ok := boolParam(w, q, "delete")
+	if !ok {
+		return
+	}
+	if err := s.b.DeleteVolume(r.Context(), id, deleteToo); err != nil {
+		writeBackendError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *server) claim(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, "id")
+	if !ok || !s.noQuery(w, r) {
+		return
+	}
+	var req runtime.ClaimRequest
+	if !s.decode(w, r, &req) || !valid(w, req.Validate()) {
+		return
+	}
+	c, err := s.b.Claim(r.Context(), id, req)
+	if err != nil {
+		writeBackendError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, c)
+}
+
+func (s *server) release(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, "id")
+	if !ok {
+		return
+	}
+	alloc, ok := pathID(w, r, "alloc")
+	if !ok || !s.noQuery(w, r) {
+		return
+	}
+	c, err := s.b.Release(r.Context(), id, alloc)
+	if err != nil {
+		writeBackendError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, c)
+}
+
+func (s *server) events(w http.ResponseWriter, r *http.Request) {
+	q, ok := query(w, r, "follow")
+	if !ok {
+		return
+	}
+	follow, ok := boolParam(w, q, "follow")
+	if !ok {
+		return
+	}
+	if !follow {
+		evs, err := s.b.Events(r.Context())
+		if err != nil {
+			writeBackendError(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.WriteHeader(http.StatusOK)
+		enc := json.NewEncoder(w)
+		for _, ev := range evs {
+			if enc.Encode(ev) != nil {
+				return
+			}
+		}
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	ch, err := s.b.Subscribe(ctx)
+	if err != nil {
+		writeBackendError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	if rc.Flush() != nil {
+		return
+	}
+	enc := json.NewEncoder(w)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-ch:
+			if !ok {
+				return
+			}
+			if enc.Encode(ev) != nil || rc.Flush() != nil {
+				return
+			}
+		}
+	}
+}
+
+// decode reads the JSON body of r into v, answering 413 or 400 (naming the
+// field or the position) when it cannot.
+func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		// Exactly one JSON value: anything after it but white space is
+		// an error.
+		if _, terr := dec.Token(); terr != io.EOF {
+			if terr == nil {
+				err = errors.New("trailing data after the JSON object")
+			} else {
+				err = terr
+			}
+		}
+	}
+	if err == nil {
+		return true
+	}
+	var (
+		maxErr    *http.MaxBytesError
+		syntaxErr *json.SyntaxError
+		typeErr   *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &maxErr):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", maxErr.Limit))
+	case errors.Is(err, io.EOF):
+		writeError(w, http.StatusBadRequest, "request body is empty; want a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		writeError(w, http.StatusBadRequest, "request body is truncated JSON")
+	case errors.As(err, &syntaxErr):
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid JSON at byte %d: %s", syntaxErr.Offset, syntaxErr.Error()))
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			field = "body"
+		}
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s: want %s, got JSON %s", field, jsonKind(typeErr.Type.String()), typeErr.Value))
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		writeError(w, http.StatusBadRequest, "unknown field "+strings.TrimPrefix(err.Error(), "json: unknown field "))
+	default:
+		writeError(w, http.StatusBadRequest, "invalid request body: "+err.Error())
+	}
+	return false
+}
+
+// jsonKind describes a Go type in JSON terms.
+func jsonKind(goType string) string {
+	switch {
+	case goType == "string":
+		return "a string"
+	case strings.HasPrefix(goType, "int"), strings.HasPrefix(goType, "uint"), strings.HasPrefix(goType, "float"):
+		return "a number"
+	case goType == "bool":
+		return "true or false"
+	case strings.HasPrefix(goType, "[]"):
+		return "an array"
+	case strings.HasPrefix(goType, "map["):
+		return "an object"
+	}
+	return "an object"
+}
+
+// pathID returns the path value name, validated as an ID (400 otherwise).
+func pathID(w http.ResponseWriter, r *http.Request, name string) (string, bool) {
+	id := r.PathValue(name)
+	return id, valid(w, runtime.ValidateID(name, id))
+}
+
+// query returns r's query parameters, answering 400 for one that is not
+// in known or that is given twice.
+func query(w http.ResponseWriter, r *http.Request, known ...string) (url.Values, bool) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid query string")
+		return nil, false
+	}
+	for k, vs := range q {
+		found := false
+		for _, kk := range known {
+			found = found || k == kk
+		}
+		if !found {
+			msg := fmt.Sprintf("unknown query parameter %q", k)
+			if len(known) > 0 {
+				msg += " (known: " + strings.Join(known, ", ") + ")"
+			}
+			writeError(w, http.StatusBadRequest, msg)
+			return nil, false
+		}
+		if len(vs) > 1 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("query parameter %q given %d times", k, len(vs)))
+			return nil, false
+		}
+	}
+	return q, true
+}
+
+func (s *server) noQuery(w http.ResponseWriter, r *http.Request) bool {
+	_, ok := query(w, r)
+	return ok
+}
+
+// boolParam parses the query parameter name; absent means false.
+func boolParam(w http.ResponseWriter, q url.Values, name string) (bool, bool) {
+	v := q.Get(name)
+	if v == "" {
+		return false, true
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s: %q: want true or false", name, v))
+		return false, false
+	}
+	return b, true
+}
+
+// valid answers 400 with err's message when err is not nil.
+func valid(w http.ResponseWriter, err error) bool {
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return false
+	}
+	return true
+}
+
+// StatusCode returns the HTTP status the API answers for a Backend error.
+func StatusCode(err error) int {
+	switch {
+	case errors.Is(err, runtime.ErrInvalid):
+		return http.StatusBadRequest
+	case errors.Is(err, runtime.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, runtime.ErrConflict):
+		return http.StatusConflict
+	case errors.Is(err, runtime.ErrPluginUnavailable), errors.Is(err, runtime.ErrShutdown):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+func writeBackendError(w http.ResponseWriter, err error) {
+	writeError(w, StatusCode(err), err.Error())
+}
+
+// errorBody is the JSON body of every error answer.
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, errorBody{Error: msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(errorBody{Error: "encode response: " + err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// logged wraps h with one log line per request: method, path, status and
+// duration. GETs log at debug, other methods at info, server errors at
+// warn.
+func (s *server) logged(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		h.ServeHTTP(sw, r)
+		if sw.status == 0 {
+			sw.status = http.StatusOK
+		}
+		e := s.log.WithFields(logrus.Fields{
+			"method":   r.Method,
+			"path":     r.URL.Path,
+			"status":   sw.status,
+			"duration": time.Since(start).Round(time.Microsecond).String(),
+		})
+		switch {
+		case sw.status >= 500:
+			e.Warn("request failed")
+		case r.Method == http.MethodGet || r.Method == http.MethodHead:
+			e.Debug("request")
+		default:
+			e.Info("request")
+		}
+	})
+}
+
+// statusWriter records the status written through it. Unwrap lets
+// http.ResponseController reach the underlying writer's Flush.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
