@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -64,9 +63,6 @@ func (s *Store) write(ctx context.Context, apply func(tx *bolt.Tx) error) error 
 // drained.
 func (s *Store) run() {
 	defer close(s.done)
-	// A fault on the mmap (a truncated file) panics instead of crashing the
-	// process; guard recovers it.
-	debug.SetPanicOnFault(true)
 	for first := range s.reqs {
 		s.commit(first)
 	}
