@@ -11,6 +11,9 @@
 //     give-up (stop the child, tell the parent with [ChildGaveUp]) after too
 //     many failures within a window.
 //   - [RestartCounter] feeds csiactor_actor_restarts_total {kind}.
+//   - [Broker] fans events out to subscribers without letting a slow one
+//     stall the publisher (bounded queue per subscriber, oldest dropped,
+//     a lag marker in their place).
 //   - [Request] asks an actor from outside the actor system with a context:
 //     it returns when the reply arrives, the context ends, or the timeout
 //     passes, whichever is first.
