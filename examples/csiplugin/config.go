@@ -1,6 +1,7 @@
 package csiplugin
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -133,6 +134,26 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: mount_mode %q: want auto, bind or symlink", ErrInvalidConfig, c.MountMode)
 	}
 	return nil
+}
+
+// RegisterFlags defines flags for c's fields on fs, with c's current values
+// as defaults: -endpoint, -state-dir, -node-id, -name,
+// -max-volumes-per-node and -mount-mode. The logger is left to the caller.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Endpoint, "endpoint", c.Endpoint, "unix socket to serve: unix:///path or a path")
+	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for the volumes and the state file")
+	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "node id to report (default: the hostname)")
+	fs.StringVar(&c.Name, "name", c.Name, "plugin name to report")
+	fs.Int64Var(&c.MaxVolumesPerNode, "max-volumes-per-node", c.MaxVolumesPerNode, "volumes that may be published to the node at once (0: no limit)")
+	fs.Func("mount-mode", "auto, bind or symlink (default auto: bind as root, symlink otherwise)", func(s string) error {
+		m := MountMode(s)
+		switch m {
+		case MountModeAuto, MountModeBind, MountModeSymlink:
+			c.MountMode = m
+			return nil
+		}
+		return fmt.Errorf("want auto, bind or symlink")
+	})
 }
 
 // ParseEndpoint returns the socket path of a "unix:///path" endpoint or of

@@ -309,3 +309,31 @@ func TestController_ValidateVolumeCapabilities(t *testing.T) {
 	})
 	wantCode(t, "unknown volume", err, codes.NotFound)
 }
+
+// TestController_CreateVolume_AfterCrash covers a plugin that died after
+// making a volume's directory but before recording it: the retried
+// CreateVolume hands out the same id with an empty directory.
+func TestController_CreateVolume_AfterCrash(t *testing.T) {
+	checkLeaks(t)
+	ctx := context.Background()
+	stateDir := filepath.Join(newTestDir(t), "state")
+	first := startPlugin(t, csiplugin.Config{StateDir: stateDir, MountMode: csiplugin.MountModeSymlink})
+	id := first.createVolume(ctx, "half-made").GetVolumeId()
+	first.stop()
+	// Forget the record, keep the directory with something in it.
+	if err := os.WriteFile(filepath.Join(stateDir, "state.json"), []byte(`{"version": 1, "volumes": {}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(first.volumeDir(id), "stale"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	second := startPlugin(t, csiplugin.Config{StateDir: stateDir, MountMode: csiplugin.MountModeSymlink})
+	if got := second.createVolume(ctx, "half-made").GetVolumeId(); got != id {
+		t.Errorf("retried CreateVolume gave %s, want %s", got, id)
+	}
+	entries, err := os.ReadDir(second.volumeDir(id))
+	if err != nil || len(entries) != 0 {
+		t.Errorf("retried volume has %d entries, %v; want an empty directory", len(entries), err)
+	}
+}

@@ -158,6 +158,9 @@ func (symlinkMounter) publish(volDir, _, target string, _ uintptr) error {
 	default:
 		return fmt.Errorf("target exists and is not a directory")
 	}
+	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
+		return fmt.Errorf("create target parent: %w", err)
+	}
 	if err := os.Symlink(volDir, target); err != nil {
 		return fmt.Errorf("symlink target: %w", err)
 	}

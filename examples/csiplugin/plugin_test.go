@@ -15,6 +15,7 @@ import (
 	"github.com/csiactor/csiactor/examples/csiplugin"
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -138,7 +139,9 @@ func runPlugin(t *testing.T, cfg csiplugin.Config) (csipb.IdentityClient, func()
 		<-done
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// The socket appears after the dial starts: retry quickly.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1.6, MaxDelay: 100 * time.Millisecond}}))
 	if err != nil {
 		cancel()
 		<-done

@@ -58,8 +58,8 @@ func TestSanity_SymlinkMode(t *testing.T) {
 	if os.Getenv(sanityModeEnv) != "" {
 		t.Skip("child process")
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestSanity$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), sanityModeEnv+"="+string(csiplugin.MountModeSymlink))
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSanity$", "-test.count=1", "-test.v", "-ginkgo.no-color")
+	cmd.Env = append(os.Environ(), sanityModeEnv+"="+string(csiplugin.MountModeSymlink), "GORACE=atexit_sleep_ms=0")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("sanity in symlink mode failed: %v\n%s", err, out)
