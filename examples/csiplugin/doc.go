@@ -21,8 +21,9 @@
 // context. NodeStageVolume bind-mounts the volume directory onto the
 // staging path; NodePublishVolume bind-mounts the staging path onto the
 // target (read-only when the request, the access mode or the controller
-// publication says so, and with the mount flags ro, nosuid, nodev, noexec,
-// noatime, nodiratime, relatime). Every RPC is idempotent.
+// publication says so). The supported mount flags are ro, rw, nosuid,
+// nodev, noexec, noatime, nodiratime and relatime; others are
+// InvalidArgument. Every RPC is idempotent.
 //
 // Everything the plugin knows is in StateDir/state.json, rewritten
 // atomically (temporary file, fsync, rename, fsync of the directory) on

@@ -15,6 +15,7 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -237,10 +238,13 @@ func (p *Plugin) logCall(ctx context.Context, req any, info *grpc.UnaryServerInf
 		fields["volume"] = v.GetVolumeId()
 	}
 	entry := p.log.WithFields(fields)
-	if err != nil {
-		entry.WithField("error", status.Convert(err).Message()).Info("call failed")
-	} else {
+	switch status.Code(err) {
+	case codes.OK:
 		entry.Debug("call")
+	case codes.Internal, codes.Unknown, codes.Unavailable:
+		entry.WithField("error", status.Convert(err).Message()).Warn("call failed")
+	default: // the caller's mistake or an expected answer (NotFound on cleanup)
+		entry.WithField("error", status.Convert(err).Message()).Info("call failed")
 	}
 	return resp, err
 }
