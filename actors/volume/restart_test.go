@@ -137,7 +137,8 @@ func TestManager_Restart_ResumesUnfinishedClaim(t *testing.T) {
 		done <- err
 	}()
 	waitFor(t, "both RPCs to hang", func() bool {
-		return e.plugin.Calls("NodeStageVolume") == 1 && e.plugin.Calls("NodeUnpublishVolume") == 1
+		// vol2's claim staged once before.
+		return e.plugin.Calls("NodeStageVolume") == 2 && e.plugin.Calls("NodeUnpublishVolume") == 1
 	})
 	cancel()
 	<-done
