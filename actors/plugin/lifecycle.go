@@ -61,7 +61,7 @@ func (a *Actor) sendStopped(ctx actor.Context, reason string) {
 	a.sentLast = true
 	a.reported = a.status
 	if p := ctx.Parent(); p != nil {
-		ctx.Send(p, &Stopped{ID: a.spec.ID, Status: a.status, Reason: reason})
+		ctx.Request(p, &Stopped{ID: a.spec.ID, Status: a.status, Reason: reason})
 	}
 }
 
@@ -134,7 +134,7 @@ func (a *Actor) report(ctx actor.Context) {
 	}
 	a.reported = a.status
 	if p := ctx.Parent(); p != nil {
-		ctx.Send(p, &StatusChanged{ID: a.spec.ID, Status: a.status})
+		ctx.Request(p, &StatusChanged{ID: a.spec.ID, Status: a.status})
 	}
 }
 

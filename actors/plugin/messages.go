@@ -18,7 +18,8 @@ const (
 
 // StatusChanged is sent to the parent (the registry) by an allocation actor
 // whenever its Status changes: health, description, fingerprint, client or
-// process.
+// process. It and Stopped are sent with the actor as sender, so the parent
+// can tell a current child from a previous incarnation's.
 type StatusChanged struct {
 	ID     string
 	Status Status

@@ -1,0 +1,111 @@
+package registry
+
+import (
+	"time"
+
+	"github.com/csiactor/csiactor/actors/plugin"
+	"github.com/csiactor/csiactor/csi"
+)
+
+// AllocationInfo is what the registry tells about one allocation. The
+// JSON form is the API's.
+type AllocationInfo struct {
+	ID     string      `json:"id"`
+	Plugin string      `json:"plugin"`
+	Type   plugin.Type `json:"type"`
+	Socket string      `json:"socket"`
+	// Command is set for an exec-managed allocation. Its environment is
+	// never shown.
+	Command []string `json:"command,omitempty"`
+	// Seq is the persisted creation sequence: higher is newer.
+	Seq               uint64    `json:"seq"`
+	Healthy           bool      `json:"healthy"`
+	HealthDescription string    `json:"health_description"`
+	HealthSince       time.Time `json:"health_since,omitzero"`
+	// Singleton: the newest allocation of its plugin in at least one of
+	// its roles. SingletonFor lists those roles.
+	Singleton    bool          `json:"singleton"`
+	SingletonFor []plugin.Role `json:"singleton_for,omitempty"`
+	// ActiveFor lists the roles operations go to this allocation for.
+	ActiveFor          []plugin.Role `json:"active_for,omitempty"`
+	Provider           string        `json:"provider,omitempty"`
+	Version            string        `json:"version,omitempty"`
+	NodeID             string        `json:"node_id,omitempty"`
+	ControllerRequired bool          `json:"controller_required,omitempty"`
+	PID                int           `json:"pid,omitempty"`
+	Exits              int           `json:"exits,omitempty"`
+}
+
+// PluginSummary is one plugin: its allocations and what they add up to.
+type PluginSummary struct {
+	Name string `json:"name"`
+	// Provider and Version come from the newest allocation that was
+	// fingerprinted.
+	Provider string `json:"provider"`
+	Version  string `json:"version"`
+	// ControllerRequired: some allocation says the plugin needs a
+	// controller, and a controller says it supports
+	// PUBLISH_UNPUBLISH_VOLUME.
+	ControllerRequired  bool `json:"controller_required"`
+	ControllersHealthy  int  `json:"controllers_healthy"`
+	ControllersExpected int  `json:"controllers_expected"`
+	NodesHealthy        int  `json:"nodes_healthy"`
+	NodesExpected       int  `json:"nodes_expected"`
+	// Allocations, newest first.
+	Allocations []AllocationInfo `json:"allocations"`
+}
+
+// Target is where an operation on a plugin in a role goes: the active
+// allocation's client and what its fingerprint says.
+type Target struct {
+	// Alloc is the active allocation's ID.
+	Alloc string
+	// Client is the allocation's connection. It is owned by the allocation
+	// actor: never close it. After the allocation stops, calls fail with
+	// csi.ErrClosed; ask Client again.
+	Client csi.Client
+	// Fingerprint is the allocation's last fingerprint.
+	Fingerprint plugin.Fingerprint
+	// Singleton is false while operations go to an older allocation
+	// because the singleton is unhealthy.
+	Singleton bool
+	// ControllerRequired is the plugin-level value (see PluginSummary).
+	ControllerRequired bool
+}
+
+// EventType says what an Event is about.
+type EventType string
+
+// The event types.
+const (
+	// EventRegistered: an allocation was registered (or restored).
+	EventRegistered EventType = "registered"
+	// EventDeregistered: an allocation was deregistered.
+	EventDeregistered EventType = "deregistered"
+	// EventHealthChanged: an allocation's health or its description
+	// changed.
+	EventHealthChanged EventType = "health_changed"
+	// EventSingletonChanged: the newest allocation of a plugin and role
+	// changed (Alloc is the new one, empty when none is left).
+	EventSingletonChanged EventType = "singleton_changed"
+	// EventActiveChanged: operations of a plugin and role now go to
+	// another allocation (Alloc; empty when none is healthy).
+	EventActiveChanged EventType = "active_changed"
+	// EventLagged: the subscriber was too slow and lost Dropped events,
+	// the oldest it had not received; re-read the state to resync.
+	EventLagged EventType = "lagged"
+)
+
+// Event is one registry event.
+type Event struct {
+	Time   time.Time `json:"time"`
+	Type   EventType `json:"type"`
+	Plugin string    `json:"plugin,omitempty"`
+	// Role is set for singleton_changed and active_changed.
+	Role    plugin.Role `json:"role,omitempty"`
+	Alloc   string      `json:"alloc,omitempty"`
+	Healthy bool        `json:"healthy"`
+	Message string      `json:"message,omitempty"`
+	// Dropped is set for lagged events.
+	Dropped uint64 `json:"dropped,omitempty"`
+}
