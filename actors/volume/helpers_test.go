@@ -212,9 +212,16 @@ func newEnvWith(t testing.TB, dir string, plugin *fakeplugin.Plugin, endpoint st
 
 func (e *env) startManager() {
 	e.t.Helper()
+	if e.cfg.Logger == nil {
+		e.cfg.Logger = quietLogger()
+	}
+	e.startManagerWithLogger()
+}
+
+func (e *env) startManagerWithLogger() {
+	e.t.Helper()
 	e.reg = prometheus.NewRegistry()
 	cfg := e.cfg
-	cfg.Logger = quietLogger()
 	cfg.Registerer = e.reg
 	m, err := NewManager(e.system.Root, cfg, e.store, e.plugins)
 	if err != nil {
@@ -389,4 +396,14 @@ func (e *env) checkClean() {
 	if c := e.plugin.ControllerPublished(); len(c) > 0 {
 		e.t.Errorf("plugin still has controller-published: %v", c)
 	}
+}
+
+// restartWith restarts the manager with a changed config.
+func (e *env) restartWith(f func(*Config)) {
+	e.t.Helper()
+	if err := e.m.Shutdown(context.Background()); err != nil {
+		e.t.Fatal(err)
+	}
+	f(&e.cfg)
+	e.startManagerWithLogger()
 }
