@@ -1,0 +1,314 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sirupsen/logrus"
+
+	"github.com/csiactor/csiactor/api"
+	"github.com/csiactor/csiactor/runtime"
+)
+
+// Agent is the runtime as the agent command runs it: the Backend the API
+// serves, plus Start and Shutdown.
+type Agent interface {
+	api.Backend
+	// Start restores the persisted state, registers the configured
+	// allocations and starts supervising them. It returns once the runtime
+	// can serve requests, or with the error that keeps it from starting.
+	Start(ctx context.Context) error
+	// Shutdown stops the runtime and returns when its goroutines,
+	// processes and sockets are gone, or when ctx ends. The agent command
+	// calls it exactly once, also when Start was not called or failed.
+	Shutdown(ctx context.Context) error
+}
+
+// AgentDeps is what the agent command gives a NewAgentFunc besides the
+// config.
+type AgentDeps struct {
+	// Log is the agent's logger, set up from log.level and log.format.
+	Log *logrus.Entry
+	// Registerer is the registry that /metrics serves. The Go and process
+	// collectors are in it already.
+	Registerer prometheus.Registerer
+}
+
+// NewAgentFunc builds the runtime from a validated config with its
+// defaults filled in. main passes one to Run with WithAgent.
+type NewAgentFunc func(cfg runtime.Config, deps AgentDeps) (Agent, error)
+
+// Timeouts of the agent's shutdown.
+const (
+	serverShutdownTimeout  = 10 * time.Second
+	runtimeShutdownTimeout = 2 * time.Minute
+)
+
+var errNoAgent = errors.New("this csiactor binary has no agent runtime (cli.WithAgent was not given)")
+
+// DevAllocationID is the ID (and plugin name) of the example plugin's
+// allocation under -dev.
+const DevAllocationID = "example"
+
+func agentCommand() *command {
+	return &command{
+		name:    "agent",
+		summary: "run the agent",
+		usage:   "csiactor agent [-config FILE] [-dev] [-data-dir DIR] [-http-addr ADDR] [-log-level L] [-log-format text|json]",
+		help: `Runs the agent until interrupted (SIGINT or SIGTERM): it supervises the CSI
+plugin allocations, serves the full API on the unix socket <data_dir>/api.sock
+(or api.socket; mode 0600), and /metrics and GET /v1/health on the TCP
+address (api.http_addr, default 127.0.0.1:7460), with the full API there too
+for requests bearing the token in api.token_file.
+
+Flags override the config file, which overrides the defaults.
+
+-dev runs the embedded default: a fresh temporary data dir (unless -data-dir
+is given; removed on exit) and the example CSI plugin of this binary,
+registered as the exec-managed monolith allocation "example". It prints the
+CSIACTOR_ADDR to use.`,
+		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
+			configFile := fs.String("config", "", "YAML or JSON config `file`")
+			dev := fs.Bool("dev", false, "run with a temporary data dir and the example plugin")
+			dataDir := fs.String("data-dir", "", "data `dir` (config data_dir; default "+runtime.DefaultDataDir+")")
+			httpAddr := fs.String("http-addr", "", "TCP `address` for metrics and health (config api.http_addr; default "+runtime.DefaultHTTPAddr+")")
+			logLevel := fs.String("log-level", "", "log `level`: trace, debug, info, warn or error (config log.level; default info)")
+			logFormat := fs.String("log-format", "", "log `format`: text or json (config log.format; default text)")
+			return func(ctx context.Context, args []string) error {
+				if err := wantArgs(args); err != nil {
+					return err
+				}
+				if e.newAgent == nil {
+					return errNoAgent
+				}
+				set := map[string]bool{}
+				fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+				if set["log-level"] {
+					if _, err := parseLogLevel(*logLevel); err != nil {
+						return usagef("-log-level %q: want trace, debug, info, warn or error", *logLevel)
+					}
+				}
+				if set["log-format"] && *logFormat != "text" && *logFormat != "json" {
+					return usagef("-log-format %q: want text or json", *logFormat)
+				}
+				if set["data-dir"] && *dataDir == "" {
+					return usagef("-data-dir must not be empty")
+				}
+
+				cfg := runtime.DefaultConfig()
+				if *configFile != "" {
+					var err error
+					if cfg, err = runtime.LoadConfigFile(*configFile); err != nil {
+						return err
+					}
+				}
+				if set["data-dir"] {
+					abs, err := filepath.Abs(*dataDir)
+					if err != nil {
+						return fmt.Errorf("-data-dir: %w", err)
+					}
+					cfg.DataDir = abs
+				}
+				if set["http-addr"] {
+					cfg.API.HTTPAddr = *httpAddr
+				}
+				if set["log-level"] {
+					cfg.Log.Level = *logLevel
+				}
+				if set["log-format"] {
+					cfg.Log.Format = *logFormat
+				}
+				var tempDir string
+				if *dev {
+					if !set["data-dir"] {
+						dir, err := os.MkdirTemp("", "csiactor-dev-")
+						if err != nil {
+							return fmt.Errorf("dev data dir: %w", err)
+						}
+						tempDir, cfg.DataDir = dir, dir
+						defer os.RemoveAll(tempDir)
+					}
+					exe, err := os.Executable()
+					if err != nil {
+						return fmt.Errorf("dev: find this binary for the example plugin: %w", err)
+					}
+					cfg.Allocations = append(cfg.Allocations, runtime.AllocationConfig{
+						ID: DevAllocationID,
+						AllocationSpec: runtime.AllocationSpec{
+							Plugin:  DevAllocationID,
+							Type:    runtime.TypeMonolith,
+							Command: []string{exe, "example-plugin", "-state-dir", filepath.Join(cfg.DataDir, "example-plugin")},
+						},
+					})
+				}
+				cfg = cfg.WithDefaults()
+				if err := cfg.Validate(); err != nil {
+					return fmt.Errorf("config: %w", err)
+				}
+				return e.runAgent(ctx, cfg, *dev)
+			}
+		},
+	}
+}
+
+func parseLogLevel(s string) (logrus.Level, error) {
+	switch s {
+	case "trace", "debug", "info", "warn", "error":
+		return logrus.ParseLevel(s)
+	}
+	return 0, fmt.Errorf("log level %q: want trace, debug, info, warn or error", s)
+}
+
+// newLogger returns the agent's logger, writing to e.stderr.
+func (e *env) newLogger(cfg runtime.Config) (*logrus.Logger, error) {
+	l := logrus.New()
+	l.SetOutput(e.stderr)
+	level, err := parseLogLevel(cfg.Log.Level)
+	if err != nil {
+		return nil, err
+	}
+	l.SetLevel(level)
+	if cfg.Log.Format == "json" {
+		l.SetFormatter(&logrus.JSONFormatter{TimestampFormat: time.RFC3339Nano})
+	} else {
+		l.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: time.RFC3339Nano})
+	}
+	return l, nil
+}
+
+// runAgent runs the runtime and its API servers until ctx ends, then shuts
+// them down in order: the servers (so no request reaches a stopping
+// runtime), then the runtime.
+func (e *env) runAgent(ctx context.Context, cfg runtime.Config, dev bool) (err error) {
+	if e.newAgent == nil {
+		return errNoAgent
+	}
+	logger, err := e.newLogger(cfg)
+	if err != nil {
+		return err
+	}
+	lg := logrus.NewEntry(logger)
+	errLogW := logger.WriterLevel(logrus.WarnLevel)
+	defer errLogW.Close()
+	httpErrLog := log.New(errLogW, "", 0)
+
+	var token string
+	if cfg.API.TokenFile != "" {
+		if token, err = api.ReadTokenFile(cfg.API.TokenFile); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: httpErrLog})
+
+	agent, err := e.newAgent(cfg, AgentDeps{Log: lg, Registerer: reg})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	shutdownAgent := func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), runtimeShutdownTimeout)
+		defer cancel()
+		if err := agent.Shutdown(sctx); err != nil {
+			return fmt.Errorf("agent shutdown: %w", err)
+		}
+		return nil
+	}
+
+	// Listen before starting, so that a second agent on the same data dir
+	// fails before it touches any plugin.
+	socket := cfg.APISocketPath()
+	unixL, err := api.ListenUnix(socket)
+	if err != nil {
+		return errors.Join(err, shutdownAgent())
+	}
+	tcpL, err := net.Listen("tcp", cfg.API.HTTPAddr)
+	if err != nil {
+		unixL.Close()
+		return errors.Join(fmt.Errorf("api.http_addr: %w", err), shutdownAgent())
+	}
+	if err := agent.Start(ctx); err != nil {
+		unixL.Close()
+		tcpL.Close()
+		return errors.Join(fmt.Errorf("agent start: %w", err), shutdownAgent())
+	}
+
+	// Handlers see srvCtx, which ends when shutdown begins, so that
+	// followed event streams end instead of holding the shutdown up.
+	srvCtx, cancelSrv := context.WithCancel(context.Background())
+	defer cancelSrv()
+	opts := api.Options{Log: lg.WithField("component", "api"), Metrics: metrics}
+	newServer := func(h http.Handler) *http.Server {
+		return &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+			BaseContext:       func(net.Listener) context.Context { return srvCtx },
+			ErrorLog:          httpErrLog,
+		}
+	}
+	unixSrv := newServer(api.NewHandler(agent, opts))
+	tcpSrv := newServer(api.NewTCPHandler(agent, token, opts))
+	errc := make(chan error, 2)
+	serve := func(srv *http.Server, l net.Listener) {
+		if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("serve %s: %w", l.Addr(), err)
+			return
+		}
+		errc <- nil
+	}
+	go serve(unixSrv, unixL)
+	go serve(tcpSrv, tcpL)
+
+	addr := "unix://" + socket
+	tcpAddr := "http://" + tcpL.Addr().String()
+	fmt.Fprintf(e.stdout, "csiactor agent: API on %s\n", addr)
+	if token != "" {
+		fmt.Fprintf(e.stdout, "csiactor agent: metrics, health and the API (with the bearer token) on %s\n", tcpAddr)
+	} else {
+		fmt.Fprintf(e.stdout, "csiactor agent: metrics and health on %s\n", tcpAddr)
+	}
+	if dev {
+		fmt.Fprintf(e.stdout, "csiactor agent: dev mode, data dir %s (removed on exit)\n\n    export %s=%s\n\n", cfg.DataDir, AddressEnv, addr)
+	}
+	lg.WithFields(logrus.Fields{"socket": socket, "http_addr": tcpL.Addr().String(), "data_dir": cfg.DataDir}).Info("agent running")
+
+	var serveErr error
+	pending := 2
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+		pending--
+	}
+	lg.Info("agent shutting down")
+	cancelSrv()
+	sctx, cancel := context.WithTimeout(context.Background(), serverShutdownTimeout)
+	defer cancel()
+	errs := []error{serveErr}
+	for _, srv := range []*http.Server{unixSrv, tcpSrv} {
+		if err := srv.Shutdown(sctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop API server: %w", err), srv.Close())
+		}
+	}
+	for ; pending > 0; pending-- {
+		errs = append(errs, <-errc)
+	}
+	errs = append(errs, shutdownAgent())
+	lg.Info("agent stopped")
+	return errors.Join(errs...)
+}

@@ -1,0 +1,89 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"github.com/csiactor/csiactor/runtime"
+)
+
+func TestAllocList_Table(t *testing.T) {
+	_, env := populated(t)
+	runCLI(t, env, "alloc", "list").want(t, 0,
+		"ID        PLUGIN    TYPE      HEALTHY  SINGLETON  NODE    SOCKET                                       DESCRIPTION\n"+
+			"hp1       hostpath  monolith  yes      yes        node-1  /run/hp.sock                                 healthy\n"+
+			"nfs-node  nfs       node      no       yes        node-1  /var/lib/csiactor/plugins/nfs-node/csi.sock  unhealthy: probe: connection refused\n")
+	r := runCLI(t, env, "alloc", "list", "-json")
+	r.want(t, 0, "")
+	var as []runtime.Allocation
+	if err := json.Unmarshal([]byte(r.stdout), &as); err != nil || len(as) != 2 || as[1].Command[0] != "/bin/nfs" {
+		t.Errorf("alloc list -json = %+v, %v", as, err)
+	}
+}
+
+func TestAllocRegister_Attached(t *testing.T) {
+	b, env := fakeAgent(t)
+	runCLI(t, env, "alloc", "register", "-plugin", "hostpath", "-type", "node", "-socket", "/run/hp.sock", "hp-node").
+		want(t, 0, "Registered allocation hp-node (hostpath node) at /run/hp.sock\n")
+	as, _ := b.Allocations(context.Background())
+	if len(as) != 1 || as[0].ID != "hp-node" || as[0].Socket != "/run/hp.sock" {
+		t.Errorf("backend allocations = %+v", as)
+	}
+}
+
+func TestAllocRegister_ExecManaged(t *testing.T) {
+	b, env := fakeAgent(t)
+	r := runCLI(t, env, "alloc", "register", "-plugin", "nfs", "-type", "monolith", "-env", "A=1", "-env", "B=x=y",
+		"-json", "nfs1", "--", "/usr/bin/nfsplugin", "--endpoint={endpoint}", "-v")
+	r.want(t, 0, "")
+	var a runtime.Allocation
+	if err := json.Unmarshal([]byte(r.stdout), &a); err != nil {
+		t.Fatalf("stdout: %v\n%s", err, r.stdout)
+	}
+	wantCmd := []string{"/usr/bin/nfsplugin", "--endpoint={endpoint}", "-v"}
+	if !reflect.DeepEqual(a.Command, wantCmd) || !reflect.DeepEqual(a.Env, map[string]string{"A": "1", "B": "x=y"}) {
+		t.Errorf("registered %+v", a)
+	}
+	as, _ := b.Allocations(context.Background())
+	if len(as) != 1 || !reflect.DeepEqual(as[0].Command, wantCmd) {
+		t.Errorf("backend allocations = %+v", as)
+	}
+}
+
+func TestAllocRegister_Errors(t *testing.T) {
+	_, env := fakeAgent(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no id", []string{"-plugin", "p", "-type", "node", "-socket", "/s"}, 2, "missing ID"},
+		{"no plugin", []string{"-type", "node", "-socket", "/s", "a"}, 2, "-plugin is required"},
+		{"no type", []string{"-plugin", "p", "-socket", "/s", "a"}, 2, "-type is required"},
+		{"no socket or command", []string{"-plugin", "p", "-type", "node", "a"}, 2, "give -socket, or the command after --"},
+		{"bad env", []string{"-plugin", "p", "-type", "node", "-env", "NOVALUE", "a", "--", "x"}, 2, `invalid value "NOVALUE" for flag -env: want KEY=VALUE`},
+		{"bad type from agent", []string{"-plugin", "p", "-type", "worker", "-socket", "/s", "a"}, 1, `csiactor: type: "worker": want controller, node or monolith`},
+		{"relative socket from agent", []string{"-plugin", "p", "-type", "node", "-socket", "s.sock", "a"}, 1, `socket: "s.sock" is not an absolute path`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runCLI(t, env, append([]string{"alloc", "register"}, tc.args...)...)
+			r.want(t, tc.code, "")
+			r.contains(t, "stderr", tc.want)
+		})
+	}
+}
+
+func TestAllocDeregister_Cases(t *testing.T) {
+	b, env := populated(t)
+	runCLI(t, env, "alloc", "deregister", "hp1").want(t, 0, "Deregistered allocation hp1\n")
+	runCLI(t, env, "alloc", "deregister", "-json", "nfs-node").want(t, 0, "")
+	if as, _ := b.Allocations(context.Background()); len(as) != 0 {
+		t.Errorf("allocations left: %+v", as)
+	}
+	r := runCLI(t, env, "alloc", "deregister", "hp1")
+	r.want(t, 1, "")
+	r.contains(t, "stderr", "csiactor: not found: allocation hp1")
+}

@@ -1,0 +1,160 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/csiactor/csiactor/api"
+	"github.com/csiactor/csiactor/runtime"
+)
+
+func volumeCommand() *command {
+	return &command{
+		name:    "volume",
+		summary: "list, show, register, create, delete, claim and release volumes",
+		usage:   "csiactor volume list|status|register|create|delete|claim|release [flags] [args]",
+		subs: []*command{
+			volumeListCommand(),
+			volumeStatusCommand(),
+			volumeRegisterCommand(),
+			volumeCreateCommand(),
+			volumeDeleteCommand(),
+			volumeClaimCommand(),
+			volumeReleaseCommand(),
+		},
+	}
+}
+
+func volumeListCommand() *command {
+	return clientLeaf(&command{
+		name:    "list",
+		summary: "list volumes",
+		usage:   "csiactor volume list [flags]",
+		help:    `Lists the volumes (GET /v1/volumes), optionally only those of one plugin or claimed on one node.`,
+	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
+		plugin := fs.String("plugin", "", "only volumes of the plugin `name`")
+		node := fs.String("node", "", "only volumes claimed on the node `id`")
+		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
+			if err := wantArgs(args); err != nil {
+				return err
+			}
+			vs, err := cl.Volumes(ctx, runtime.VolumeFilter{Plugin: *plugin, Node: *node})
+			if err != nil {
+				return err
+			}
+			if cf.json {
+				return printJSON(e.stdout, vs)
+			}
+			t := newTable(e.stdout, "ID", "PLUGIN", "EXTERNAL ID", "CAPACITY", "CLAIMS", "PAST CLAIMS")
+			for _, v := range vs {
+				t.row(v.ID, v.Plugin, orDash(v.ExternalID), formatSize(v.CapacityBytes),
+					fmt.Sprint(len(v.Claims)), fmt.Sprint(len(v.PastClaims)))
+			}
+			return t.flush()
+		}
+	})
+}
+
+func volumeStatusCommand() *command {
+	return clientLeaf(&command{
+		name:    "status",
+		summary: "show a volume with its claims and past claims",
+		usage:   "csiactor volume status [flags] ID",
+		help:    `Shows the volume ID (GET /v1/volumes/ID). Secrets and mount flags are never shown.`,
+	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
+		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
+			if err := wantArgs(args, "ID"); err != nil {
+				return err
+			}
+			v, err := cl.Volume(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if cf.json {
+				return printJSON(e.stdout, v)
+			}
+			caps := make([]string, len(v.Capabilities))
+			for i, c := range v.Capabilities {
+				caps[i] = c.AccessMode + "/" + c.AttachmentMode
+			}
+			mount := "-"
+			if o := v.MountOptions; o != nil {
+				mount = fmt.Sprintf("fs_type=%s, %s (not shown)", orDash(o.FSType), plural(o.MountFlagCount, "mount flag"))
+			}
+			t := newTable(e.stdout)
+			t.row("ID", v.ID)
+			t.row("Plugin", v.Plugin)
+			t.row("External ID", orDash(v.ExternalID))
+			t.row("Capacity", formatSize(v.CapacityBytes))
+			t.row("Capabilities", strings.Join(caps, ", "))
+			t.row("Mount options", mount)
+			t.row("Parameters", formatMap(v.Parameters))
+			t.row("Context", formatMap(v.Context))
+			if err := t.flush(); err != nil {
+				return err
+			}
+			if err := writeClaims(e, "Claims", v.Claims); err != nil {
+				return err
+			}
+			return writeClaims(e, "Past claims", v.PastClaims)
+		}
+	})
+}
+
+func writeClaims(e *env, title string, cs []runtime.Claim) error {
+	if len(cs) == 0 {
+		fmt.Fprintf(e.stdout, "\n%s: none\n", title)
+		return nil
+	}
+	fmt.Fprintf(e.stdout, "\n%s\n", title)
+	t := newTable(e.stdout, "ALLOC", "MODE", "ACCESS MODE", "ATTACHMENT", "STATE", "TARGET PATH", "LAST ERROR")
+	for _, c := range cs {
+		t.row(c.Alloc, c.Mode, c.AccessMode, c.AttachmentMode, c.State, orDash(c.TargetPath), orDash(c.LastError))
+	}
+	return t.flush()
+}
+
+func formatMap(m map[string]string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	kv := make([]string, 0, len(m))
+	for k, v := range m {
+		kv = append(kv, k+"="+v)
+	}
+	sort.Strings(kv)
+	return strings.Join(kv, ", ")
+}
+
+func volumeDeleteCommand() *command {
+	return clientLeaf(&command{
+		name:    "delete",
+		summary: "deregister a volume, and with -purge delete it through the controller",
+		usage:   "csiactor volume delete [flags] ID",
+		help: `Deregisters the volume ID (DELETE /v1/volumes/ID). With -purge the agent
+also deletes it through the plugin's controller (DeleteVolume; the API's
+delete=true), destroying its data. Fails while the volume has claims or past
+claims still being released.`,
+	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
+		purge := fs.Bool("purge", false, "also delete the volume and its data through the controller")
+		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
+			if err := wantArgs(args, "ID"); err != nil {
+				return err
+			}
+			if err := cl.DeleteVolume(ctx, args[0], *purge); err != nil {
+				return err
+			}
+			if !cf.json {
+				if *purge {
+					fmt.Fprintf(e.stdout, "Deleted volume %s\n", args[0])
+				} else {
+					fmt.Fprintf(e.stdout, "Deregistered volume %s\n", args[0])
+				}
+			}
+			return nil
+		}
+	})
+}

@@ -1,0 +1,82 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"github.com/csiactor/csiactor/api"
+	"github.com/csiactor/csiactor/runtime"
+)
+
+func volumeClaimCommand() *command {
+	return clientLeaf(&command{
+		name:    "claim",
+		summary: "claim and publish a volume for an alloc; prints the target path",
+		usage:   "csiactor volume claim [flags] VOLUME",
+		help: `Claims the volume VOLUME for -alloc and publishes it
+(POST /v1/volumes/VOLUME/claims); when it is published, prints its target
+path. Claiming again with the same flags returns the same path.
+
+Example:
+  csiactor volume claim -alloc web-1 -mode write -access-mode single-node-writer data1`,
+	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
+		alloc := fs.String("alloc", "", "the claiming alloc's `id` (required)")
+		mode := fs.String("mode", "", "claim `mode`: read or write (required)")
+		access := fs.String("access-mode", "", "access `mode`, one of the volume's capabilities (required)")
+		attach := fs.String("attachment-mode", "file-system", "attachment `mode`: file-system or block-device")
+		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
+			if err := wantArgs(args, "VOLUME"); err != nil {
+				return err
+			}
+			switch {
+			case *alloc == "":
+				return usagef("-alloc is required")
+			case *mode == "":
+				return usagef("-mode is required (read or write)")
+			case *access == "":
+				return usagef("-access-mode is required")
+			}
+			c, err := cl.Claim(ctx, args[0], runtime.ClaimRequest{Alloc: *alloc, Mode: *mode, AccessMode: *access, AttachmentMode: *attach})
+			if err != nil {
+				return err
+			}
+			if cf.json {
+				return printJSON(e.stdout, c)
+			}
+			fmt.Fprintln(e.stdout, c.TargetPath)
+			return nil
+		}
+	})
+}
+
+func volumeReleaseCommand() *command {
+	return clientLeaf(&command{
+		name:    "release",
+		summary: "release an alloc's claim on a volume",
+		usage:   "csiactor volume release [flags] VOLUME",
+		help: `Releases the claim of -alloc on VOLUME (DELETE /v1/volumes/VOLUME/claims/ALLOC).
+It returns as soon as the claim is recorded as a past claim; the agent then
+unpublishes and detaches it in the background, retrying until done. Follow
+it with "csiactor volume status VOLUME".`,
+	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
+		alloc := fs.String("alloc", "", "the claiming alloc's `id` (required)")
+		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
+			if err := wantArgs(args, "VOLUME"); err != nil {
+				return err
+			}
+			if *alloc == "" {
+				return usagef("-alloc is required")
+			}
+			c, err := cl.Release(ctx, args[0], *alloc)
+			if err != nil {
+				return err
+			}
+			if cf.json {
+				return printJSON(e.stdout, c)
+			}
+			fmt.Fprintf(e.stdout, "Released the claim of %s on %s (state %s)\n", c.Alloc, args[0], c.State)
+			return nil
+		}
+	})
+}

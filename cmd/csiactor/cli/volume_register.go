@@ -1,0 +1,203 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/csiactor/csiactor/api"
+	"github.com/csiactor/csiactor/runtime"
+)
+
+// volumeSpecFlags are the flags of volume register and volume create.
+type volumeSpecFlags struct {
+	plugin      string
+	caps        listFlag
+	fsType      string
+	mountFlags  listFlag
+	params      kvFlag
+	context     kvFlag
+	secrets     kvFlag
+	secretsFile string
+}
+
+const volumeSpecHelp = `
+Capabilities are ACCESS_MODE[:ATTACHMENT_MODE], the attachment mode
+file-system unless given: access modes single-node-reader-only,
+single-node-writer, single-node-single-writer, single-node-multi-writer,
+multi-node-reader-only, multi-node-single-writer, multi-node-multi-writer;
+attachment modes file-system and block-device.
+
+Secrets and mount flags are sent to the agent and never shown again. A
+-secret on the command line is visible to other users in the process list;
+prefer -secrets-file, a file of KEY=VALUE lines (# starts a comment).`
+
+func addVolumeSpecFlags(fs *flag.FlagSet) *volumeSpecFlags {
+	f := &volumeSpecFlags{secrets: kvFlag{secret: true}}
+	fs.StringVar(&f.plugin, "plugin", "", "plugin `name` (required)")
+	fs.Var(&f.caps, "capability", "`ACCESS_MODE[:ATTACHMENT_MODE]` the volume supports (repeatable; at least one)")
+	fs.StringVar(&f.fsType, "fs-type", "", "file-system `type` to mount with, like ext4")
+	fs.Var(&f.mountFlags, "mount-flag", "mount `flag`, like noatime (repeatable; never shown)")
+	fs.Var(&f.params, "parameter", "`KEY=VALUE` parameter for the plugin (repeatable)")
+	fs.Var(&f.context, "context", "`KEY=VALUE` volume context for the plugin (repeatable)")
+	fs.Var(&f.secrets, "secret", "`KEY=VALUE` secret for the plugin (repeatable; never shown)")
+	fs.StringVar(&f.secretsFile, "secrets-file", "", "`file` of KEY=VALUE secret lines")
+	return f
+}
+
+func (f *volumeSpecFlags) spec() (runtime.VolumeSpec, error) {
+	if f.plugin == "" {
+		return runtime.VolumeSpec{}, usagef("-plugin is required")
+	}
+	if len(f.caps) == 0 {
+		return runtime.VolumeSpec{}, usagef("give at least one -capability, like -capability single-node-writer")
+	}
+	if err := f.secrets.check("secret"); err != nil {
+		return runtime.VolumeSpec{}, err
+	}
+	s := runtime.VolumeSpec{Plugin: f.plugin, Parameters: f.params.m, Context: f.context.m, Secrets: f.secrets.m}
+	for _, c := range f.caps {
+		access, attach, ok := strings.Cut(c, ":")
+		if !ok {
+			attach = "file-system"
+		}
+		s.Capabilities = append(s.Capabilities, runtime.Capability{AccessMode: access, AttachmentMode: attach})
+	}
+	if f.fsType != "" || len(f.mountFlags) > 0 {
+		s.MountOptions = &runtime.MountOptions{FSType: f.fsType, MountFlags: f.mountFlags}
+	}
+	if f.secretsFile != "" {
+		fileSecrets, err := readSecretsFile(f.secretsFile)
+		if err != nil {
+			return runtime.VolumeSpec{}, err
+		}
+		if s.Secrets == nil {
+			s.Secrets = map[string]string{}
+		}
+		for k, v := range fileSecrets {
+			if hasKey(s.Secrets, k) {
+				return runtime.VolumeSpec{}, usagef("secret %q is given by -secret and in -secrets-file", k)
+			}
+			s.Secrets[k] = v
+		}
+	}
+	return s, nil
+}
+
+// readSecretsFile reads KEY=VALUE lines; errors name the line, never a
+// value.
+func readSecretsFile(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("secrets file: %w", err)
+	}
+	defer f.Close()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		k = strings.TrimSpace(k)
+		switch {
+		case !ok || k == "":
+			return nil, fmt.Errorf("secrets file %s: line %d: want KEY=VALUE", path, n)
+		case hasKey(out, k):
+			return nil, fmt.Errorf("secrets file %s: line %d: key %q given twice", path, n, k)
+		}
+		out[k] = v
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("secrets file %s: %w", path, err)
+	}
+	return out, nil
+}
+
+func volumeRegisterCommand() *command {
+	return clientLeaf(&command{
+		name:    "register",
+		summary: "register an existing volume of a plugin",
+		usage:   "csiactor volume register [flags] ID",
+		help: `Registers the existing volume known to its plugin as -external-id under the
+ID (PUT /v1/volumes/ID). Registering the same definition again is a no-op.
+` + volumeSpecHelp + `
+
+Example:
+  csiactor volume register -plugin hostpath -external-id vol-7f3a \
+    -capability single-node-writer -fs-type ext4 -mount-flag noatime data1`,
+	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
+		sf := addVolumeSpecFlags(fs)
+		externalID := fs.String("external-id", "", "the plugin's `id` of the volume (required)")
+		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
+			if err := wantArgs(args, "ID"); err != nil {
+				return err
+			}
+			spec, err := sf.spec()
+			if err != nil {
+				return err
+			}
+			if *externalID == "" {
+				return usagef("-external-id is required")
+			}
+			spec.ExternalID = *externalID
+			v, err := cl.RegisterVolume(ctx, args[0], spec)
+			if err != nil {
+				return err
+			}
+			if cf.json {
+				return printJSON(e.stdout, v)
+			}
+			fmt.Fprintf(e.stdout, "Registered volume %s (plugin %s, external ID %s)\n", v.ID, v.Plugin, v.ExternalID)
+			return nil
+		}
+	})
+}
+
+func volumeCreateCommand() *command {
+	return clientLeaf(&command{
+		name:    "create",
+		summary: "create a volume through its plugin's controller",
+		usage:   "csiactor volume create [flags] ID",
+		help: `Creates a volume through the plugin's controller (CreateVolume, named ID) and
+registers it as ID (POST /v1/volumes).
+` + volumeSpecHelp + `
+
+Sizes take decimal (k, M, G, T) or binary (Ki, Mi, Gi, Ti) units, with or
+without a trailing B: 1GiB, 500M, 4096.
+
+Example:
+  csiactor volume create -plugin hostpath -capacity 1GiB -capability single-node-writer data2`,
+	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
+		sf := addVolumeSpecFlags(fs)
+		capacity := fs.String("capacity", "", "requested `size`, like 1GiB (default: the plugin's choice)")
+		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
+			if err := wantArgs(args, "ID"); err != nil {
+				return err
+			}
+			spec, err := sf.spec()
+			if err != nil {
+				return err
+			}
+			var size int64
+			if *capacity != "" {
+				if size, err = parseSize(*capacity); err != nil {
+					return usagef("-capacity %s", err.Error())
+				}
+			}
+			v, err := cl.CreateVolume(ctx, runtime.CreateVolumeSpec{ID: args[0], VolumeSpec: spec, CapacityBytes: size})
+			if err != nil {
+				return err
+			}
+			if cf.json {
+				return printJSON(e.stdout, v)
+			}
+			fmt.Fprintf(e.stdout, "Created volume %s (plugin %s, external ID %s, capacity %s)\n", v.ID, v.Plugin, v.ExternalID, formatSize(v.CapacityBytes))
+			return nil
+		}
+	})
+}
