@@ -1,0 +1,268 @@
+package claim
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/internal/leakcheck"
+	"github.com/csiactor/csiactor/persistence"
+)
+
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
+
+var now = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func fsCap(am csi.AccessMode) csi.VolumeCapability {
+	return csi.VolumeCapability{AccessMode: am, AttachmentMode: csi.AttachmentModeFileSystem}
+}
+
+func vol(caps ...csi.VolumeCapability) *persistence.Volume {
+	v := &persistence.Volume{ID: "vol", Plugin: "p", ExternalID: "ext",
+		MountOptions: &persistence.MountOptions{FSType: "xfs", MountFlags: []string{"ro"}},
+		Secrets:      map[string]string{"k": "secret"}}
+	for _, c := range caps {
+		v.Capabilities = append(v.Capabilities, persistence.Capability{AccessMode: c.AccessMode.String(), AttachmentMode: c.AttachmentMode.String()})
+	}
+	return v
+}
+
+func TestUsage_Paths(t *testing.T) {
+	c := fsCap(csi.AccessModeSingleNodeWriter)
+	if u := Usage(ModeWrite, c); u != "rw-file-system-single-node-writer" {
+		t.Errorf("Usage = %q", u)
+	}
+	if u := Usage(ModeRead, csi.VolumeCapability{AccessMode: csi.AccessModeMultiNodeReaderOnly, AttachmentMode: csi.AttachmentModeBlockDevice}); u != "ro-block-device-multi-node-reader-only" {
+		t.Errorf("Usage = %q", u)
+	}
+	if p := StagingPath("/d", "p", "v", "u"); p != "/d/volumes/p/staging/v/u" {
+		t.Errorf("StagingPath = %q", p)
+	}
+	if p := TargetPath("/d", "p", "a", "v", "u"); p != "/d/volumes/p/per-alloc/a/v/u" {
+		t.Errorf("TargetPath = %q", p)
+	}
+}
+
+func TestCheckName_Cases(t *testing.T) {
+	for _, tt := range []struct {
+		in string
+		ok bool
+	}{
+		{"vol-1_a.b", true}, {"", false}, {".", false}, {"..", false}, {"a/b", false},
+		{`a\b`, false}, {"a\x00b", false}, {"a\nb", false}, {strings.Repeat("x", MaxNameLen), true},
+		{strings.Repeat("x", MaxNameLen+1), false},
+	} {
+		err := CheckName("volume", tt.in)
+		if (err == nil) != tt.ok || (err != nil && (!errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "volume"))) {
+			t.Errorf("CheckName(%q) = %v, want ok=%v and an error naming the field", tt.in, err, tt.ok)
+		}
+	}
+}
+
+func TestAdmit_Cases(t *testing.T) {
+	snw := fsCap(csi.AccessModeSingleNodeWriter)
+	mnmw := fsCap(csi.AccessModeMultiNodeMultiWriter)
+	claimOf := func(alloc string, mode Mode, c csi.VolumeCapability, state string) persistence.Claim {
+		return persistence.Claim{Alloc: alloc, Mode: string(mode), AccessMode: c.AccessMode.String(), AttachmentMode: c.AttachmentMode.String(), State: state}
+	}
+	tests := []struct {
+		name  string
+		v     func() *persistence.Volume
+		req   Request
+		index int
+		want  error
+	}{
+		{"first claim", func() *persistence.Volume { return vol(snw) },
+			Request{"a", ModeWrite, snw}, -1, nil},
+		{"repeat is idempotent", func() *persistence.Volume {
+			v := vol(snw)
+			v.Claims = []persistence.Claim{claimOf("a", ModeWrite, snw, StateStaged)}
+			return v
+		}, Request{"a", ModeWrite, snw}, 0, nil},
+		{"same alloc other mode", func() *persistence.Volume {
+			v := vol(snw)
+			v.Claims = []persistence.Claim{claimOf("a", ModeWrite, snw, StatePublished)}
+			return v
+		}, Request{"a", ModeRead, snw}, -1, ErrConflict},
+		{"capability the volume lacks", func() *persistence.Volume { return vol(snw) },
+			Request{"a", ModeWrite, mnmw}, -1, ErrInvalid},
+		{"other capability held", func() *persistence.Volume {
+			v := vol(snw, mnmw)
+			v.Claims = []persistence.Claim{claimOf("a", ModeWrite, mnmw, StatePublished)}
+			return v
+		}, Request{"b", ModeWrite, snw}, -1, ErrConflict},
+		{"released writer still published holds", func() *persistence.Volume {
+			v := vol(snw)
+			v.PastClaims = []persistence.Claim{claimOf("a", ModeWrite, snw, StateTaken)}
+			return v
+		}, Request{"b", ModeWrite, snw}, -1, ErrClaimLimit},
+		{"detached past claim does not hold", func() *persistence.Volume {
+			v := vol(snw)
+			v.PastClaims = []persistence.Claim{claimOf("a", ModeWrite, snw, StateNodeDetached)}
+			return v
+		}, Request{"b", ModeWrite, snw}, -1, nil},
+		{"same alloc being released", func() *persistence.Volume {
+			v := vol(snw)
+			v.PastClaims = []persistence.Claim{claimOf("a", ModeWrite, snw, StateControllerDetached)}
+			return v
+		}, Request{"a", ModeWrite, snw}, -1, ErrInUse},
+		{"write on reader-only", func() *persistence.Volume { return vol(fsCap(csi.AccessModeMultiNodeReaderOnly)) },
+			Request{"a", ModeWrite, fsCap(csi.AccessModeMultiNodeReaderOnly)}, -1, ErrInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			i, err := Admit(tt.v(), tt.req)
+			if i != tt.index || (tt.want == nil) != (err == nil) || (tt.want != nil && !errors.Is(err, tt.want)) {
+				t.Errorf("Admit = %d, %v; want %d, %v", i, err, tt.index, tt.want)
+			}
+		})
+	}
+}
+
+// publishAll runs NextPublish/ApplyPublish to the end and returns the RPCs.
+func publishAll(t *testing.T, v *persistence.Volume, alloc string) []Method {
+	t.Helper()
+	var got []Method
+	for range 10 {
+		s, ok := NextPublish(v, alloc)
+		if !ok {
+			return got
+		}
+		got = append(got, s.Method)
+		ApplyPublish(v, s, Result{PublishContext: map[string]string{"dev": "/dev/x"}}, now)
+	}
+	t.Fatalf("publish did not finish: %v", got)
+	return nil
+}
+
+// releaseAll runs AdvanceRelease/ApplyRelease to the end and returns the RPCs.
+func releaseAll(t *testing.T, v *persistence.Volume, alloc string) []Method {
+	t.Helper()
+	var got []Method
+	for range 10 {
+		s, run, _ := AdvanceRelease(v, alloc, now)
+		if !run {
+			if FindClaim(v.PastClaims, alloc) >= 0 {
+				t.Fatalf("AdvanceRelease stopped with the past claim still there")
+			}
+			return got
+		}
+		got = append(got, s.Method)
+		ApplyRelease(v, s, now)
+	}
+	t.Fatalf("release did not finish: %v", got)
+	return nil
+}
+
+func TestSteps_FullLifecycle(t *testing.T) {
+	snw := fsCap(csi.AccessModeSingleNodeWriter)
+	v := vol(snw)
+	f := Facts{NodeID: "n1", ControllerRequired: true, StageUnstage: true}
+	c := Reserve(v, Request{"a", ModeWrite, snw}, f, "/d", now)
+	if c.State != StateReserved || c.NodeID != "n1" || !c.ControllerRequired || c.StagingPath == "" {
+		t.Fatalf("reserved %+v", c)
+	}
+	if len(v.Stagings) != 1 || !slices.Equal(v.Stagings[0].Users, []string{"a"}) || v.Stagings[0].Staged {
+		t.Fatalf("usage not counted at reserve: %+v", v.Stagings)
+	}
+	s, _ := NextPublish(v, "a")
+	if s.Method != ControllerPublish || s.NodeID != "n1" || s.Capability.MountOptions == nil || s.Secrets["k"] != "secret" {
+		t.Errorf("first step %#v", s)
+	}
+	if strings.Contains(s.String()+s.GoString(), "secret") {
+		t.Errorf("step prints a secret: %s", s.String())
+	}
+	if got := publishAll(t, v, "a"); !slices.Equal(got, []Method{ControllerPublish, NodeStage, NodePublish}) {
+		t.Errorf("publish steps %v", got)
+	}
+	if v.Claims[0].State != StatePublished || !v.ControllerPublished || v.PublishContext["dev"] != "/dev/x" || !v.Stagings[0].Staged {
+		t.Fatalf("after publish: %+v", v)
+	}
+	if _, ok := Retire(v, "a", "", now); !ok {
+		t.Fatal("retire")
+	}
+	if got := releaseAll(t, v, "a"); !slices.Equal(got, []Method{NodeUnpublish, NodeUnstage, ControllerUnpublish}) {
+		t.Errorf("release steps %v", got)
+	}
+	if len(v.Stagings) != 0 || v.ControllerPublished || v.PublishContext != nil || Unfinished(v) {
+		t.Errorf("after release: %+v", v)
+	}
+}
+
+func TestSteps_SharedStagingAndController(t *testing.T) {
+	mnmw := fsCap(csi.AccessModeMultiNodeMultiWriter)
+	v := vol(mnmw)
+	f := Facts{NodeID: "n1", ControllerRequired: true, StageUnstage: true}
+	Reserve(v, Request{"a", ModeWrite, mnmw}, f, "/d", now)
+	publishAll(t, v, "a")
+	Reserve(v, Request{"b", ModeWrite, mnmw}, f, "/d", now)
+	if got := publishAll(t, v, "b"); !slices.Equal(got, []Method{NodePublish}) {
+		t.Errorf("second claim on a staged, controller-published volume ran %v", got)
+	}
+	if !slices.Equal(v.Stagings[0].Users, []string{"a", "b"}) {
+		t.Errorf("users %v", v.Stagings[0].Users)
+	}
+	Retire(v, "a", "", now)
+	if got := releaseAll(t, v, "a"); !slices.Equal(got, []Method{NodeUnpublish}) {
+		t.Errorf("release while another claim uses the staging ran %v", got)
+	}
+	if !v.Stagings[0].Staged || !v.ControllerPublished {
+		t.Errorf("shared staging or controller publish torn down: %+v", v)
+	}
+	Retire(v, "b", "", now)
+	if got := releaseAll(t, v, "b"); !slices.Equal(got, []Method{NodeUnpublish, NodeUnstage, ControllerUnpublish}) {
+		t.Errorf("last release ran %v", got)
+	}
+}
+
+func TestSteps_NoStagingNoController(t *testing.T) {
+	snw := fsCap(csi.AccessModeSingleNodeWriter)
+	v := vol(snw)
+	c := Reserve(v, Request{"a", ModeWrite, snw}, Facts{NodeID: "n1"}, "/d", now)
+	if c.StagingPath != "" || len(v.Stagings) != 0 {
+		t.Errorf("staging without STAGE_UNSTAGE: %+v", v)
+	}
+	if got := publishAll(t, v, "a"); !slices.Equal(got, []Method{NodePublish}) {
+		t.Errorf("publish ran %v", got)
+	}
+	Retire(v, "a", "", now)
+	if got := releaseAll(t, v, "a"); !slices.Equal(got, []Method{NodeUnpublish}) {
+		t.Errorf("release ran %v", got)
+	}
+}
+
+func TestSteps_FailedStageStillTornDown(t *testing.T) {
+	// A claim that failed while staging (maybe staged, maybe not) is
+	// unpublished, unstaged and controller-unpublished anyway.
+	snw := fsCap(csi.AccessModeSingleNodeWriter)
+	v := vol(snw)
+	Reserve(v, Request{"a", ModeWrite, snw}, Facts{NodeID: "n1", ControllerRequired: true, StageUnstage: true}, "/d", now)
+	if s, _ := NextPublish(v, "a"); s.Method != ControllerPublish {
+		t.Fatalf("first step %s", s.Method)
+	}
+	if _, ok := Retire(v, "a", "boom", now); !ok || v.PastClaims[0].LastError != "boom" {
+		t.Fatalf("retire: %+v", v.PastClaims)
+	}
+	if got := releaseAll(t, v, "a"); !slices.Equal(got, []Method{NodeUnpublish, NodeUnstage, ControllerUnpublish}) {
+		t.Errorf("teardown of a failed claim ran %v", got)
+	}
+}
+
+func TestCloneVolume_Deep(t *testing.T) {
+	snw := fsCap(csi.AccessModeSingleNodeWriter)
+	v := vol(snw)
+	Reserve(v, Request{"a", ModeWrite, snw}, Facts{StageUnstage: true}, "/d", now)
+	c := CloneVolume(v)
+	c.Claims[0].State = "x"
+	c.Stagings[0].Users[0] = "x"
+	c.Secrets["k"] = "x"
+	c.MountOptions.MountFlags[0] = "x"
+	c.Capabilities[0].AccessMode = "x"
+	if v.Claims[0].State == "x" || v.Stagings[0].Users[0] == "x" || v.Secrets["k"] == "x" ||
+		v.MountOptions.MountFlags[0] == "x" || v.Capabilities[0].AccessMode == "x" {
+		t.Errorf("clone shares memory with the original: %+v", v)
+	}
+}
