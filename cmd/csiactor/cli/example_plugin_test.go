@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -30,8 +31,14 @@ func TestExamplePlugin_ServesUntilInterrupted(t *testing.T) {
 			t.Fatalf("example-plugin exited with %d: %s", code, stderr.String())
 		default:
 		}
-		_, err := os.Stat(socket)
-		return err == nil
+		// The socket file appears at bind, a moment before listen:
+		// wait until it accepts a connection.
+		c, err := net.Dial("unix", socket)
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return true
 	})
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
