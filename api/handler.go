@@ -452,7 +452,12 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		if field == "" {
 			field = "body"
 		}
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s: want %s, got JSON %s", field, jsonKind(typeErr.Type.String()), typeErr.Value))
+		want := jsonKind(typeErr.Type.String())
+		if num, ok := strings.CutPrefix(typeErr.Value, "number "); ok && want == "a number" {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("%s: %s is not a whole number in range", field, num))
+			break
+		}
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s: want %s, got JSON %s", field, want, typeErr.Value))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		writeError(w, http.StatusBadRequest, "unknown field "+strings.TrimPrefix(err.Error(), "json: unknown field "))
 	default:

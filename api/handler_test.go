@@ -132,6 +132,8 @@ func TestHandler_Routes_Script(t *testing.T) {
 		{name: "create volume again", method: "POST", path: "/v1/volumes", body: createBody, status: 409, want: []string{"volume vol-new exists"}},
 		{name: "create volume with external id", method: "POST", path: "/v1/volumes", body: strings.Replace(createBody, `"id":"vol-new"`, `"id":"v3","external_id":"e"`, 1), status: 400, want: []string{"external_id: is chosen by the plugin"}},
 		{name: "create volume negative capacity", method: "POST", path: "/v1/volumes", body: strings.Replace(createBody, `1073741824`, `-1`, 1), status: 400, want: []string{"capacity_bytes: must not be negative"}},
+		{name: "create volume fractional capacity", method: "POST", path: "/v1/volumes", body: strings.Replace(createBody, `1073741824`, `1.5`, 1), status: 400, want: []string{"capacity_bytes: 1.5 is not a whole number in range"}},
+		{name: "create volume huge capacity", method: "POST", path: "/v1/volumes", body: strings.Replace(createBody, `1073741824`, `1e30`, 1), status: 400, want: []string{"capacity_bytes: 1e30 is not a whole number in range"}},
 		{name: "create volume capacity as string", method: "POST", path: "/v1/volumes", body: strings.Replace(createBody, `1073741824`, `"1GiB"`, 1), status: 400, want: []string{"capacity_bytes: want a number, got JSON string"}},
 
 		{name: "volumes", method: "GET", path: "/v1/volumes", status: 200, want: []string{`"id":"vol-new"`, `"id":"vol1"`}, notWant: secrets},

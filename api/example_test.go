@@ -1,0 +1,76 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"github.com/csiactor/csiactor/api"
+	"github.com/csiactor/csiactor/api/apitest"
+	"github.com/csiactor/csiactor/runtime"
+)
+
+// A program drives an agent through its unix socket: register a plugin
+// allocation and a volume, claim the volume, release it. Here the agent is
+// the API handler over the apitest fake; against a real agent, only the
+// address changes.
+func ExampleClient() {
+	dir, err := os.MkdirTemp("", "csiactor-example-")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	socket := filepath.Join(dir, "api.sock")
+	l, err := api.ListenUnix(socket)
+	if err != nil {
+		panic(err)
+	}
+	srv := &http.Server{Handler: api.NewHandler(apitest.NewBackend(), api.Options{})}
+	go srv.Serve(l)
+	defer srv.Close()
+
+	ctx := context.Background()
+	c, err := api.NewClient("unix://" + socket)
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	if _, err := c.RegisterAllocation(ctx, "hp1", runtime.AllocationSpec{
+		Plugin: "hostpath", Type: runtime.TypeMonolith, Socket: "/run/hostpath/csi.sock",
+	}); err != nil {
+		panic(err)
+	}
+	if _, err := c.RegisterVolume(ctx, "data1", runtime.VolumeSpec{
+		Plugin:       "hostpath",
+		ExternalID:   "vol-7f3a",
+		Capabilities: []runtime.Capability{{AccessMode: "single-node-writer", AttachmentMode: "file-system"}},
+		Secrets:      map[string]string{"token": "s3cret"}, // sent once, never shown again
+	}); err != nil {
+		panic(err)
+	}
+	claim, err := c.Claim(ctx, "data1", runtime.ClaimRequest{
+		Alloc: "web-1", Mode: runtime.ModeWrite, AccessMode: "single-node-writer", AttachmentMode: "file-system",
+	})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("published at", claim.TargetPath)
+
+	_, err = c.Claim(ctx, "data1", runtime.ClaimRequest{
+		Alloc: "web-2", Mode: runtime.ModeWrite, AccessMode: "single-node-writer", AttachmentMode: "file-system",
+	})
+	fmt.Println("second writer:", err)
+
+	past, err := c.Release(ctx, "data1", "web-1")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("released:", past.State)
+	// Output:
+	// published at /var/lib/csiactor/volumes/hostpath/per-alloc/web-1/data1/rw-file-system-single-node-writer
+	// second writer: conflict: volume data1: single-node-writer allows one claim in all
+	// released: taken
+}
