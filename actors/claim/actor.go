@@ -17,6 +17,9 @@ type Config struct {
 	Runner *Runner
 	// Backoff paces retries of a failed step.
 	Backoff csi.Backoff
+	// Pool, when set, runs the actor's goroutines and dispatches its
+	// mailbox.
+	Pool *Pool
 	// Logger is scoped by the caller; the actor adds volume and alloc.
 	Logger *logrus.Entry
 	// Hook, when set, is called with a point name at each place a crash
@@ -29,6 +32,9 @@ type Config struct {
 // of the volume actor that owns the claim's record.
 func NewProps(cfg Config, opts ...actor.PropsOption) *actor.Props {
 	log := cfg.Logger.WithFields(logrus.Fields{"volume": cfg.Volume, "alloc": cfg.Alloc})
+	if cfg.Pool != nil {
+		opts = append([]actor.PropsOption{actor.WithDispatcher(cfg.Pool)}, opts...)
+	}
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &Actor{cfg: cfg, log: log}
 	}, opts...)

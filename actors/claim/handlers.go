@@ -21,7 +21,7 @@ func (a *Actor) run(ctx actor.Context, s Step) {
 		return
 	}
 	self, root, runner := ctx.Self(), ctx.ActorSystem().Root, a.cfg.Runner
-	a.job = startJob(func(jctx context.Context) {
+	a.job = startJob(a.cfg.Pool, func(jctx context.Context) {
 		res := runner.Run(jctx, s)
 		root.Send(self, &stepFinished{owner: a, step: s, res: res})
 	})
@@ -55,7 +55,7 @@ func (a *Actor) finished(ctx actor.Context, msg *stepFinished) {
 	}
 	self, root, runner := ctx.Self(), ctx.ActorSystem().Root, a.cfg.Runner
 	plugin, typ := a.cfg.Plugin, msg.step.Method.PluginType()
-	a.job = startJob(func(jctx context.Context) {
+	a.job = startJob(a.cfg.Pool, func(jctx context.Context) {
 		if runner.Pause(jctx, plugin, typ, delay) == nil {
 			root.Send(self, &pauseOver{owner: a})
 		}

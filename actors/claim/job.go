@@ -8,14 +8,20 @@ type job struct {
 	done   chan struct{}
 }
 
-// startJob runs fn in a new goroutine with a context that stop cancels.
-func startJob(fn func(ctx context.Context)) *job {
+// startJob runs fn on a goroutine of pool (a new goroutine when pool is
+// nil) with a context that stop cancels.
+func startJob(pool *Pool, fn func(ctx context.Context)) *job {
 	ctx, cancel := context.WithCancel(context.Background())
 	j := &job{cancel: cancel, done: make(chan struct{})}
-	go func() {
+	run := func() {
 		defer close(j.done)
 		fn(ctx)
-	}()
+	}
+	if pool == nil {
+		go run()
+	} else {
+		pool.Go(run)
+	}
 	return j
 }
 

@@ -197,7 +197,7 @@ func (a *volumeActor) claim(ctx actor.Context, msg *claimRequest) {
 	}
 	plugins, plugin := a.m.plugins, a.rec.Plugin
 	self, root := ctx.Self(), ctx.ActorSystem().Root
-	j := startJob(func(jctx context.Context) {
+	j := a.m.pool.start(func(jctx context.Context) {
 		_, facts, err := plugins.Client(jctx, plugin, claim.NodePlugin)
 		if jctx.Err() == nil {
 			root.Send(self, &factsResolved{owner: a, alloc: alloc, facts: facts, err: err})
@@ -275,7 +275,7 @@ func (a *volumeActor) advance(ctx actor.Context, alloc string) {
 	}
 	a.slot = slot{kind: slotPublish, alloc: alloc}
 	runner, self, root := a.m.runner, ctx.Self(), ctx.ActorSystem().Root
-	a.job = startJob(func(jctx context.Context) {
+	a.job = a.m.pool.start(func(jctx context.Context) {
 		res := runner.Run(jctx, step)
 		if jctx.Err() == nil {
 			root.Send(self, &stepFinished{owner: a, step: step, res: res})
@@ -336,7 +336,7 @@ func (a *volumeActor) scheduleRetry(ctx actor.Context, step claim.Step, attempts
 	alloc, plugin, typ := step.Alloc, step.Plugin, step.Method.PluginType()
 	a.log.WithFields(logrus.Fields{"alloc": alloc, "method": step.Method.String(), "attempt": attempts, "delay": delay}).
 		Info("publish step failed; retrying with backoff")
-	a.retries[alloc] = startJob(func(jctx context.Context) {
+	a.retries[alloc] = a.m.pool.start(func(jctx context.Context) {
 		if runner.Pause(jctx, plugin, typ, delay) == nil {
 			root.Send(self, &retryDue{owner: a, alloc: alloc})
 		}
@@ -417,6 +417,7 @@ func (a *volumeActor) spawnClaimer(ctx actor.Context, alloc string) {
 		Alloc:   alloc,
 		Plugin:  a.rec.Plugin,
 		Runner:  a.m.runner,
+		Pool:    a.m.pool.pool,
 		Backoff: a.m.cfg.Backoff,
 		Logger:  a.m.log,
 		Hook:    a.m.hook,
@@ -505,7 +506,7 @@ func (a *volumeActor) childTerminated(ctx actor.Context, msg *actor.Terminated) 
 		// again later, after the longest backoff.
 		delay := a.m.cfg.Backoff.Delay(1 << 20)
 		self, root := ctx.Self(), ctx.ActorSystem().Root
-		a.respawns[alloc] = startJob(func(jctx context.Context) {
+		a.respawns[alloc] = a.m.pool.start(func(jctx context.Context) {
 			t := time.NewTimer(delay)
 			defer t.Stop()
 			select {
@@ -611,7 +612,7 @@ func (a *volumeActor) startOp(ctx actor.Context, req any, callerCtx context.Cont
 	} else if r, ok := req.(*registerRequest); ok {
 		plugin = r.spec.Plugin
 	}
-	a.job = startJob(func(jctx context.Context) {
+	a.job = a.m.pool.start(func(jctx context.Context) {
 		octx, cancel := context.WithCancel(jctx)
 		defer cancel()
 		defer context.AfterFunc(callerCtx, cancel)()

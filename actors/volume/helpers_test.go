@@ -133,6 +133,7 @@ type env struct {
 	m       *Manager
 	cfg     Config
 	hook    func(point, volume string)
+	root    string // parent of the data dir; "" is os.TempDir
 }
 
 type envOpt func(*env)
@@ -141,6 +142,7 @@ func withConfig(f func(*Config)) envOpt { return func(e *env) { f(&e.cfg) } }
 func withHook(h func(point, volume string)) envOpt {
 	return func(e *env) { e.hook = h }
 }
+func withRoot(dir string) envOpt { return func(e *env) { e.root = dir } }
 
 // fullPlugin is a monolith with every step: controller publish and staging.
 var fullPlugin = fakeplugin.Config{ControllerPublish: true, CreateDelete: true, StageUnstage: true}
@@ -171,7 +173,11 @@ func testConfig(dataDir string) Config {
 
 func newEnv(t testing.TB, pc fakeplugin.Config, opts ...envOpt) *env {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "csivol-")
+	var probe env
+	for _, o := range opts {
+		o(&probe)
+	}
+	dir, err := os.MkdirTemp(probe.root, "csivol-")
 	if err != nil {
 		t.Fatal(err)
 	}

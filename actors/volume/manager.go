@@ -49,6 +49,7 @@ type Manager struct {
 	store    Store
 	plugins  Plugins
 	runner   *claim.Runner
+	pool     *jobs
 	volSup   *actorkit.Supervisor
 	claimSup *actorkit.Supervisor
 
@@ -106,6 +107,7 @@ func NewManager(root *actor.RootContext, cfg Config, store Store, plugins Plugin
 		Name: "csiactor_volume_operations_in_flight",
 		Help: "Volume RPCs (publish, stage, unpublish, create, ...) in flight to plugins.",
 	})
+	m.pool = &jobs{pool: claim.NewPool(0)}
 	m.runner = claim.NewRunner(plugins, claim.RunnerConfig{
 		MaxInFlightPerPlugin: cfg.MaxInFlightPerPlugin,
 		InFlight:             m.inflight,
@@ -200,7 +202,7 @@ func (m *Manager) spawnLocked(id string) *handle {
 	}
 	m.countsMu.Unlock()
 	props := actor.PropsFromProducer(func() actor.Actor { return newVolumeActor(m, h) },
-		actor.WithGuardian(m.volSup), actor.WithSupervisor(m.claimSup))
+		actor.WithGuardian(m.volSup), actor.WithSupervisor(m.claimSup), actor.WithDispatcher(m.pool.pool))
 	m.actors.Add(1)
 	h.pid = m.root.SpawnPrefix(props, "volume-")
 	m.live[id] = h
@@ -541,6 +543,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 			// Actors that passivated or were deregistered just before
 			// are stopping on their own; wait for them too.
 			m.actors.Wait()
+			m.pool.pool.Close()
 			if m.cfg.Registerer != nil {
 				m.unregister()
 			}

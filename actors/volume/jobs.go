@@ -1,6 +1,15 @@
 package volume
 
-import "context"
+import (
+	"context"
+
+	"github.com/csiactor/csiactor/actors/claim"
+)
+
+// jobs starts the goroutines volume actors own, on the manager's pool.
+type jobs struct {
+	pool *claim.Pool
+}
 
 // job is one goroutine owned by an actor: stop cancels it and waits for it.
 type job struct {
@@ -8,14 +17,14 @@ type job struct {
 	done   chan struct{}
 }
 
-// startJob runs fn in a new goroutine with a context that stop cancels.
-func startJob(fn func(ctx context.Context)) *job {
+// start runs fn on a pooled goroutine with a context that stop cancels.
+func (js *jobs) start(fn func(ctx context.Context)) *job {
 	ctx, cancel := context.WithCancel(context.Background())
 	j := &job{cancel: cancel, done: make(chan struct{})}
-	go func() {
+	js.pool.Go(func() {
 		defer close(j.done)
 		fn(ctx)
-	}()
+	})
 	return j
 }
 

@@ -1,0 +1,81 @@
+package claim
+
+import (
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// DefaultPoolIdle is how long an idle worker of a Pool waits for work
+// before it exits.
+const DefaultPoolIdle = 10 * time.Second
+
+// Pool runs functions on reused goroutines. Volume and claim actors use it
+// for the goroutines that run their RPCs, and as their mailboxes'
+// dispatcher: a worker that already grew its stack for a gRPC call or a
+// record encoding does not grow a new one each time, and no goroutine is
+// created per message burst.
+//
+// A Pool is safe for concurrent use. Close it after every actor and job
+// using it has stopped.
+type Pool struct {
+	idle time.Duration
+	work chan func() // unbuffered: a send succeeds only into an idle worker
+	quit chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+var _ actor.Dispatcher = (*Pool)(nil)
+
+// NewPool returns a Pool whose idle workers exit after idle (zero means
+// DefaultPoolIdle).
+func NewPool(idle time.Duration) *Pool {
+	if idle <= 0 {
+		idle = DefaultPoolIdle
+	}
+	return &Pool{idle: idle, work: make(chan func()), quit: make(chan struct{})}
+}
+
+// Go runs fn on an idle worker, or on a new one when none is idle.
+func (p *Pool) Go(fn func()) {
+	select {
+	case p.work <- fn:
+		return
+	default:
+	}
+	p.wg.Add(1)
+	go p.worker(fn)
+}
+
+func (p *Pool) worker(fn func()) {
+	defer p.wg.Done()
+	fn()
+	t := time.NewTimer(p.idle)
+	defer t.Stop()
+	for {
+		select {
+		case fn := <-p.work:
+			fn()
+			t.Reset(p.idle)
+		case <-t.C:
+			return
+		case <-p.quit:
+			return
+		}
+	}
+}
+
+// Schedule implements actor.Dispatcher.
+func (p *Pool) Schedule(fn func()) { p.Go(fn) }
+
+// Throughput implements actor.Dispatcher: messages per mailbox run.
+func (p *Pool) Throughput() int { return 300 }
+
+// Close makes every idle worker exit and waits for all workers, busy ones
+// included. It is idempotent.
+func (p *Pool) Close() {
+	p.once.Do(func() { close(p.quit) })
+	p.wg.Wait()
+}
