@@ -2,6 +2,7 @@ package claim
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -25,6 +26,8 @@ type Pool struct {
 	quit chan struct{}
 	wg   sync.WaitGroup
 	once sync.Once
+
+	started atomic.Int64 // workers started, for tests
 }
 
 var _ actor.Dispatcher = (*Pool)(nil)
@@ -46,6 +49,7 @@ func (p *Pool) Go(fn func()) {
 	default:
 	}
 	p.wg.Add(1)
+	p.started.Add(1)
 	go p.worker(fn)
 }
 

@@ -11,17 +11,17 @@ func TestPool_Go_ReusesIdleWorkers(t *testing.T) {
 	p := NewPool(time.Minute)
 	defer p.Close()
 	var ran atomic.Int32
-	for range 50 {
+	for range 20 {
 		done := make(chan struct{})
 		p.Go(func() { ran.Add(1); close(done) })
 		<-done
-		// Let the worker park before the next call.
-		for range 100 {
-			time.Sleep(50 * time.Microsecond)
-		}
+		time.Sleep(time.Millisecond) // let the worker park
 	}
-	if ran.Load() != 50 {
-		t.Fatalf("ran %d functions, want 50", ran.Load())
+	if ran.Load() != 20 {
+		t.Fatalf("ran %d functions, want 20", ran.Load())
+	}
+	if n := p.started.Load(); n > 5 {
+		t.Errorf("started %d workers for 20 calls one after another; idle workers must be reused", n)
 	}
 }
 
