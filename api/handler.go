@@ -546,7 +546,10 @@ func valid(w http.ResponseWriter, err error) bool {
 	return true
 }
 
-// StatusCode returns the HTTP status the API answers for a Backend error.
+// StatusCode returns the HTTP status the API answers for a Backend error:
+// 400 for runtime.ErrInvalid, 404 ErrNotFound, 409 ErrConflict, 503
+// ErrPluginUnavailable, ErrShutdown and an ended context (the request was
+// canceled or timed out), 500 for anything else.
 func StatusCode(err error) int {
 	switch {
 	case errors.Is(err, runtime.ErrInvalid):
@@ -555,7 +558,8 @@ func StatusCode(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, runtime.ErrConflict):
 		return http.StatusConflict
-	case errors.Is(err, runtime.ErrPluginUnavailable), errors.Is(err, runtime.ErrShutdown):
+	case errors.Is(err, runtime.ErrPluginUnavailable), errors.Is(err, runtime.ErrShutdown),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -188,6 +189,8 @@ func TestHandler_BackendErrors_StatusCodes(t *testing.T) {
 		{fmt.Errorf("%w: x", runtime.ErrConflict), 409},
 		{fmt.Errorf("%w: x", runtime.ErrPluginUnavailable), 503},
 		{fmt.Errorf("stopping: %w", runtime.ErrShutdown), 503},
+		{fmt.Errorf("claim: wait for plugin: %w", context.DeadlineExceeded), 503},
+		{fmt.Errorf("claim: %w", context.Canceled), 503},
 		{errors.New("store: disk full"), 500},
 	} {
 		b.FailWith("Plugins", tc.err)

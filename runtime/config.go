@@ -343,13 +343,13 @@ func ParseConfig(data []byte) (Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		return Config{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return Config{}, &FieldError{Msg: err.Error(), Err: err} // "yaml: line N: ..."
 	}
 	var more yaml.Node
 	if err := dec.Decode(&more); err == nil {
 		return Config{}, fmt.Errorf("line %d: %w", more.Line, fieldErr("", "more than one YAML document"))
 	} else if !errors.Is(err, io.EOF) {
-		return Config{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return Config{}, &FieldError{Msg: err.Error(), Err: err}
 	}
 	lines := map[string]int{}
 	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {

@@ -89,9 +89,6 @@ CSIACTOR_ADDR to use.`,
 				if err := wantArgs(args); err != nil {
 					return err
 				}
-				if e.newAgent == nil {
-					return errNoAgent
-				}
 				set := map[string]bool{}
 				fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 				if set["log-level"] {
