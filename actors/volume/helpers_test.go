@@ -134,6 +134,10 @@ type env struct {
 	cfg     Config
 	hook    func(point, volume string)
 	root    string // parent of the data dir; "" is os.TempDir
+	durable bool   // fsync on commit
+	dbDir   string // directory of the store file; "" is the data dir
+
+	closeOnce sync.Once
 }
 
 type envOpt func(*env)
@@ -143,6 +147,12 @@ func withHook(h func(point, volume string)) envOpt {
 	return func(e *env) { e.hook = h }
 }
 func withRoot(dir string) envOpt { return func(e *env) { e.root = dir } }
+
+// withDurableStore turns fsync on (tests run with it off) and keeps the
+// store file in dbDir ("" for the data dir).
+func withDurableStore(dbDir string) envOpt {
+	return func(e *env) { e.durable, e.dbDir = true, dbDir }
+}
 
 // fullPlugin is a monolith with every step: controller publish and staging.
 var fullPlugin = fakeplugin.Config{ControllerPublish: true, CreateDelete: true, StageUnstage: true}
@@ -192,7 +202,11 @@ func newEnvWith(t testing.TB, dir string, plugin *fakeplugin.Plugin, endpoint st
 	for _, o := range opts {
 		o(e)
 	}
-	store, err := persistence.Open(filepath.Join(dir, "state.db"), persistence.Config{NoSync: true})
+	dbDir := e.dbDir
+	if dbDir == "" {
+		dbDir = dir
+	}
+	store, err := persistence.Open(filepath.Join(dbDir, "state.db"), persistence.Config{NoSync: !e.durable})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +263,9 @@ func (e *env) restart() {
 	e.startManager()
 }
 
-func (e *env) close() {
+func (e *env) close() { e.closeOnce.Do(e.closeNow) }
+
+func (e *env) closeNow() {
 	if e.m != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
