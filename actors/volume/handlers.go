@@ -606,11 +606,11 @@ func (a *volumeActor) startOp(ctx actor.Context, req any, callerCtx context.Cont
 	call func(context.Context, csi.Client) (*csipb.Volume, error)) {
 	a.slot = slot{kind: slotOp}
 	runner, backoff, self, root := a.m.runner, a.m.cfg.Backoff, ctx.Self(), ctx.ActorSystem().Root
-	plugin := a.h.id
-	if a.rec != nil {
-		plugin = a.rec.Plugin
-	} else if r, ok := req.(*registerRequest); ok {
+	var plugin string
+	if r, ok := req.(*registerRequest); ok {
 		plugin = r.spec.Plugin
+	} else {
+		plugin = a.rec.Plugin
 	}
 	a.job = a.m.pool.start(func(jctx context.Context) {
 		octx, cancel := context.WithCancel(jctx)
