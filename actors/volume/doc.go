@@ -1,0 +1,68 @@
+// Package volume runs csiactor's volumes: one actor per volume that
+// serializes its claims, publishes and releases, and a [Manager] that finds
+// (or starts) the actor of a volume and answers status from snapshots.
+//
+// # Basics
+//
+// The runtime builds a Manager with [NewManager] (an actor system's root
+// context, a [Config], a [Store] and a [Plugins]), calls [Manager.Start],
+// and then the blocking, context-first methods: [Manager.Register],
+// [Manager.Create], [Manager.Deregister], [Manager.Delete],
+// [Manager.Claim], [Manager.Release], [Manager.Get], [Manager.List]; and
+// [Manager.Shutdown] at the end.
+//
+// A claim goes through its steps one at a time, each recorded in the store
+// before the next RPC starts: reserved (the claim and its usage count) →
+// ControllerPublishVolume when the plugin needs it (controller-published,
+// the publish context kept) → NodeStageVolume when the node plugin stages
+// and this usage is not staged yet (staged) → NodePublishVolume to the
+// allocation's target path (published). Claim returns when the claim is
+// published. A release records the past claim (taken) and returns; a claim
+// actor (package actors/claim) then unpublishes, unstages when it was the
+// last user of its staging, and controller-unpublishes when no other claim
+// on this host needs the volume, until the past claim is freed. Transitions
+// that need no RPC (skipping a step that does not apply, controller-detached
+// → ready-to-free → freed) are written together with the step before them,
+// so a status read may never show them.
+//
+// Paths: <data_dir>/volumes/<plugin>/staging/<volume>/<usage> and
+// <data_dir>/volumes/<plugin>/per-alloc/<alloc>/<volume>/<usage>, where the
+// usage is like "rw-file-system-single-node-writer".
+//
+// # Concurrency
+//
+// A volume actor is the only writer of its record. It runs at most one
+// plugin RPC of its volume at a time, in a goroutine it owns, so its mailbox
+// keeps serving: a claim request for another allocation is admitted or
+// refused at once while a slow RPC runs. Status reads never go through the
+// mailbox: Get answers from the snapshot the actor last persisted, or from
+// the store. Different volumes run in parallel; a per-plugin bound
+// ([Config.MaxInFlightPerPlugin]) keeps many volumes from swamping one
+// plugin.
+//
+// Idle volume actors stop after [Config.IdleTimeout]; the manager keeps only
+// the set of registered IDs and the claim counts, and starts an actor again
+// from the store when a request needs one.
+//
+// # Crashes and restarts
+//
+// A volume actor that panics is restarted by its supervisor (with backoff)
+// and reloads its record; requests it held in memory are sent to it again
+// by the manager (every request is idempotent). [Manager.Start] resumes
+// every volume with an unfinished step: claims go forward to published,
+// past claims to freed. Since every CSI call is idempotent, a step whose
+// outcome was not recorded is simply sent again; a caller that retries the
+// same claim gets the same target path.
+//
+// # Caveats
+//
+// A publish step that fails for good (a final error, or a retryable one
+// Config.MaxClaimAttempts times) turns the claim into a past claim, torn
+// down like a release, and Claim returns ErrClaimFailed. Release steps never
+// give up: they retry with backoff, waiting for the plugin to be healthy,
+// and show their last error in the status.
+//
+// Volume and allocation IDs and plugin names become path components: they
+// may not contain "/" or control characters. Secrets and mount flags never
+// appear in logs, errors or status.
+package volume
