@@ -149,10 +149,10 @@ func FindClaim(claims []persistence.Claim, alloc string) int {
 	return -1
 }
 
-// FindStaging returns the index of the staging of usage in v, or -1.
-func FindStaging(v *persistence.Volume, usage string) int {
+// FindStaging returns the index of the staging at path in v, or -1.
+func FindStaging(v *persistence.Volume, path string) int {
 	for i := range v.Stagings {
-		if v.Stagings[i].Usage == usage {
+		if v.Stagings[i].Path == path {
 			return i
 		}
 	}

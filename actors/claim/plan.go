@@ -11,9 +11,15 @@ import (
 
 // Reserve adds r's claim to v (in place) in state reserved and returns a copy
 // of it. Admit must have allowed r. When the node plugin stages volumes, the
-// claim becomes a user of its usage's staging (created unstaged when new):
-// usage counts are recorded before any RPC, so a teardown after a crash
-// knows who may have staged.
+// claim becomes a user of the volume's staging (created unstaged, at the
+// path of the claim's usage, when there is none): usage counts are recorded
+// before any RPC, so a teardown after a crash knows who may have staged.
+//
+// A volume has at most one staging at a time, as the CSI spec requires
+// ("the CO SHALL ensure that there is only one staging_target_path per
+// volume"): every claim that holds a place has the same access and
+// attachment mode (see Admit), and NodeStageVolume has no read-only flag,
+// so a read claim and a write claim share the staging made by the first.
 func Reserve(v *persistence.Volume, r Request, f Facts, dataDir string, now time.Time) persistence.Claim {
 	usage := Usage(r.Mode, r.Capability)
 	c := persistence.Claim{
@@ -31,6 +37,9 @@ func Reserve(v *persistence.Volume, r Request, f Facts, dataDir string, now time
 	}
 	if f.StageUnstage {
 		c.StagingPath = StagingPath(dataDir, v.Plugin, v.ID, usage)
+		if len(v.Stagings) > 0 {
+			c.StagingPath = v.Stagings[0].Path
+		}
 		addUser(v, usage, c.StagingPath, r.Alloc)
 	}
 	v.Claims = append(v.Claims, c)
@@ -38,7 +47,7 @@ func Reserve(v *persistence.Volume, r Request, f Facts, dataDir string, now time
 }
 
 func addUser(v *persistence.Volume, usage, path, alloc string) {
-	i := FindStaging(v, usage)
+	i := FindStaging(v, path)
 	if i < 0 {
 		v.Stagings = append(v.Stagings, persistence.Staging{Usage: usage, Path: path})
 		i = len(v.Stagings) - 1
@@ -69,7 +78,7 @@ func NextPublish(v *persistence.Volume, alloc string) (Step, bool) {
 		if c.StagingPath != "" {
 			// A staging missing from the record (it cannot be, Reserve
 			// adds it) is staged again; ApplyPublish records it.
-			if j := FindStaging(v, c.Usage); j < 0 || !v.Stagings[j].Staged {
+			if j := FindStaging(v, c.StagingPath); j < 0 || !v.Stagings[j].Staged {
 				return stepFor(v, c, NodeStage), true
 			}
 		}
@@ -92,7 +101,7 @@ func ApplyPublish(v *persistence.Volume, s Step, r Result, now time.Time) {
 		c.State = StateControllerPublished
 	case NodeStage:
 		addUser(v, s.Usage, s.StagingPath, s.Alloc)
-		v.Stagings[FindStaging(v, s.Usage)].Staged = true
+		v.Stagings[FindStaging(v, s.StagingPath)].Staged = true
 		c.State = StateStaged
 	case NodePublish:
 		c.State = StatePublished
@@ -158,7 +167,7 @@ func AdvanceRelease(v *persistence.Volume, alloc string, now time.Time) (s Step,
 			if c.StagingPath == "" {
 				return stepFor(v, c, NodeUnpublish), true, changed
 			}
-			j := FindStaging(v, c.Usage)
+			j := FindStaging(v, c.StagingPath)
 			switch {
 			case j >= 0 && slices.Contains(v.Stagings[j].Users, alloc):
 				return stepFor(v, c, NodeUnpublish), true, changed
@@ -217,13 +226,13 @@ func ApplyRelease(v *persistence.Volume, s Step, now time.Time) {
 			c.State = StateNodeDetached
 			return
 		}
-		if j := FindStaging(v, c.Usage); j >= 0 {
+		if j := FindStaging(v, c.StagingPath); j >= 0 {
 			st := &v.Stagings[j]
 			st.Users = slices.DeleteFunc(st.Users, func(u string) bool { return u == s.Alloc })
 		}
 		// AdvanceRelease decides between unstaging and node-detached.
 	case NodeUnstage:
-		if j := FindStaging(v, c.Usage); j >= 0 && len(v.Stagings[j].Users) == 0 {
+		if j := FindStaging(v, c.StagingPath); j >= 0 && len(v.Stagings[j].Users) == 0 {
 			v.Stagings = slices.Delete(v.Stagings, j, j+1)
 		}
 		c.State = StateNodeDetached

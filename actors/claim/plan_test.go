@@ -266,3 +266,23 @@ func TestCloneVolume_Deep(t *testing.T) {
 		t.Errorf("clone shares memory with the original: %+v", v)
 	}
 }
+
+func TestReserve_OneStagingPerVolume(t *testing.T) {
+	mnmw := fsCap(csi.AccessModeMultiNodeMultiWriter)
+	v := vol(mnmw)
+	f := Facts{NodeID: "n1", StageUnstage: true}
+	w := Reserve(v, Request{"w", ModeWrite, mnmw}, f, "/d", now)
+	r := Reserve(v, Request{"r", ModeRead, mnmw}, f, "/d", now)
+	if w.Usage == r.Usage || w.TargetPath == r.TargetPath {
+		t.Fatalf("read and write claims share a usage or target: %+v %+v", w, r)
+	}
+	if r.StagingPath != w.StagingPath || len(v.Stagings) != 1 || !slices.Equal(v.Stagings[0].Users, []string{"w", "r"}) {
+		t.Fatalf("a second usage made a second staging (the CSI spec allows one per volume): %+v", v.Stagings)
+	}
+	if got := publishAll(t, v, "w"); !slices.Equal(got, []Method{NodeStage, NodePublish}) {
+		t.Errorf("writer ran %v", got)
+	}
+	if got := publishAll(t, v, "r"); !slices.Equal(got, []Method{NodePublish}) {
+		t.Errorf("reader ran %v", got)
+	}
+}

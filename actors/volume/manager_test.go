@@ -432,3 +432,31 @@ func TestManager_Get_NotQueuedBehindRPC(t *testing.T) {
 	}
 	// Shutdown cancels the hanging RPC.
 }
+
+func TestManager_Claim_ReadAndWriteShareStaging(t *testing.T) {
+	e := newEnv(t, fullPlugin)
+	e.register("vol1", fsCap(csi.AccessModeMultiNodeMultiWriter))
+	ctx := ctxT(t)
+	w, err := e.m.Claim(ctx, claimReq("vol1", "w", claim.ModeWrite, csi.AccessModeMultiNodeMultiWriter))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.m.Claim(ctx, claimReq("vol1", "r", claim.ModeRead, csi.AccessModeMultiNodeMultiWriter))
+	if err != nil {
+		t.Fatalf("read claim next to a write claim: %s", err)
+	}
+	if r.StagingPath != w.StagingPath || r.TargetPath == w.TargetPath {
+		t.Errorf("claims %+v and %+v", w, r)
+	}
+	if n := e.plugin.Calls("NodeStageVolume"); n != 1 {
+		t.Errorf("NodeStageVolume called %d times, want 1", n)
+	}
+	e.checkAgree()
+	for _, a := range []string{"w", "r"} {
+		if _, err := e.m.Release(ctx, "vol1", a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.waitFreed("vol1")
+	e.checkClean()
+}
