@@ -31,7 +31,11 @@ type Facts struct {
 }
 
 // Plugins gives a claim the CSI client of a plugin's current singleton.
-// The runtime implements it on top of the registry.
+// The runtime implements it on top of the registry. Facts must be complete
+// whatever the type asked for: a new claim asks for the node type and takes
+// NodeID, StageUnstage and the plugin-level ControllerRequired from that one
+// answer. Client is called before every RPC, so it should be cheap (a
+// lookup, not a fingerprint).
 type Plugins interface {
 	// Client returns the client of the current singleton of plugin and typ
 	// (a monolith allocation counts as both types) and its facts. The
