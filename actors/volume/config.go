@@ -51,6 +51,12 @@ type Config struct {
 	// Restarts, when set, counts restarts (csiactor_actor_restarts_total,
 	// kinds "volume" and "claim"). The caller registers it.
 	Restarts *actorkit.RestartCounter
+	// OnEvent, when set, is called after every persisted change that the
+	// agent's event stream shows (see the Event* constants): volumes
+	// registered, created and deregistered; claims published, failed,
+	// released and freed. It is called from volume actors and must not
+	// block.
+	OnEvent func(Event)
 	// Logger receives the manager's logs; nil discards them.
 	Logger *logrus.Entry
 	// Registerer receives csiactor_volume_claims and

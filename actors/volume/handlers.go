@@ -90,8 +90,10 @@ func (a *volumeActor) persist(v *persistence.Volume, point string) error {
 	if err := a.m.store.PutVolume(context.Background(), *v); err != nil {
 		return fmt.Errorf("persist volume %q: %w", a.h.id, err)
 	}
+	old := a.rec
 	a.rec = v
 	a.m.publish(a.h, v)
+	a.m.recordEvents(old, v)
 	a.m.faultPoint("persisted:"+point, a.h.id)
 	return nil
 }
@@ -703,6 +705,7 @@ func (a *volumeActor) remove(ctx actor.Context, req *deregisterRequest) {
 		answer(req.reply, reply{err: fmt.Errorf("delete volume %q: %w", a.h.id, err)})
 		return
 	}
+	a.m.recordRemoved(a.rec)
 	a.rec = nil
 	a.h.snap.Store(&snapshot{})
 	a.m.removed(a.h)

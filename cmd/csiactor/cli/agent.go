@@ -55,7 +55,15 @@ const (
 	runtimeShutdownTimeout = 2 * time.Minute
 )
 
-var errNoAgent = errors.New("this csiactor binary has no agent runtime (cli.WithAgent was not given)")
+var errNoAgent = errors.New("this csiactor binary has no agent runtime (cli.WithAgent was given nil)")
+
+// NewRuntimeAgent is the agent `csiactor agent` runs unless WithAgent says
+// otherwise: the runtime package's Runtime.
+func NewRuntimeAgent(cfg runtime.Config, deps AgentDeps) (Agent, error) {
+	return runtime.New(cfg, runtime.Options{Log: deps.Log, Registerer: deps.Registerer})
+}
+
+var _ Agent = (*runtime.Runtime)(nil)
 
 // DevAllocationID is the ID (and plugin name) of the example plugin's
 // allocation under -dev.

@@ -305,7 +305,7 @@ func TestAgent_Errors(t *testing.T) {
 }
 
 func TestAgent_NoRuntime_Exit1(t *testing.T) {
-	r := runCLI(t, nil, "agent", "-dev")
+	r := runCLIContext(context.Background(), t, nil, []cli.Option{cli.WithAgent(nil)}, "agent", "-dev")
 	r.want(t, 1, "")
 	r.contains(t, "stderr", "this csiactor binary has no agent runtime")
 }

@@ -108,7 +108,7 @@ Run "csiactor <command> -h" for a command's flags.`,
 // ExitError or ExitUsage. ctx ends long-running commands (the agent,
 // events -follow); main cancels it on SIGINT and SIGTERM.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...Option) int {
-	e := &env{stdout: stdout, stderr: stderr, getenv: os.Getenv}
+	e := &env{stdout: stdout, stderr: stderr, getenv: os.Getenv, newAgent: NewRuntimeAgent}
 	for _, o := range opts {
 		o(e)
 	}

@@ -1,0 +1,96 @@
+package volume
+
+import (
+	"time"
+
+	"github.com/csiactor/csiactor/actors/claim"
+	"github.com/csiactor/csiactor/persistence"
+)
+
+// Event types the manager reports through Config.OnEvent. The strings are
+// the ones the agent's event stream uses.
+const (
+	EventVolumeRegistered   = "volume-registered"
+	EventVolumeCreated      = "volume-created"
+	EventVolumeDeregistered = "volume-deregistered"
+	EventClaimPublished     = "claim-published"
+	EventClaimReleased      = "claim-released"
+	EventClaimFreed         = "claim-freed"
+	EventClaimFailed        = "claim-failed"
+)
+
+// Event is something that happened to a volume, reported to Config.OnEvent
+// after it was persisted. Message never holds secrets or mount flags.
+type Event struct {
+	Time    time.Time
+	Type    string
+	Plugin  string
+	Volume  string
+	Alloc   string
+	Message string
+}
+
+// recordEvents reports what changed between the persisted records old and
+// cur (old is nil for a new volume). It runs on the volume actor, after the
+// write, and must not block: OnEvent is documented as non-blocking.
+func (m *Manager) recordEvents(old, cur *persistence.Volume) {
+	emit := m.cfg.OnEvent
+	if emit == nil || cur == nil {
+		return
+	}
+	now := time.Now()
+	ev := func(typ, alloc, msg string) {
+		emit(Event{Time: now, Type: typ, Plugin: cur.Plugin, Volume: cur.ID, Alloc: alloc, Message: msg})
+	}
+	if old == nil {
+		if cur.Created {
+			ev(EventVolumeCreated, "", "volume created through the controller")
+		} else {
+			ev(EventVolumeRegistered, "", "volume registered")
+		}
+		old = &persistence.Volume{}
+	}
+	oldClaims := make(map[string]string, len(old.Claims))
+	for _, c := range old.Claims {
+		oldClaims[c.Alloc] = c.State
+	}
+	for _, c := range cur.Claims {
+		if c.State == claim.StatePublished && oldClaims[c.Alloc] != claim.StatePublished {
+			ev(EventClaimPublished, c.Alloc, c.Mode+" claim published at "+c.TargetPath)
+		}
+	}
+	oldPast := make(map[string]string, len(old.PastClaims))
+	for _, c := range old.PastClaims {
+		oldPast[c.Alloc] = c.State
+	}
+	curPast := make(map[string]bool, len(cur.PastClaims))
+	for _, c := range cur.PastClaims {
+		curPast[c.Alloc] = true
+		if _, was := oldPast[c.Alloc]; was {
+			continue
+		}
+		prev, hadClaim := oldClaims[c.Alloc]
+		if hadClaim && prev != claim.StatePublished {
+			msg := "claim failed in state " + prev + "; tearing down"
+			if c.LastError != "" {
+				msg += ": " + c.LastError
+			}
+			ev(EventClaimFailed, c.Alloc, msg)
+		} else {
+			ev(EventClaimReleased, c.Alloc, "claim released; tearing down")
+		}
+	}
+	for _, c := range old.PastClaims {
+		if !curPast[c.Alloc] {
+			ev(EventClaimFreed, c.Alloc, "past claim freed")
+		}
+	}
+}
+
+// recordRemoved reports a deregistered volume.
+func (m *Manager) recordRemoved(v *persistence.Volume) {
+	if m.cfg.OnEvent == nil || v == nil {
+		return
+	}
+	m.cfg.OnEvent(Event{Time: time.Now(), Type: EventVolumeDeregistered, Plugin: v.Plugin, Volume: v.ID, Message: "volume deregistered"})
+}

@@ -1,0 +1,170 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/csiactor/csiactor/actors/claim"
+	"github.com/csiactor/csiactor/actors/plugin"
+	"github.com/csiactor/csiactor/actors/registry"
+	"github.com/csiactor/csiactor/actors/volume"
+	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/persistence"
+)
+
+// pluginsAdapter gives the volume manager the registry's clients.
+type pluginsAdapter struct{ reg *registry.Handle }
+
+var _ volume.Plugins = pluginsAdapter{}
+
+// Client returns the active allocation of plugin for typ, and the facts a
+// claim needs. Node facts (node ID, STAGE_UNSTAGE) come from the node side
+// even when the controller is asked for, since ControllerPublishVolume needs
+// the node ID.
+func (p pluginsAdapter) Client(ctx context.Context, name string, typ claim.PluginType) (csi.Client, claim.Facts, error) {
+	t, err := p.reg.Client(ctx, name, plugin.Role(typ))
+	if err != nil {
+		return nil, claim.Facts{}, err
+	}
+	facts := claim.Facts{ControllerRequired: t.ControllerRequired}
+	fp := t.Fingerprint
+	if fp.NodeInfo == nil || fp.Node == nil {
+		if nt, err := p.reg.Client(ctx, name, plugin.Node); err == nil {
+			fp = nt.Fingerprint
+		}
+	}
+	if fp.NodeInfo != nil {
+		facts.NodeID = fp.NodeInfo.NodeID
+	}
+	if fp.Node != nil {
+		facts.StageUnstage = fp.Node.StageUnstageVolume
+	}
+	return t.Client, facts, nil
+}
+
+// WaitHealthy blocks until the plugin has a healthy allocation for typ.
+func (p pluginsAdapter) WaitHealthy(ctx context.Context, name string, typ claim.PluginType) error {
+	return p.reg.WaitHealthy(ctx, name, plugin.Role(typ))
+}
+
+// kindError marks an error from an actor package with the runtime sentinel
+// it means, keeping the original message and chain.
+type kindError struct {
+	kind error
+	err  error
+}
+
+func (e *kindError) Error() string   { return e.err.Error() }
+func (e *kindError) Unwrap() []error { return []error{e.kind, e.err} }
+
+// mapErr marks err with the runtime sentinel the HTTP API maps to a status
+// code. Errors that already carry one are returned as they are.
+func mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, s := range []error{ErrInvalid, ErrNotFound, ErrConflict, ErrPluginUnavailable, ErrShutdown} {
+		if errors.Is(err, s) {
+			return err
+		}
+	}
+	var kind error
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.Is(err, volume.ErrInvalid), errors.Is(err, plugin.ErrInvalidSpec),
+		errors.Is(err, csi.ErrInvalidCapability), errors.Is(err, csi.ErrInvalidEndpoint):
+		kind = ErrInvalid
+	case errors.Is(err, volume.ErrNotFound), errors.Is(err, registry.ErrAllocationNotFound),
+		errors.Is(err, registry.ErrPluginNotFound) && !errors.Is(err, registry.ErrNoHealthyPlugin):
+		kind = ErrNotFound
+	case errors.Is(err, volume.ErrConflict), errors.Is(err, registry.ErrConflict), errors.Is(err, registry.ErrBusy):
+		kind = ErrConflict
+	case errors.Is(err, volume.ErrPluginUnavailable), errors.Is(err, registry.ErrNoHealthyPlugin):
+		kind = ErrPluginUnavailable
+	case errors.Is(err, volume.ErrShutdown), errors.Is(err, registry.ErrStopped):
+		kind = ErrShutdown
+	default:
+		return err
+	}
+	return &kindError{kind: kind, err: err}
+}
+
+func allocationFromInfo(i registry.AllocationInfo) Allocation {
+	return Allocation{
+		ID: i.ID, Plugin: i.Plugin, Type: string(i.Type), Socket: i.Socket,
+		Command: i.Command, Healthy: i.Healthy, HealthDescription: i.HealthDescription,
+		Singleton: i.Singleton, NodeID: i.NodeID,
+	}
+}
+
+func pluginFromSummary(s registry.PluginSummary) Plugin {
+	p := Plugin{
+		Name: s.Name, Provider: s.Provider, Version: s.Version,
+		ControllerRequired:  s.ControllerRequired,
+		ControllersHealthy:  s.ControllersHealthy,
+		ControllersExpected: s.ControllersExpected,
+		NodesHealthy:        s.NodesHealthy,
+		NodesExpected:       s.NodesExpected,
+		Allocations:         make([]Allocation, 0, len(s.Allocations)),
+	}
+	for _, a := range s.Allocations {
+		p.Allocations = append(p.Allocations, allocationFromInfo(a))
+	}
+	return p
+}
+
+// volumeSpec converts a validated API spec to the volume manager's.
+func volumeSpec(id string, s VolumeSpec) (volume.Spec, error) {
+	vs := volume.Spec{
+		ID: id, Plugin: s.Plugin, ExternalID: s.ExternalID,
+		MountOptions: s.MountOptions.CSI(),
+		Parameters:   s.Parameters, Context: s.Context, Secrets: s.Secrets,
+	}
+	for i, c := range s.Capabilities {
+		vc, err := c.Parse()
+		if err != nil {
+			return volume.Spec{}, prefixed(capField(i), err)
+		}
+		vs.Capabilities = append(vs.Capabilities, vc)
+	}
+	return vs, nil
+}
+
+func capField(i int) string { return "capabilities[" + strconv.Itoa(i) + "]" }
+
+func volumeFromManager(v volume.Volume) Volume {
+	out := Volume{
+		ID: v.ID, Plugin: v.Plugin, ExternalID: v.ExternalID,
+		Parameters: v.Parameters, Context: v.Context, CapacityBytes: v.CapacityBytes,
+		Claims: make([]Claim, 0, len(v.Claims)), PastClaims: make([]Claim, 0, len(v.PastClaims)),
+	}
+	for _, c := range v.Capabilities {
+		out.Capabilities = append(out.Capabilities, Capability{AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode})
+	}
+	if v.FSType != "" || v.MountFlagCount > 0 {
+		out.MountOptions = &RedactedMountOptions{FSType: v.FSType, MountFlagCount: v.MountFlagCount}
+	}
+	for _, c := range v.Claims {
+		out.Claims = append(out.Claims, claimFromManager(c))
+	}
+	for _, c := range v.PastClaims {
+		out.PastClaims = append(out.PastClaims, claimFromManager(c))
+	}
+	return out
+}
+
+func claimFromManager(c volume.Claim) Claim {
+	return Claim{
+		Alloc: c.Alloc, Mode: c.Mode, AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode,
+		State: c.State, TargetPath: c.TargetPath, LastError: c.LastError,
+	}
+}
+
+
+// The store must satisfy what the actor packages ask of it.
+var (
+	_ registry.Store = (*persistence.Store)(nil)
+	_ volume.Store   = (*persistence.Store)(nil)
+)

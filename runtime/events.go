@@ -1,0 +1,95 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/csiactor/csiactor/internal/actorkit"
+)
+
+// eventLog keeps the most recent events and fans every new one out to
+// subscribers through a broker that never blocks the publisher.
+type eventLog struct {
+	mu     sync.Mutex
+	ring   []Event // guarded by mu; the last len(ring) events, oldest first
+	size   int
+	broker *actorkit.Broker[Event]
+}
+
+func newEventLog(size int) *eventLog {
+	return &eventLog{
+		size: size,
+		broker: actorkit.NewBroker(func(dropped uint64) Event {
+			return Event{Type: EventsDropped, Message: fmt.Sprintf("subscriber fell behind and lost %d events", dropped)}
+		}),
+	}
+}
+
+// publish records e and sends it to every subscriber. Recording and
+// sending happen under mu, so a new subscription sees each event exactly
+// once: in its backlog or live.
+func (l *eventLog) publish(e Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.ring) == l.size {
+		copy(l.ring, l.ring[1:])
+		l.ring = l.ring[:l.size-1]
+	}
+	l.ring = append(l.ring, e)
+	l.broker.Publish(e)
+}
+
+func (l *eventLog) recent() []Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]Event(nil), l.ring...)
+}
+
+// subscribe returns a channel with the backlog, then live events, closed
+// when ctx ends, done is closed, or the log closes. Its goroutine is counted in wg.
+func (l *eventLog) subscribe(ctx context.Context, done <-chan struct{}, wg *sync.WaitGroup) (<-chan Event, error) {
+	l.mu.Lock()
+	backlog := append([]Event(nil), l.ring...)
+	sub, err := l.broker.Subscribe(l.size)
+	l.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrShutdown, err)
+	}
+	out := make(chan Event)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(out)
+		defer sub.Cancel()
+		send := func(e Event) bool {
+			select {
+			case out <- e:
+				return true
+			case <-ctx.Done():
+				return false
+			case <-done:
+				return false
+			}
+		}
+		for _, e := range backlog {
+			if !send(e) {
+				return
+			}
+		}
+		for {
+			select {
+			case e, ok := <-sub.C:
+				if !ok || !send(e) {
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// close ends every subscription.
+func (l *eventLog) close() { l.broker.Close() }

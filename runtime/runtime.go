@@ -1,0 +1,549 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+
+	"github.com/csiactor/csiactor/actors/claim"
+	"github.com/csiactor/csiactor/actors/plugin"
+	"github.com/csiactor/csiactor/actors/registry"
+	"github.com/csiactor/csiactor/actors/volume"
+	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/internal/actorkit"
+	"github.com/csiactor/csiactor/persistence"
+)
+
+// StoreFileName is the name of the bbolt file in the data directory.
+const StoreFileName = "state.db"
+
+// RecentEvents is how many past events Events returns and a new
+// subscription starts with.
+const RecentEvents = 256
+
+// Options are the runtime's dependencies that are not configuration: where
+// it logs and where it registers its metrics. Zero values mean a logger that
+// discards everything and no metrics.
+type Options struct {
+	// Log receives every log line of the runtime and its actors.
+	Log *logrus.Entry
+	// Registerer receives every csiactor_* metric. The runtime never uses
+	// the global registry.
+	Registerer prometheus.Registerer
+}
+
+// Runtime is one csiactor agent: the store, the actor system with the
+// registry and the volume manager, and the event stream. Create it with
+// [New], run it with [Runtime.Start], stop it with [Runtime.Shutdown].
+//
+// All methods are safe for concurrent use. The blocking ones take a context
+// first; they return errors that wrap [ErrInvalid], [ErrNotFound],
+// [ErrConflict], [ErrPluginUnavailable] or [ErrShutdown] where one applies.
+type Runtime struct {
+	cfg  Config
+	log  *logrus.Entry
+	reg  prometheus.Registerer
+	life sync.Mutex // serializes Start and Shutdown
+
+	// Set by Start, read-only afterwards until Shutdown.
+	started  bool
+	store    *persistence.Store
+	system   *actor.ActorSystem
+	registry *registry.Handle
+	volumes  *volume.Manager
+	restarts *actorkit.RestartCounter
+	regSub   *actorkit.Subscription[registry.Event]
+	events   *eventLog
+	done     chan struct{} // closed by Shutdown
+	wg       sync.WaitGroup
+	stopped  bool
+}
+
+// New validates cfg (with defaults applied) and returns a runtime that has
+// not started yet: nothing is opened, spawned or listened on until Start.
+func New(cfg Config, opts Options) (*Runtime, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := opts.Log
+	if log == nil {
+		l := logrus.New()
+		l.SetOutput(discard{})
+		log = logrus.NewEntry(l)
+	}
+	return &Runtime{cfg: cfg, log: log, reg: opts.Registerer, done: make(chan struct{})}, nil
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// Config returns the configuration the runtime runs with (defaults applied).
+func (r *Runtime) Config() Config { return r.cfg }
+
+// Start opens the store in the data directory, starts the actor system,
+// restores every persisted allocation (starting exec-managed plugins again)
+// and registers the configured ones, then resumes every unfinished claim and
+// release. It returns once all of that is under way; plugins become healthy
+// in the background. On error everything started so far is stopped again.
+func (r *Runtime) Start(ctx context.Context) (err error) {
+	r.life.Lock()
+	defer r.life.Unlock()
+	if r.stopped {
+		return ErrShutdown
+	}
+	if r.started {
+		return fmt.Errorf("runtime: already started")
+	}
+	defer func() {
+		if err != nil {
+			r.teardownLocked(context.Background())
+		}
+	}()
+
+	if err := os.MkdirAll(r.cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+	r.store, err = persistence.Open(filepath.Join(r.cfg.DataDir, StoreFileName), persistence.Config{
+		NoSync:     r.cfg.Store.NoSync,
+		Registerer: r.reg,
+		Logger:     r.log.WithField("component", "store"),
+	})
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+
+	metrics, err := csi.NewMetrics(r.reg)
+	if err != nil {
+		return fmt.Errorf("csi metrics: %w", err)
+	}
+	r.restarts = actorkit.NewRestartCounter()
+	if r.reg != nil {
+		if err := r.reg.Register(r.restarts); err != nil {
+			return fmt.Errorf("register restart counter: %w", err)
+		}
+	}
+	r.events = newEventLog(RecentEvents)
+	r.system = actorkit.NewSystem(r.log.WithField("component", "actors"))
+
+	pc := r.cfg.Plugins
+	r.registry, err = registry.Start(ctx, r.system, registry.Config{
+		Log:     r.log.WithField("component", "registry"),
+		Store:   r.store,
+		DataDir: r.cfg.DataDir,
+		Plugin: plugin.Config{
+			HeartbeatInterval: pc.HeartbeatInterval,
+			ProbeTimeout:      pc.ProbeTimeout,
+			RPCTimeout:        pc.RPCTimeout,
+			StopGrace:         pc.KillTimeout,
+			RestartBackoff:    actorBackoff(pc.RestartBackoff),
+			Metrics:           metrics,
+		},
+		Registerer: r.reg,
+		Restarts:   r.restarts,
+	})
+	if err != nil {
+		return fmt.Errorf("start registry: %w", err)
+	}
+	if r.regSub, err = r.registry.Subscribe(RecentEvents); err != nil {
+		return fmt.Errorf("subscribe to registry: %w", err)
+	}
+	r.wg.Add(1)
+	go r.forwardRegistryEvents(r.regSub)
+
+	for _, a := range r.cfg.Allocations {
+		if _, err := r.RegisterAllocation(ctx, a.ID, a.AllocationSpec); err != nil {
+			return fmt.Errorf("allocation %q from config: %w", a.ID, err)
+		}
+	}
+
+	vb := r.cfg.Volumes.Retry
+	r.volumes, err = volume.NewManager(r.system.Root, volume.Config{
+		DataDir:              r.cfg.DataDir,
+		Backoff:              csi.Backoff{Initial: vb.Initial, Max: vb.Max, Multiplier: vb.Multiplier, Jitter: vb.Jitter},
+		MaxInFlightPerPlugin: pc.MaxInFlight,
+		Restarts:             r.restarts,
+		Logger:               r.log.WithField("component", "volumes"),
+		Registerer:           r.reg,
+		OnEvent:              r.volumeEvent,
+	}, r.store, pluginsAdapter{r.registry})
+	if err != nil {
+		return fmt.Errorf("volume manager: %w", err)
+	}
+	if err := r.volumes.Start(ctx); err != nil {
+		return fmt.Errorf("resume volumes: %w", err)
+	}
+	r.started = true
+	r.log.WithField("data_dir", r.cfg.DataDir).Info("runtime started")
+	return nil
+}
+
+func actorBackoff(b BackoffConfig) actorkit.BackoffConfig {
+	return actorkit.BackoffConfig{Initial: b.Initial, Max: b.Max, Multiplier: b.Multiplier, Jitter: b.Jitter}
+}
+
+// Shutdown stops the runtime: the volume manager first (in-flight steps end
+// and stay persisted, to resume on the next start), then every allocation
+// actor (each runs its last fingerprint, "agent shutting down", which is
+// persisted, and stops its plugin process), then the actor system and the
+// store. It returns when every goroutine, process and socket it owned is
+// gone. It is idempotent; calls after the first return nil at once.
+func (r *Runtime) Shutdown(ctx context.Context) error {
+	r.life.Lock()
+	defer r.life.Unlock()
+	if r.stopped {
+		return nil
+	}
+	err := r.teardownLocked(ctx)
+	r.log.Info("runtime stopped")
+	return err
+}
+
+// teardownLocked stops whatever Start got to. r.life is held.
+func (r *Runtime) teardownLocked(ctx context.Context) error {
+	r.stopped = true
+	close(r.done)
+	var errs []error
+	if r.volumes != nil {
+		if err := r.volumes.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop volumes: %w", err))
+		}
+	}
+	if r.registry != nil {
+		if err := r.registry.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop registry: %w", err))
+		}
+	}
+	if r.regSub != nil {
+		r.regSub.Cancel()
+	}
+	if r.events != nil {
+		r.events.close() // ends every subscription goroutine
+	}
+	r.wg.Wait()
+	if r.system != nil {
+		r.system.Shutdown()
+	}
+	if r.restarts != nil && r.reg != nil {
+		r.reg.Unregister(r.restarts)
+	}
+	if r.store != nil {
+		if err := r.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close store: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ready returns ErrShutdown unless the runtime has started and not stopped.
+func (r *Runtime) ready() error {
+	select {
+	case <-r.done:
+		return ErrShutdown
+	default:
+	}
+	r.life.Lock()
+	started := r.started
+	r.life.Unlock()
+	if !started {
+		return fmt.Errorf("%w: runtime not started", ErrShutdown)
+	}
+	return nil
+}
+
+// RegisterAllocation registers the allocation id, or re-registers it with
+// the same spec (a no-op). An exec-managed allocation's process is started;
+// an attached one's socket is dialed. It returns the allocation as now known.
+func (r *Runtime) RegisterAllocation(ctx context.Context, id string, spec AllocationSpec) (Allocation, error) {
+	if err := ValidateID("id", id); err != nil {
+		return Allocation{}, err
+	}
+	if err := spec.Validate(); err != nil {
+		return Allocation{}, err
+	}
+	if r.registry == nil {
+		return Allocation{}, ErrShutdown
+	}
+	ps := plugin.Spec{ID: id, Plugin: spec.Plugin, Type: plugin.Type(spec.Type), Socket: spec.Socket, Command: spec.Command, Env: spec.Env}
+	info, err := r.registry.Register(ctx, ps)
+	if err != nil {
+		return Allocation{}, mapErr(err)
+	}
+	return allocationFromInfo(info), nil
+}
+
+// DeregisterAllocation removes the allocation id (both roles of a monolith)
+// and returns when its actor has stopped and its process, if any, is gone.
+func (r *Runtime) DeregisterAllocation(ctx context.Context, id string) error {
+	if err := r.ready(); err != nil {
+		return err
+	}
+	return mapErr(r.registry.Deregister(ctx, id))
+}
+
+// Allocations lists every allocation, ordered by plugin, then type, newest
+// first.
+func (r *Runtime) Allocations(ctx context.Context) ([]Allocation, error) {
+	if err := r.ready(); err != nil {
+		return nil, err
+	}
+	infos, err := r.registry.Allocations(ctx)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]Allocation, 0, len(infos))
+	for _, i := range infos {
+		out = append(out, allocationFromInfo(i))
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Plugin != out[j].Plugin {
+			return out[i].Plugin < out[j].Plugin
+		}
+		return out[i].Type < out[j].Type
+	})
+	return out, nil
+}
+
+// Plugins lists every plugin, by name.
+func (r *Runtime) Plugins(ctx context.Context) ([]Plugin, error) {
+	if err := r.ready(); err != nil {
+		return nil, err
+	}
+	sums, err := r.registry.Plugins(ctx)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]Plugin, 0, len(sums))
+	for _, s := range sums {
+		out = append(out, pluginFromSummary(s))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Plugin returns one plugin, or an error wrapping ErrNotFound.
+func (r *Runtime) Plugin(ctx context.Context, name string) (Plugin, error) {
+	if err := r.ready(); err != nil {
+		return Plugin{}, err
+	}
+	s, err := r.registry.Plugin(ctx, name)
+	if err != nil {
+		return Plugin{}, mapErr(err)
+	}
+	return pluginFromSummary(s), nil
+}
+
+// RegisterVolume registers an existing volume of a plugin as id. The same id
+// with the same spec again is a no-op; with another spec, a conflict.
+func (r *Runtime) RegisterVolume(ctx context.Context, id string, spec VolumeSpec) (Volume, error) {
+	if err := ValidateID("id", id); err != nil {
+		return Volume{}, err
+	}
+	if err := spec.Validate(); err != nil {
+		return Volume{}, err
+	}
+	if err := r.ready(); err != nil {
+		return Volume{}, err
+	}
+	vs, err := volumeSpec(id, spec)
+	if err != nil {
+		return Volume{}, err
+	}
+	v, err := r.volumes.Register(ctx, vs)
+	if err != nil {
+		return Volume{}, mapErr(err)
+	}
+	return volumeFromManager(v), nil
+}
+
+// CreateVolume creates a volume through the plugin's controller
+// (CreateVolume, idempotent by name) and registers it.
+func (r *Runtime) CreateVolume(ctx context.Context, spec CreateVolumeSpec) (Volume, error) {
+	if err := spec.Validate(); err != nil {
+		return Volume{}, err
+	}
+	if err := r.ready(); err != nil {
+		return Volume{}, err
+	}
+	vs, err := volumeSpec(spec.ID, spec.VolumeSpec)
+	if err != nil {
+		return Volume{}, err
+	}
+	vs.CapacityBytes = spec.CapacityBytes
+	v, err := r.volumes.Create(ctx, vs)
+	if err != nil {
+		return Volume{}, mapErr(err)
+	}
+	return volumeFromManager(v), nil
+}
+
+// DeleteVolume deregisters the volume id and, with deleteToo, deletes it
+// through the controller first. It fails with ErrConflict while the volume
+// has claims or unfinished past claims.
+func (r *Runtime) DeleteVolume(ctx context.Context, id string, deleteToo bool) error {
+	if err := ValidateID("id", id); err != nil {
+		return err
+	}
+	if err := r.ready(); err != nil {
+		return err
+	}
+	var err error
+	if deleteToo {
+		err = r.volumes.Delete(ctx, id)
+	} else {
+		err = r.volumes.Deregister(ctx, id)
+	}
+	return mapErr(err)
+}
+
+// Volumes lists the volumes that match filter, by ID.
+func (r *Runtime) Volumes(ctx context.Context, filter VolumeFilter) ([]Volume, error) {
+	if err := filter.Validate(); err != nil {
+		return nil, err
+	}
+	if err := r.ready(); err != nil {
+		return nil, err
+	}
+	vs, err := r.volumes.List(ctx, volume.Filter{Plugin: filter.Plugin, NodeID: filter.Node})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]Volume, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, volumeFromManager(v))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// Volume returns one volume with its claims and past claims, or an error
+// wrapping ErrNotFound.
+func (r *Runtime) Volume(ctx context.Context, id string) (Volume, error) {
+	if err := ValidateID("id", id); err != nil {
+		return Volume{}, err
+	}
+	if err := r.ready(); err != nil {
+		return Volume{}, err
+	}
+	v, err := r.volumes.Get(ctx, id)
+	if err != nil {
+		return Volume{}, mapErr(err)
+	}
+	return volumeFromManager(v), nil
+}
+
+// Claim claims the volume for req.Alloc and publishes it, returning when the
+// claim is published (with its target path) or has failed finally (and is
+// being torn down). The same request again returns the same claim.
+func (r *Runtime) Claim(ctx context.Context, volumeID string, req ClaimRequest) (Claim, error) {
+	if err := ValidateID("volume", volumeID); err != nil {
+		return Claim{}, err
+	}
+	if err := req.Validate(); err != nil {
+		return Claim{}, err
+	}
+	if err := r.ready(); err != nil {
+		return Claim{}, err
+	}
+	// Validate parsed these already; parse again for the typed values.
+	am, _ := csi.ParseAccessMode(req.AccessMode)
+	at, _ := csi.ParseAttachmentMode(req.AttachmentMode)
+	mode, _ := claim.ParseMode(req.Mode)
+	c, err := r.volumes.Claim(ctx, volume.ClaimRequest{
+		VolumeID: volumeID, Alloc: req.Alloc, Mode: mode,
+		AccessMode: am, AttachmentMode: at,
+	})
+	if err != nil {
+		return Claim{}, mapErr(err)
+	}
+	return claimFromManager(c), nil
+}
+
+// Release releases alloc's claim on the volume. It returns as soon as the
+// claim is recorded as a past claim, with its state; the teardown goes on in
+// the background and survives restarts.
+func (r *Runtime) Release(ctx context.Context, volumeID, alloc string) (Claim, error) {
+	if err := ValidateID("volume", volumeID); err != nil {
+		return Claim{}, err
+	}
+	if err := ValidateID("alloc", alloc); err != nil {
+		return Claim{}, err
+	}
+	if err := r.ready(); err != nil {
+		return Claim{}, err
+	}
+	c, err := r.volumes.Release(ctx, volumeID, alloc)
+	if err != nil {
+		return Claim{}, mapErr(err)
+	}
+	return claimFromManager(c), nil
+}
+
+// Events returns the most recent events (at most RecentEvents), oldest first.
+func (r *Runtime) Events(ctx context.Context) ([]Event, error) {
+	if err := r.ready(); err != nil {
+		return nil, err
+	}
+	return r.events.recent(), nil
+}
+
+// Subscribe returns a channel that receives the recent events, oldest first,
+// then every later event with no gap. It is closed when ctx is done or the
+// runtime shuts down. A subscriber that falls more than RecentEvents behind
+// loses its oldest undelivered events and receives one EventsDropped event
+// in their place; it never slows the runtime.
+func (r *Runtime) Subscribe(ctx context.Context) (<-chan Event, error) {
+	if err := r.ready(); err != nil {
+		return nil, err
+	}
+	return r.events.subscribe(ctx, r.done, &r.wg)
+}
+
+// forwardRegistryEvents turns registry events into runtime events until
+// the subscription ends.
+func (r *Runtime) forwardRegistryEvents(sub *actorkit.Subscription[registry.Event]) {
+	defer r.wg.Done()
+	for e := range sub.C {
+		ev := Event{Time: e.Time, Plugin: e.Plugin, Alloc: e.Alloc, Message: e.Message}
+		switch e.Type {
+		case registry.EventRegistered:
+			ev.Type = EventAllocationRegistered
+		case registry.EventDeregistered:
+			ev.Type = EventAllocationDeregistered
+		case registry.EventHealthChanged:
+			ev.Type = EventHealthChanged
+		case registry.EventSingletonChanged, registry.EventActiveChanged:
+			ev.Type = EventSingletonChanged
+			if e.Role != "" {
+				ev.Message = fmt.Sprintf("%s %s: %s", e.Type, e.Role, e.Message)
+			}
+		case registry.EventLagged:
+			ev.Type = EventsDropped
+			ev.Message = fmt.Sprintf("runtime fell behind the registry and lost %d events", e.Dropped)
+		default:
+			continue
+		}
+		if ev.Time.IsZero() {
+			ev.Time = time.Now()
+		}
+		r.events.publish(ev)
+	}
+}
+
+// volumeEvent receives the volume manager's events.
+func (r *Runtime) volumeEvent(e volume.Event) {
+	r.events.publish(Event{
+		Time: e.Time, Type: e.Type, Plugin: e.Plugin, Alloc: e.Alloc,
+		Volume: e.Volume, Message: e.Message,
+	})
+}
