@@ -162,7 +162,6 @@ func claimFromManager(c volume.Claim) Claim {
 	}
 }
 
-
 // The store must satisfy what the actor packages ask of it.
 var (
 	_ registry.Store = (*persistence.Store)(nil)
