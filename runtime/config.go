@@ -23,7 +23,7 @@ const (
 	DefaultHTTPAddr          = "127.0.0.1:7460"
 	DefaultLogLevel          = "info"
 	DefaultLogFormat         = "text"
-	DefaultHeartbeatInterval = 10 * time.Second
+	DefaultHeartbeatInterval = 30 * time.Second
 	DefaultProbeTimeout      = 5 * time.Second
 	DefaultRPCTimeout        = 2 * time.Minute
 	DefaultKillTimeout       = 5 * time.Second
