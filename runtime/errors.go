@@ -27,6 +27,10 @@ var (
 	// ErrShutdown is returned by calls made while or after the runtime shuts
 	// down. The HTTP API answers 503.
 	ErrShutdown = errors.New("runtime shutting down")
+	// ErrDataDirInUse is returned by Start when another runtime (in this
+	// process or another) holds the store in the data directory. The error
+	// also wraps persistence.ErrInUse.
+	ErrDataDirInUse = errors.New("data dir in use by another csiactor agent")
 )
 
 // FieldError is a validation error that names the bad field, as a dotted

@@ -119,6 +119,9 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 		Registerer: r.reg,
 		Logger:     r.log.WithField("component", "store"),
 	})
+	if errors.Is(err, persistence.ErrInUse) {
+		return &kindError{kind: ErrDataDirInUse, err: fmt.Errorf("data dir %s is in use by another csiactor agent: open store: %w", r.cfg.DataDir, err)}
+	}
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -162,7 +165,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 	go r.forwardRegistryEvents(r.regSub)
 
 	for _, a := range r.cfg.Allocations {
-		if _, err := r.RegisterAllocation(ctx, a.ID, a.AllocationSpec); err != nil {
+		if _, err := r.registerAllocation(ctx, a.ID, a.AllocationSpec); err != nil {
 			return fmt.Errorf("allocation %q from config: %w", a.ID, err)
 		}
 	}
@@ -271,9 +274,15 @@ func (r *Runtime) RegisterAllocation(ctx context.Context, id string, spec Alloca
 	if err := spec.Validate(); err != nil {
 		return Allocation{}, err
 	}
-	if r.registry == nil {
-		return Allocation{}, ErrShutdown
+	if err := r.ready(); err != nil {
+		return Allocation{}, err
 	}
+	return r.registerAllocation(ctx, id, spec)
+}
+
+// registerAllocation registers a validated allocation; Start uses it for
+// the configured ones before the runtime counts as started.
+func (r *Runtime) registerAllocation(ctx context.Context, id string, spec AllocationSpec) (Allocation, error) {
 	ps := plugin.Spec{ID: id, Plugin: spec.Plugin, Type: plugin.Type(spec.Type), Socket: spec.Socket, Command: spec.Command, Env: spec.Env}
 	info, err := r.registry.Register(ctx, ps)
 	if err != nil {
@@ -487,6 +496,30 @@ func (r *Runtime) Release(ctx context.Context, volumeID, alloc string) (Claim, e
 		return Claim{}, mapErr(err)
 	}
 	return claimFromManager(c), nil
+}
+
+// WaitHealthy blocks until plugin name has a healthy allocation serving typ
+// (TypeController or TypeNode; a monolith serves both, and TypeMonolith
+// waits for both), or ctx ends. It fails at once with ErrNotFound when the
+// plugin has no allocation of that type. Claims and creates fail with
+// ErrPluginUnavailable rather than wait, so an embedder that has just
+// registered an allocation calls this first.
+func (r *Runtime) WaitHealthy(ctx context.Context, name, typ string) error {
+	if err := ValidateID("plugin", name); err != nil {
+		return err
+	}
+	if err := ValidateAllocationType("type", typ); err != nil {
+		return err
+	}
+	if err := r.ready(); err != nil {
+		return err
+	}
+	for _, role := range plugin.Type(typ).Roles() {
+		if err := r.registry.WaitHealthy(ctx, name, role); err != nil {
+			return mapErr(err)
+		}
+	}
+	return nil
 }
 
 // Events returns the most recent events (at most RecentEvents), oldest first.

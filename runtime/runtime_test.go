@@ -1,0 +1,266 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/csiactor/csiactor/internal/fakeplugin"
+	"github.com/csiactor/csiactor/internal/leakcheck"
+	"github.com/csiactor/csiactor/persistence"
+	"github.com/csiactor/csiactor/runtime"
+)
+
+// TestRuntime_Claim_Lifecycle runs a whole claim through a runtime and a
+// fake plugin on a real socket: register an attached monolith allocation,
+// register a volume, claim (controller publish, stage, publish), release
+// (unpublish, unstage, controller unpublish) until freed, shut down. It
+// checks the plugin's own view at each end and that no goroutine is left.
+func TestRuntime_Claim_Lifecycle(t *testing.T) {
+	defer leakcheck.Check(t)()
+	ctx := context.Background()
+	e := newEnv(t)
+	p := e.attach("mono-1", testPlugin, runtime.TypeMonolith, fullPlugin)
+
+	pl := e.waitHealthy(testPlugin, runtime.TypeMonolith)
+	if pl.Provider != fakeplugin.DefaultName || !pl.ControllerRequired || len(pl.Allocations) != 1 || !pl.Allocations[0].Singleton {
+		t.Fatalf("plugin = %+v", pl)
+	}
+	if _, err := e.rt.RegisterVolume(ctx, "vol-1", volSpec("single-node-writer")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := e.rt.Claim(ctx, "vol-1", claimReq("alloc-1", runtime.ModeWrite, "single-node-writer"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTarget := filepath.Join(e.dataDir, "volumes", testPlugin, "per-alloc", "alloc-1", "vol-1", "rw-file-system-single-node-writer")
+	if c.State != runtime.ClaimPublished || c.TargetPath != wantTarget || c.Alloc != "alloc-1" || c.Mode != runtime.ModeWrite {
+		t.Fatalf("claim = %+v; want published at %s", c, wantTarget)
+	}
+	if got := p.Published()["ext-1"]; !slices.Equal(got, []string{wantTarget}) {
+		t.Errorf("plugin's published targets = %v, want [%s]", got, wantTarget)
+	}
+	if staging := p.Staged()["ext-1"]; !underDir(staging, filepath.Join(e.dataDir, "volumes", testPlugin, "staging")) {
+		t.Errorf("plugin's staging path = %q, want one under the data dir's staging", staging)
+	}
+	if node := p.ControllerPublished()["ext-1"]; node != fakeplugin.DefaultNodeID {
+		t.Errorf("controller-published to %q, want %q", node, fakeplugin.DefaultNodeID)
+	}
+
+	r, err := e.rt.Release(ctx, "vol-1", "alloc-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != runtime.ClaimTaken || r.TargetPath != wantTarget {
+		t.Errorf("release = %+v; want state taken at %s", r, wantTarget)
+	}
+	v := e.waitFreed("vol-1", "alloc-1")
+	if len(v.Claims) != 0 || len(v.PastClaims) != 0 {
+		t.Errorf("volume after release = %+v; want no claims", v)
+	}
+	if len(p.Published()) != 0 || len(p.Staged()) != 0 || len(p.ControllerPublished()) != 0 {
+		t.Errorf("plugin still holds the volume: published %v, staged %v, controller %v", p.Published(), p.Staged(), p.ControllerPublished())
+	}
+	want := []string{"ControllerPublishVolume", "NodeStageVolume", "NodePublishVolume", "NodeUnpublishVolume", "NodeUnstageVolume", "ControllerUnpublishVolume"}
+	var got []string
+	for _, m := range p.History() {
+		if slices.Contains(want, m) {
+			got = append(got, m)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("volume RPCs = %v, want %v", got, want)
+	}
+
+	e.stop()
+	p.Stop()
+}
+
+// TestRuntime_Shutdown_Idempotent checks that Shutdown can be called again
+// (and concurrently) and that every call after it fails with ErrShutdown.
+func TestRuntime_Shutdown_Idempotent(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.attach("mono-1", testPlugin, runtime.TypeMonolith, fullPlugin)
+	if _, err := e.rt.RegisterVolume(ctx, "vol-1", volSpec("single-node-writer")); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 3)
+	for range 3 {
+		go func() { errs <- e.rt.Shutdown(ctx) }()
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Errorf("Shutdown = %v", err)
+		}
+	}
+	if err := e.rt.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown again = %v", err)
+	}
+	if err := e.rt.Start(ctx); !errors.Is(err, runtime.ErrShutdown) {
+		t.Errorf("Start after Shutdown = %v, want ErrShutdown", err)
+	}
+
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"RegisterAllocation", func() error {
+			_, err := e.rt.RegisterAllocation(ctx, "mono-2", runtime.AllocationSpec{Plugin: testPlugin, Type: runtime.TypeNode, Socket: "/tmp/x.sock"})
+			return err
+		}},
+		{"DeregisterAllocation", func() error { return e.rt.DeregisterAllocation(ctx, "mono-1") }},
+		{"Allocations", func() error { _, err := e.rt.Allocations(ctx); return err }},
+		{"Plugins", func() error { _, err := e.rt.Plugins(ctx); return err }},
+		{"Plugin", func() error { _, err := e.rt.Plugin(ctx, testPlugin); return err }},
+		{"RegisterVolume", func() error { _, err := e.rt.RegisterVolume(ctx, "vol-2", volSpec("single-node-writer")); return err }},
+		{"CreateVolume", func() error {
+			_, err := e.rt.CreateVolume(ctx, runtime.CreateVolumeSpec{ID: "vol-3", VolumeSpec: runtime.VolumeSpec{Plugin: testPlugin,
+				Capabilities: []runtime.Capability{{AccessMode: "single-node-writer", AttachmentMode: "file-system"}}}})
+			return err
+		}},
+		{"DeleteVolume", func() error { return e.rt.DeleteVolume(ctx, "vol-1", false) }},
+		{"Volumes", func() error { _, err := e.rt.Volumes(ctx, runtime.VolumeFilter{}); return err }},
+		{"Volume", func() error { _, err := e.rt.Volume(ctx, "vol-1"); return err }},
+		{"Claim", func() error {
+			_, err := e.rt.Claim(ctx, "vol-1", claimReq("alloc-1", runtime.ModeWrite, "single-node-writer"))
+			return err
+		}},
+		{"Release", func() error { _, err := e.rt.Release(ctx, "vol-1", "alloc-1"); return err }},
+		{"Events", func() error { _, err := e.rt.Events(ctx); return err }},
+		{"Subscribe", func() error { _, err := e.rt.Subscribe(ctx); return err }},
+		{"WaitHealthy", func() error { return e.rt.WaitHealthy(ctx, testPlugin, runtime.TypeNode) }},
+	}
+	for _, c := range calls {
+		if err := c.call(); !errors.Is(err, runtime.ErrShutdown) {
+			t.Errorf("%s after Shutdown = %v, want ErrShutdown", c.name, err)
+		}
+	}
+}
+
+// TestRuntime_Calls_BeforeStart checks that a runtime that was never
+// started refuses calls with ErrShutdown ("not started") and that Shutdown
+// of it is harmless.
+func TestRuntime_Calls_BeforeStart(t *testing.T) {
+	ctx := context.Background()
+	rt, err := runtime.New(testConfig(shortDir(t, "csiactor-rt-")), runtime.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Volumes(ctx, runtime.VolumeFilter{}); !errors.Is(err, runtime.ErrShutdown) {
+		t.Errorf("Volumes before Start = %v, want ErrShutdown", err)
+	}
+	if _, err := rt.RegisterAllocation(ctx, "a", runtime.AllocationSpec{Plugin: "p", Type: runtime.TypeNode, Socket: "/tmp/x.sock"}); !errors.Is(err, runtime.ErrShutdown) {
+		t.Errorf("RegisterAllocation before Start = %v, want ErrShutdown", err)
+	}
+	if err := rt.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown of a runtime never started = %v", err)
+	}
+}
+
+// TestRuntime_Start_DataDirInUse checks that a second runtime on a data dir
+// in use fails to start with persistence.ErrInUse, naming the data dir,
+// and leaves the first one working.
+func TestRuntime_Start_DataDirInUse(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	second, err := runtime.New(e.cfg, runtime.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = second.Start(ctx)
+	if !errors.Is(err, persistence.ErrInUse) || !errors.Is(err, runtime.ErrDataDirInUse) {
+		t.Fatalf("second Start = %v, want ErrDataDirInUse wrapping persistence.ErrInUse", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, e.dataDir) || !strings.Contains(msg, "in use") {
+		t.Errorf("error %q does not name the data dir", msg)
+	}
+	if err := second.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown of the failed runtime = %v", err)
+	}
+	if _, err := e.rt.RegisterVolume(ctx, "vol-1", volSpec("single-node-writer")); err != nil {
+		t.Errorf("first runtime after the second failed: %v", err)
+	}
+}
+
+// TestRuntime_Restart_KeepsState restarts the runtime on the same data dir
+// and checks that allocations keep their order and singleton (whatever
+// order they are registered again in), and volumes and claims are kept:
+// the same claim again answers with the same target path, and a release
+// after the restart goes to freed.
+func TestRuntime_Restart_KeepsState(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	older := e.attach("node-old", testPlugin, runtime.TypeNode, fakeplugin.Config{StageUnstage: true})
+	newer := e.attach("node-new", testPlugin, runtime.TypeNode, fakeplugin.Config{StageUnstage: true})
+	if _, err := e.rt.RegisterVolume(ctx, "vol-1", volSpec("single-node-writer")); err != nil {
+		t.Fatal(err)
+	}
+	req := claimReq("alloc-1", runtime.ModeWrite, "single-node-writer")
+	first, err := e.rt.Claim(ctx, "vol-1", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := newer.Published()["ext-1"]; len(got) != 1 || len(older.Published()) != 0 {
+		t.Fatalf("published on newer %v, older %v; want the newer allocation only", got, older.Published())
+	}
+	before := allocIDs(t, e.rt)
+	e.stop()
+
+	// The old allocation registers again first, as a restart in any order
+	// may do; it must not take over.
+	e.cfg.Allocations = []runtime.AllocationConfig{{ID: "node-old", AllocationSpec: runtime.AllocationSpec{
+		Plugin: testPlugin, Type: runtime.TypeNode, Socket: older.SocketPath()}}}
+	e.start()
+	e.waitAllocHealthy("node-old")
+	e.waitAllocHealthy("node-new")
+	if after := allocIDs(t, e.rt); !slices.Equal(after, before) {
+		t.Errorf("allocations after restart = %v, before = %v", after, before)
+	}
+	allocs, err := e.rt.Allocations(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range allocs {
+		if a.Singleton != (a.ID == "node-new") {
+			t.Errorf("after restart %s singleton = %t", a.ID, a.Singleton)
+		}
+	}
+	v, err := e.rt.Volume(ctx, "vol-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Claims) != 1 || v.Claims[0].State != runtime.ClaimPublished || v.Claims[0].TargetPath != first.TargetPath {
+		t.Fatalf("volume after restart = %+v", v)
+	}
+	again, err := e.rt.Claim(ctx, "vol-1", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again != first {
+		t.Errorf("claim again after restart = %+v, want %+v", again, first)
+	}
+	if _, err := e.rt.Release(ctx, "vol-1", "alloc-1"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFreed("vol-1", "alloc-1")
+	if len(newer.Published()) != 0 || len(newer.Staged()) != 0 {
+		t.Errorf("plugin still holds the volume: published %v, staged %v", newer.Published(), newer.Staged())
+	}
+}
+
+func allocIDs(t *testing.T, rt *runtime.Runtime) []string {
+	t.Helper()
+	allocs, err := rt.Allocations(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, a := range allocs {
+		ids = append(ids, a.ID)
+	}
+	return ids
+}
