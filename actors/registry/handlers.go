@@ -103,7 +103,7 @@ func (r *Actor) onRegister(ctx actor.Context, m *Register) *RegisterResult {
 		case e.pid == nil:
 			r.spawn(ctx, e, plugin.StaleProcess{})
 			r.emit(Event{Type: EventRegistered, Plugin: spec.Plugin, Alloc: spec.ID, Message: "restarted by registration"})
-			r.reelect()
+			r.reelect(spec.Plugin)
 			r.publish()
 		}
 		return &RegisterResult{Alloc: r.info(e)}
@@ -128,7 +128,7 @@ func (r *Actor) onRegister(ctx actor.Context, m *Register) *RegisterResult {
 	r.spawn(ctx, e, plugin.StaleProcess{})
 	r.log.WithField("alloc", spec.ID).WithField("plugin", spec.Plugin).WithField("seq", rec.Seq).Info("allocation registered")
 	r.emit(Event{Type: EventRegistered, Plugin: spec.Plugin, Alloc: spec.ID, Message: fmt.Sprintf("%s allocation registered (seq %d)", spec.Type, rec.Seq)})
-	r.reelect()
+	r.reelect(spec.Plugin)
 	r.publish()
 	return &RegisterResult{Alloc: r.info(e), Created: true}
 }
@@ -168,7 +168,7 @@ func (r *Actor) onDeregister(ctx actor.Context, m *Deregister) {
 	e.stopping = true
 	r.log.WithField("alloc", m.ID).WithField("plugin", e.spec.Plugin).Info("allocation deregistered")
 	r.emit(Event{Type: EventDeregistered, Plugin: e.spec.Plugin, Alloc: m.ID, Message: string(e.spec.Type) + " allocation deregistered"})
-	r.reelect() // hand over at once
+	r.reelect(e.spec.Plugin) // hand over at once
 	r.publish()
 	if e.pid == nil {
 		delete(r.allocs, m.ID)
@@ -205,8 +205,10 @@ func (r *Actor) onStatusChanged(ctx actor.Context, m *plugin.StatusChanged) {
 	}
 	r.healthEvent(e, old)
 	r.persistStatus(e)
-	r.reelect()
-	r.publish()
+	if old.Healthy != e.status.Healthy {
+		r.reelect(e.spec.Plugin)
+		r.publish()
+	}
 }
 
 // healthEvent counts a health transition and emits health_changed when the
@@ -290,7 +292,14 @@ func (r *Actor) onStopped(ctx actor.Context, m *plugin.Stopped) {
 			r.shutdownReply = nil
 		}
 	}
-	r.reelect()
+	if r.shutting {
+		if r.pending == 0 {
+			r.reelect()
+			r.publish()
+		}
+		return // elect and publish once, after the last one
+	}
+	r.reelect(e.spec.Plugin)
 	r.publish()
 }
 
@@ -312,7 +321,7 @@ func (r *Actor) onChildGaveUp(m *actorkit.ChildGaveUp) {
 			r.healthEvent(e, old)
 			r.persistStatus(e)
 		}
-		r.reelect()
+		r.reelect(e.spec.Plugin)
 		r.publish()
 		return
 	}
@@ -346,7 +355,7 @@ func (r *Actor) onShutdown(ctx actor.Context) {
 }
 
 func (r *Actor) onGetPlugins(m *GetPlugins) *PluginsResult {
-	all := summaries(r.infos(), r.allocs)
+	all := r.summaries(r.infos())
 	if m.Name == "" {
 		return &PluginsResult{Plugins: all}
 	}
@@ -370,19 +379,33 @@ func (r *Actor) onGetClient(m *GetClient) *ClientResult {
 			ErrNoHealthyPlugin, m.Plugin, m.Role, c.singleton, s.status.Description)}
 	}
 	e := r.allocs[c.active]
-	required := false
-	for _, s := range summaries(r.infos(), r.allocs) {
-		if s.Name == m.Plugin {
-			required = s.ControllerRequired
-		}
-	}
 	return &ClientResult{Target: Target{
 		Alloc:              e.spec.ID,
 		Client:             e.status.Client,
 		Fingerprint:        e.status.Fingerprint,
 		Singleton:          c.active == c.singleton,
-		ControllerRequired: required,
+		ControllerRequired: r.controllerRequired(m.Plugin),
 	}}
+}
+
+// controllerRequired is the plugin-level controller_required: some
+// allocation says the plugin needs a controller and some controller
+// supports PUBLISH_UNPUBLISH_VOLUME (from fingerprints, or the persisted
+// value before the first fingerprint).
+func (r *Actor) controllerRequired(name string) bool {
+	var requires, publishes bool
+	for _, e := range r.allocs {
+		if e.spec.Plugin != name || e.stopping {
+			continue
+		}
+		fp := e.status.Fingerprint
+		if fp.At.IsZero() && e.rec.ControllerRequired {
+			return true
+		}
+		requires = requires || fp.RequiresController
+		publishes = publishes || (fp.Controller != nil && fp.Controller.PublishUnpublishVolume)
+	}
+	return requires && publishes
 }
 
 func specFromRecord(rec persistence.Allocation) plugin.Spec {

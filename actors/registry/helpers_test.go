@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(fakePluginEnv) != "" {
 		os.Exit(runFakePlugin())
 	}
+	if spec := os.Getenv(manySocketsEnv); spec != "" {
+		os.Exit(runManySockets(spec))
+	}
 	os.Exit(m.Run())
 }
 
@@ -95,7 +98,7 @@ func attachedSpec(id, pluginName string, typ plugin.Type, p *fakeplugin.Plugin) 
 // env is one agent's worth of registry: a data dir and store that outlive
 // restarts of the actor system and registry.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	data  string
 	store *persistence.Store
 	sys   *actor.ActorSystem
@@ -105,7 +108,7 @@ type env struct {
 	mod   func(*Config)
 }
 
-func newEnv(t *testing.T, mod func(*Config)) *env {
+func newEnv(t testing.TB, mod func(*Config)) *env {
 	t.Helper()
 	e := &env{t: t, data: shortDir(t), mod: mod}
 	st, err := persistence.Open(filepath.Join(e.data, "state.db"), persistence.Config{NoSync: true})
@@ -181,7 +184,7 @@ func (e *env) close() {
 	}
 }
 
-func ctx(t *testing.T) context.Context {
+func ctx(t testing.TB) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return c

@@ -88,26 +88,33 @@ func elect(cands []*entry) choice {
 	return c
 }
 
-// keys returns every plugin and role with at least one candidate, plus
-// those of plugin (so a plugin that lost its last allocation is elected
-// to nothing).
-func (r *Actor) keys() map[key]bool {
+// keys returns the plugin and role pairs to elect: those of the given
+// plugins (every plugin when none is given), including pairs that had an
+// election before (so a role that lost its last allocation is elected to
+// nothing).
+func (r *Actor) keys(plugins []string) map[key]bool {
+	want := func(p string) bool { return len(plugins) == 0 || slices.Contains(plugins, p) }
 	ks := map[key]bool{}
 	for _, e := range r.allocs {
-		for _, role := range e.spec.Type.Roles() {
-			ks[key{e.spec.Plugin, role}] = true
+		if want(e.spec.Plugin) {
+			for _, role := range e.spec.Type.Roles() {
+				ks[key{e.spec.Plugin, role}] = true
+			}
 		}
 	}
 	for k := range r.elected {
-		ks[k] = true
+		if want(k.plugin) {
+			ks[k] = true
+		}
 	}
 	return ks
 }
 
-// reelect runs the elections and emits singleton_changed and
-// active_changed for every key whose outcome changed.
-func (r *Actor) reelect() {
-	for k := range r.keys() {
+// reelect runs the elections of the given plugins (all when none is
+// given) and emits singleton_changed and active_changed for every plugin
+// and role whose outcome changed.
+func (r *Actor) reelect(plugins ...string) {
+	for k := range r.keys(plugins) {
 		old := r.elected[k]
 		now := elect(candidates(r.allocs, k))
 		if now == (choice{}) {
@@ -189,23 +196,27 @@ func (r *Actor) info(e *entry) AllocationInfo {
 // infos lists the allocations (deregistered ones excluded) by plugin, then
 // newest first.
 func (r *Actor) infos() []AllocationInfo {
-	out := make([]AllocationInfo, 0, len(r.allocs))
-	for _, e := range r.allocs {
-		if !e.stopping {
-			out = append(out, r.info(e))
-		}
-	}
+	out := r.unsortedInfos()
 	slices.SortFunc(out, func(a, b AllocationInfo) int {
 		return cmp.Or(cmp.Compare(a.Plugin, b.Plugin), cmp.Compare(b.Seq, a.Seq))
 	})
 	return out
 }
 
+func (r *Actor) unsortedInfos() []AllocationInfo {
+	out := make([]AllocationInfo, 0, len(r.allocs))
+	for _, e := range r.allocs {
+		if !e.stopping {
+			out = append(out, r.info(e))
+		}
+	}
+	return out
+}
+
 // summaries adds the allocations up by plugin.
-func summaries(infos []AllocationInfo, allocs map[string]*entry) []PluginSummary {
+func (r *Actor) summaries(infos []AllocationInfo) []PluginSummary {
 	byName := map[string]*PluginSummary{}
 	var names []string
-	requires, publishes := map[string]bool{}, map[string]bool{}
 	for _, in := range infos { // newest first within a plugin
 		s := byName[in.Plugin]
 		if s == nil {
@@ -229,19 +240,11 @@ func summaries(infos []AllocationInfo, allocs map[string]*entry) []PluginSummary
 				s.NodesHealthy++
 			}
 		}
-		e := allocs[in.ID]
-		fp := e.status.Fingerprint
-		if fp.RequiresController || in.ControllerRequired {
-			requires[in.Plugin] = true
-		}
-		if (fp.Controller != nil && fp.Controller.PublishUnpublishVolume) || in.ControllerRequired {
-			publishes[in.Plugin] = true
-		}
 	}
 	out := make([]PluginSummary, 0, len(names))
 	for _, n := range names {
 		s := byName[n]
-		s.ControllerRequired = requires[n] && publishes[n]
+		s.ControllerRequired = r.controllerRequired(n)
 		out = append(out, *s)
 	}
 	slices.SortFunc(out, func(a, b PluginSummary) int { return cmp.Compare(a.Name, b.Name) })
@@ -250,5 +253,5 @@ func summaries(infos []AllocationInfo, allocs map[string]*entry) []PluginSummary
 
 // publish refreshes the snapshot the metrics read.
 func (r *Actor) publish() {
-	r.sh.snap.Store(&snapshot{allocs: r.infos(), transitions: maps.Clone(r.sh.transitions)})
+	r.sh.snap.Store(&snapshot{allocs: r.unsortedInfos(), transitions: maps.Clone(r.sh.transitions)})
 }
