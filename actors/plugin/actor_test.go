@@ -14,6 +14,7 @@ import (
 
 	"github.com/csiactor/csiactor/actors/plugin/proc"
 	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/internal/actorkit"
 	"github.com/csiactor/csiactor/internal/fakeplugin"
 	"github.com/csiactor/csiactor/internal/leakcheck"
 )
@@ -66,6 +67,10 @@ func TestActor_Fingerprint_ByType(t *testing.T) {
 			}
 			if fp.At.IsZero() {
 				t.Error("fingerprint time not set")
+			}
+			r, err := actorkit.Request(context.Background(), h.sys, h.child, &GetStatus{}, 10*time.Second)
+			if st, ok := r.(Status); err != nil || !ok || !st.Healthy || st.Fingerprint.Provider != "m.csi" {
+				t.Errorf("GetStatus = %+v, %v; want the healthy status", r, err)
 			}
 			// The client handed to the registry works.
 			if ready, err := s.Client.Probe(context.Background()); err != nil || !ready {
