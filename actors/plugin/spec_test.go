@@ -21,7 +21,11 @@ func TestSpec_Validate(t *testing.T) {
 	}{
 		{"attached", func(*Spec) {}, ""},
 		{"unix endpoint", func(s *Spec) { s.Socket = "unix:///run/csi.sock" }, ""},
-		{"exec", func(s *Spec) { s.Socket = ""; s.Command = []string{"plugin", "{endpoint}"}; s.Env = map[string]string{"A": "1"} }, ""},
+		{"exec", func(s *Spec) {
+			s.Socket = ""
+			s.Command = []string{"plugin", "{endpoint}"}
+			s.Env = map[string]string{"A": "1"}
+		}, ""},
 		{"monolith", func(s *Spec) { s.Type = Monolith }, ""},
 		{"no id", func(s *Spec) { s.ID = "" }, "id is required"},
 		{"id with slash", func(s *Spec) { s.ID = "a/b" }, "id"},
@@ -38,7 +42,11 @@ func TestSpec_Validate(t *testing.T) {
 		{"NUL in arg", func(s *Spec) { s.Socket = ""; s.Command = []string{"p", "a\x00"} }, "command[1]"},
 		{"env without command", func(s *Spec) { s.Env = map[string]string{"A": "1"} }, "env"},
 		{"env bad name", func(s *Spec) { s.Socket = ""; s.Command = []string{"p"}; s.Env = map[string]string{"A=B": "1"} }, "env"},
-		{"env CSI_ENDPOINT", func(s *Spec) { s.Socket = ""; s.Command = []string{"p"}; s.Env = map[string]string{"CSI_ENDPOINT": "x"} }, "CSI_ENDPOINT"},
+		{"env CSI_ENDPOINT", func(s *Spec) {
+			s.Socket = ""
+			s.Command = []string{"p"}
+			s.Env = map[string]string{"CSI_ENDPOINT": "x"}
+		}, "CSI_ENDPOINT"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
