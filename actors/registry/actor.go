@@ -16,7 +16,6 @@ type Actor struct {
 
 	allocs  map[string]*entry
 	elected map[key]choice
-	spawned uint64 // names allocation actors uniquely
 
 	shutting      bool
 	shutdownReply *actor.PID

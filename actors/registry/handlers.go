@@ -64,8 +64,8 @@ func (r *Actor) spawn(ctx actor.Context, e *entry, stale plugin.StaleProcess) {
 		e.fail("failed: " + err.Error())
 		return
 	}
-	r.spawned++
-	pid, err := ctx.SpawnNamed(props, fmt.Sprintf("alloc-%s-%d", e.spec.ID, r.spawned))
+	r.sh.spawned++
+	pid, err := ctx.SpawnNamed(props, fmt.Sprintf("alloc-%s-%d", e.spec.ID, r.sh.spawned))
 	if err != nil {
 		e.fail("failed: " + err.Error())
 		return

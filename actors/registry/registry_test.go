@@ -446,7 +446,9 @@ func TestHandle_PanickingAllocationRestartsAlone(t *testing.T) {
 	e.waitHealthy("a2")
 }
 
-func (e *env) restartsValue() float64 {
+func (e *env) restartsValue() float64 { return e.restartsOf("plugin") }
+
+func (e *env) restartsOf(kind string) float64 {
 	mfs, err := e.reg.Gather()
 	if err != nil {
 		e.t.Fatal(err)
@@ -457,7 +459,7 @@ func (e *env) restartsValue() float64 {
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "kind" && l.GetValue() == "plugin" {
+				if l.GetName() == "kind" && l.GetValue() == kind {
 					return m.GetCounter().GetValue()
 				}
 			}

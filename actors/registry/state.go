@@ -44,13 +44,17 @@ type entry struct {
 
 // shared is what outlives a restart of the registry actor. Its broker,
 // snapshot, supervisor and launcher are safe for concurrent use;
-// transitions is only touched by the registry actor's goroutine.
+// transitions and spawned are only touched by the registry actor's goroutine.
 type shared struct {
 	broker      *actorkit.Broker[Event]
 	snap        atomic.Pointer[snapshot]
 	sup         *actorkit.Supervisor
 	launcher    *proc.Launcher
 	transitions map[key]uint64
+	// spawned numbers allocation actors, so that no two actors ever have
+	// the same name, even across registry restarts (their messages are
+	// told apart by sender).
+	spawned uint64
 }
 
 // snapshot is a read-only copy of the registry's state for metrics.
