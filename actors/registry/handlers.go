@@ -303,25 +303,25 @@ func (r *Actor) onStopped(ctx actor.Context, m *plugin.Stopped) {
 	r.publish()
 }
 
+// onChildGaveUp records why the supervisor stopped an allocation actor for
+// good. The allocation is marked failed when its actor has stopped (its
+// Stopped may come before or after this message), so that registering it
+// again never starts a second actor beside one still tearing down.
 func (r *Actor) onChildGaveUp(m *actorkit.ChildGaveUp) {
 	for _, e := range r.allocs {
 		if e.pidID != m.Child.Id {
 			continue
 		}
-		old := e.status
 		why := fmt.Sprintf("failed: allocation actor gave up after %d failures: %s", m.Failures, reasonText(m.Reason))
-		if e.pid == nil {
-			e.failed = why
-			e.status.Healthy, e.status.Description, e.status.Client = false, why, nil
-		} else {
-			e.fail(why)
-		}
 		r.log.WithField("alloc", e.spec.ID).Error(why)
-		if !e.stopping {
-			r.healthEvent(e, old)
-			r.persistStatus(e)
+		e.failed = why
+		if e.pid != nil || e.stopping {
+			return // onStopped marks it
 		}
-		r.reelect(e.spec.Plugin)
+		old := e.status
+		e.status.Healthy, e.status.Description, e.status.Client = false, why, nil
+		r.healthEvent(e, old)
+		r.persistStatus(e)
 		r.publish()
 		return
 	}
