@@ -153,7 +153,7 @@ CSIACTOR_ADDR to use.`,
 						AllocationSpec: runtime.AllocationSpec{
 							Plugin:  DevAllocationID,
 							Type:    runtime.TypeMonolith,
-							Command: []string{exe, "example-plugin", "-state-dir", filepath.Join(cfg.DataDir, "example-plugin")},
+							Command: []string{exe, "example-plugin", "-state-dir", filepath.Join(cfg.DataDir, "example-plugin"), "-log-format", "json"},
 						},
 					})
 				}

@@ -244,7 +244,7 @@ func TestAgent_Dev_TempDirAndExamplePlugin(t *testing.T) {
 	}
 	a := cfg.Allocations[0]
 	exe, _ := os.Executable()
-	wantCmd := []string{exe, "example-plugin", "-state-dir", filepath.Join(cfg.DataDir, "example-plugin")}
+	wantCmd := []string{exe, "example-plugin", "-state-dir", filepath.Join(cfg.DataDir, "example-plugin"), "-log-format", "json"}
 	if a.ID != cli.DevAllocationID || a.Plugin != cli.DevAllocationID || a.Type != runtime.TypeMonolith || strings.Join(a.Command, " ") != strings.Join(wantCmd, " ") {
 		t.Errorf("dev allocation %+v, want command %q", a, wantCmd)
 	}
