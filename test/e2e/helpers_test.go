@@ -114,6 +114,8 @@ type host struct {
 	config   string
 	starts   int
 	stateDir string
+	// killTimeout is plugins.kill_timeout in the config file.
+	killTimeout string
 }
 
 // newHost makes the base directory and registers the cleanup that runs
@@ -131,6 +133,8 @@ func newHost(t *testing.T) *host {
 		dataDir:  filepath.Join(base, "data"),
 		stateDir: filepath.Join(base, "plugin"),
 		config:   filepath.Join(base, "csiactor.yaml"),
+
+		killTimeout: "10s",
 	}
 	t.Cleanup(func() {
 		for _, pid := range processesWith(base) {
@@ -169,7 +173,7 @@ plugins:
   heartbeat_interval: 1s
   probe_timeout: 1s
   rpc_timeout: 30s
-  kill_timeout: 10s
+  kill_timeout: %s
   restart_backoff:
     initial: 100ms
     max: 2s
@@ -181,7 +185,7 @@ volumes:
     initial: 1s
     max: 10s
 allocations:
-%s`, h.dataDir, allocations)
+%s`, h.dataDir, h.killTimeout, allocations)
 	if err := os.WriteFile(h.config, []byte(cfg), 0o600); err != nil {
 		h.t.Fatal(err)
 	}
