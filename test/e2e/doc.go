@@ -9,4 +9,6 @@
 // the race detector too); -short skips them. As root the example plugin
 // bind-mounts volumes and the tests check /proc/self/mountinfo; otherwise
 // the target paths are symlinks and the mount checks are skipped.
+// $CSIACTOR_E2E_BINARY, when set, names a csiactor binary to test instead
+// of building one.
 package e2e

@@ -52,15 +52,24 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// BinaryEnv names an environment variable that, when set, is the path of
+// the csiactor binary to test instead of building one (to test a release
+// build, or to run the compiled tests as another user).
+const BinaryEnv = "CSIACTOR_E2E_BINARY"
+
 // binary returns the csiactor binary, built on first use with `go build`
 // (with -race when the tests run with -race, so the agent's own data races
-// fail the tests too).
+// fail the tests too), or the one $CSIACTOR_E2E_BINARY names.
 func binary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end test: builds and runs the csiactor binary; skipped with -short")
 	}
 	buildOnce.Do(func() {
+		if p := os.Getenv(BinaryEnv); p != "" {
+			buildBin, buildErr = filepath.Abs(p)
+			return
+		}
 		goBin, err := goCommand()
 		if err != nil {
 			buildErr = err
