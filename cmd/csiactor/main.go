@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -13,6 +14,22 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// The first SIGINT or SIGTERM ends ctx: the agent shuts down in
+		// order, a followed event stream ends. A second one ends the
+		// process at once instead of waiting for, say, a plugin that
+		// ignores SIGTERM. (Exec-managed plugins die with the agent: they
+		// get Pdeathsig.) The signal is caught rather than left to its
+		// default action, which is "ignore" for a background job of a
+		// non-interactive shell.
+		<-ctx.Done()
+		again := make(chan os.Signal, 1)
+		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+		stop()
+		s := <-again
+		fmt.Fprintf(os.Stderr, "csiactor: %s again: exiting without waiting for the shutdown\n", s)
+		os.Exit(cli.ExitError)
+	}()
 	code := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
