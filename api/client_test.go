@@ -186,8 +186,12 @@ func TestClient_Token_TCP(t *testing.T) {
 	}
 	_, err = anon.Plugins(ctx)
 	var ae *api.Error
-	if !errors.As(err, &ae) || ae.Status != 401 {
-		t.Errorf("Plugins without token = %v, want 401", err)
+	if !errors.As(err, &ae) || ae.Status != 401 || !errors.Is(err, api.ErrUnauthorized) {
+		t.Errorf("Plugins without token = %v, want 401 and ErrUnauthorized", err)
+	}
+	_, err = newClient(t, addr, api.WithToken("wrong")).Plugins(ctx)
+	if !errors.Is(err, api.ErrUnauthorized) {
+		t.Errorf("Plugins with a wrong token = %v, want ErrUnauthorized", err)
 	}
 	authed := newClient(t, addr, api.WithToken("tok"))
 	if _, err := authed.Plugins(ctx); err != nil {

@@ -12,11 +12,16 @@ import (
 // unix:///path nor http(s)://host:port.
 var ErrBadAddress = errors.New("bad agent address")
 
+// ErrUnauthorized is what an [*Error] with status 401 unwraps to: the agent's
+// TCP listener wants "Authorization: Bearer <token>" ([WithToken]) and got
+// none or a wrong one.
+var ErrUnauthorized = errors.New("unauthorized")
+
 // Error is an error answer of the agent: its HTTP status and the message of
 // its {"error": "..."} body. It unwraps to the runtime sentinel of its
 // status (400 runtime.ErrInvalid, 404 ErrNotFound, 409 ErrConflict, 503
 // ErrPluginUnavailable), so errors.Is works the same on a Client as on the
-// runtime itself.
+// runtime itself; a 401 unwraps to [ErrUnauthorized].
 type Error struct {
 	Status  int
 	Message string
@@ -25,7 +30,8 @@ type Error struct {
 // Error returns the agent's message.
 func (e *Error) Error() string { return e.Message }
 
-// Unwrap returns the runtime sentinel for e's status, or nil.
+// Unwrap returns the runtime sentinel for e's status, ErrUnauthorized for
+// 401, or nil.
 func (e *Error) Unwrap() error {
 	switch e.Status {
 	case http.StatusBadRequest:
@@ -36,6 +42,8 @@ func (e *Error) Unwrap() error {
 		return runtime.ErrConflict
 	case http.StatusServiceUnavailable:
 		return runtime.ErrPluginUnavailable
+	case http.StatusUnauthorized:
+		return ErrUnauthorized
 	}
 	return nil
 }

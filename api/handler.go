@@ -60,7 +60,7 @@ func NewTCPHandler(b Backend, token string, opts Options) http.Handler {
 			writeError(w, http.StatusNotFound, "the API is served on the agent's unix socket only; set api.token_file to serve it over TCP")
 			return
 		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		got, ok := bearerToken(r.Header.Get("Authorization"))
 		// Compare digests so that the comparison takes the same time
 		// whatever the token's length.
 		sum := sha256.Sum256([]byte(got))
@@ -71,6 +71,18 @@ func NewTCPHandler(b Backend, token string, opts Options) http.Handler {
 		}
 		s.ServeHTTP(w, r)
 	}))
+}
+
+// bearerToken returns the token of an "Authorization: Bearer <token>"
+// header value. The scheme is case-insensitive (RFC 9110 §11.1) and may be
+// followed by more than one space; the token itself is taken as it is.
+func bearerToken(h string) (string, bool) {
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimLeft(tok, " ")
+	return tok, tok != ""
 }
 
 type server struct {

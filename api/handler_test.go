@@ -327,6 +327,8 @@ func TestTCPHandler_Auth_Cases(t *testing.T) {
 			{"Authorization", "Basic " + token},
 			{"Authorization", token},
 			{"Authorization", "Bearer "},
+			{"Authorization", "Bearer"},
+			{"Authorization", "Bearer" + token},
 		} {
 			r := c.do("GET", "/v1/plugins", "", h...)
 			if r.status != 401 || !strings.Contains(r.body, "missing or wrong bearer token") || r.header.Get("WWW-Authenticate") == "" {
@@ -336,8 +338,14 @@ func TestTCPHandler_Auth_Cases(t *testing.T) {
 				t.Errorf("401 body shows the token")
 			}
 		}
-		if r := c.do("GET", "/v1/plugins", "", "Authorization", "Bearer "+token); r.status != 200 || r.body != "[]\n" {
-			t.Errorf("GET /v1/plugins with the token: %d %s", r.status, r.body)
+		// The scheme is case-insensitive (RFC 9110 §11.1); the token is not.
+		for _, h := range []string{"Bearer " + token, "bearer " + token, "BEARER  " + token} {
+			if r := c.do("GET", "/v1/plugins", "", "Authorization", h); r.status != 200 || r.body != "[]\n" {
+				t.Errorf("GET /v1/plugins with %q: %d %s", h, r.status, r.body)
+			}
+		}
+		if r := c.do("GET", "/v1/plugins", "", "Authorization", "Bearer "+strings.ToUpper(token)); r.status != 401 {
+			t.Errorf("GET /v1/plugins with the token in upper case: %d, want 401", r.status)
 		}
 		if r := c.do("PUT", "/v1/allocations/a", attachedAlloc, "Authorization", "Bearer "+token); r.status != 200 {
 			t.Errorf("PUT with the token: %d %s", r.status, r.body)
