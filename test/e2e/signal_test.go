@@ -17,11 +17,6 @@ import (
 // What it leaves is safe: the plugin dies with the agent (Pdeathsig), and
 // the store resumes everything on the next start.
 func TestAgent_SecondSignal_ExitsAtOnce(t *testing.T) {
-	// cmd/csiactor/main.go cancels on the first signal with
-	// signal.NotifyContext, which goes on catching (and ignoring) the next
-	// ones. This test passes once main exits on the second signal; until
-	// then it would wait out the two-minute shutdown bound and fail.
-	t.Skip("a second signal does not end a slow shutdown yet: cmd/csiactor/main.go keeps catching signals after the first (signal.NotifyContext)")
 	defer leakcheck.Check(t)()
 	h := newHost(t)
 	h.killTimeout = "10m"
@@ -55,6 +50,9 @@ func TestAgent_SecondSignal_ExitsAtOnce(t *testing.T) {
 	}
 	if ws.Signaled() && ws.Signal() != syscall.SIGINT {
 		t.Errorf("agent ended by %s, want exit or SIGINT", ws.Signal())
+	}
+	if !strings.Contains(a.logs(), "again") {
+		t.Errorf("the agent does not say why it exited early:\n%s", tail(a.logs(), 5))
 	}
 	a.checkNoRace()
 	h.eventually("the stubborn plugin dies with the agent", settleDeadline, func() (bool, string) {
