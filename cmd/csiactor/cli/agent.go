@@ -80,6 +80,9 @@ plugin allocations, serves the full API on the unix socket <data_dir>/api.sock
 address (api.http_addr, default 127.0.0.1:7460), with the full API there too
 for requests bearing the token in api.token_file.
 
+A second SIGINT or SIGTERM during the shutdown exits at once: exec-managed
+plugins are killed with the agent, and a -dev data dir is left behind.
+
 Flags override the config file, which overrides the defaults.
 
 -dev runs the embedded default: a fresh temporary data dir (unless -data-dir
@@ -109,6 +112,10 @@ CSIACTOR_ADDR to use.`,
 				}
 				if set["data-dir"] && *dataDir == "" {
 					return usagef("-data-dir must not be empty")
+				}
+				if set["http-addr"] && *httpAddr == "" {
+					// Empty would silently mean the default address.
+					return usagef("-http-addr must not be empty")
 				}
 
 				cfg := runtime.DefaultConfig()
@@ -142,7 +149,16 @@ CSIACTOR_ADDR to use.`,
 							return fmt.Errorf("dev data dir: %w", err)
 						}
 						tempDir, cfg.DataDir = dir, dir
-						defer os.RemoveAll(tempDir)
+						defer func() {
+							if err := removeDevDir(tempDir); err != nil {
+								fmt.Fprintf(e.stderr, "csiactor agent: %s\n", err)
+							}
+						}()
+					}
+					for i, a := range cfg.Allocations {
+						if a.ID == DevAllocationID {
+							return fmt.Errorf("-dev: allocations[%d] of the config file has the ID %q, which -dev gives the example plugin", i, DevAllocationID)
+						}
 					}
 					exe, err := os.Executable()
 					if err != nil {

@@ -223,7 +223,13 @@ func TestAgent_ConfigFile_TokenOpensTCP(t *testing.T) {
 	r.want(t, 0, "")
 	r = runCLI(t, nil, "plugin", "list", "-address", tcp)
 	r.want(t, 1, "")
-	r.contains(t, "stderr", "csiactor: missing or wrong bearer token")
+	r.contains(t, "stderr", "csiactor: missing or wrong bearer token: give the agent's API token with -token-file FILE or $CSIACTOR_TOKEN\n")
+	r = runCLI(t, map[string]string{cli.TokenEnv: "tok-1234"}, "plugin", "list", "-address", tcp)
+	r.want(t, 1, "")
+	r.contains(t, "stderr", "csiactor: missing or wrong bearer token: the agent refused the token from $CSIACTOR_TOKEN\n")
+	if strings.Contains(r.stderr, "tok-1234") {
+		t.Errorf("stderr shows the token: %s", r.stderr)
+	}
 	if code := stop(); code != 0 {
 		t.Errorf("exit code %d", code)
 	}
@@ -265,6 +271,10 @@ func TestAgent_Errors(t *testing.T) {
 	if err := os.WriteFile(badCfg, []byte("log:\n  levle: info\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	exampleCfg := filepath.Join(dir, "example.yaml")
+	if err := os.WriteFile(exampleCfg, []byte("allocations:\n  - {id: example, plugin: p, type: node, socket: /run/p.sock}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name  string
 		args  []string
@@ -278,6 +288,9 @@ func TestAgent_Errors(t *testing.T) {
 		{"bad log level", []string{"-log-level", "loud"}, nil, 2, `-log-level "loud"`},
 		{"unknown flag", []string{"-verbose"}, nil, 2, "flag provided but not defined: -verbose"},
 		{"extra argument", []string{"now"}, nil, 2, `unexpected argument "now"`},
+		{"empty http addr", []string{"-data-dir", filepath.Join(dir, "d1"), "-http-addr", ""}, nil, 2, "-http-addr must not be empty"},
+		{"dev allocation ID taken", []string{"-dev", "-config", exampleCfg, "-http-addr", "127.0.0.1:0"}, nil, 1,
+			`csiactor: -dev: allocations[0] of the config file has the ID "example", which -dev gives the example plugin`},
 		{"bad http addr", []string{"-data-dir", filepath.Join(dir, "d1"), "-http-addr", "nowhere"}, nil, 1, `config: api.http_addr: "nowhere" is not host:port`},
 		{"new agent fails", []string{"-data-dir", filepath.Join(dir, "d2"), "-http-addr", "127.0.0.1:0"},
 			func(h *agentHarness) { h.newErr = errors.New("store: locked") }, 1, "csiactor: agent: store: locked"},

@@ -46,6 +46,9 @@ func allocCommand() *command {
 					if err := wantArgs(args, "ID"); err != nil {
 						return err
 					}
+					if err := checkID("ID", args[0]); err != nil {
+						return err
+					}
 					if err := cl.DeregisterAllocation(ctx, args[0]); err != nil {
 						return err
 					}
@@ -101,6 +104,12 @@ Examples:
 				return usagef("give -socket, or the command after --")
 			}
 			spec := runtime.AllocationSpec{Plugin: *plugin, Type: *typ, Socket: *socket, Command: command, Env: envs.m}
+			if err := checkID("ID", args[0]); err != nil {
+				return err
+			}
+			if err := usageFromField(spec.Validate(), allocFlagNames); err != nil {
+				return err
+			}
 			a, err := cl.RegisterAllocation(ctx, args[0], spec)
 			if err != nil {
 				return err

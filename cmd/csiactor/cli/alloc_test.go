@@ -65,8 +65,12 @@ func TestAllocRegister_Errors(t *testing.T) {
 		{"no type", []string{"-plugin", "p", "-socket", "/s", "a"}, 2, "-type is required"},
 		{"no socket or command", []string{"-plugin", "p", "-type", "node", "a"}, 2, "give -socket, or the command after --"},
 		{"bad env", []string{"-plugin", "p", "-type", "node", "-env", "NOVALUE", "a", "--", "x"}, 2, `invalid value "NOVALUE" for flag -env: want KEY=VALUE`},
-		{"bad type from agent", []string{"-plugin", "p", "-type", "worker", "-socket", "/s", "a"}, 1, `csiactor: type: "worker": want controller, node or monolith`},
-		{"relative socket from agent", []string{"-plugin", "p", "-type", "node", "-socket", "s.sock", "a"}, 1, `socket: "s.sock" is not an absolute path`},
+		{"bad type", []string{"-plugin", "p", "-type", "worker", "-socket", "/s", "a"}, 2, `csiactor alloc register: -type: "worker": want controller, node or monolith`},
+		{"relative socket", []string{"-plugin", "p", "-type", "node", "-socket", "s.sock", "a"}, 2, `-socket: "s.sock" is not an absolute path`},
+		{"socket and command", []string{"-plugin", "p", "-type", "node", "-socket", "/s", "a", "--", "/bin/p"}, 2, "-socket: give either socket"},
+		{"env with socket", []string{"-plugin", "p", "-type", "node", "-socket", "/s", "-env", "A=b", "a"}, 2, "-env: only valid with command"},
+		{"bad plugin", []string{"-plugin", "p/q", "-type", "node", "-socket", "/s", "a"}, 2, `-plugin: "p/q": use letters`},
+		{"bad id", []string{"-plugin", "p", "-type", "node", "-socket", "/s", ".."}, 2, `ID: "..": use letters`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runCLI(t, env, append([]string{"alloc", "register"}, tc.args...)...)

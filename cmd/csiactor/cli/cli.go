@@ -265,31 +265,47 @@ func addClientFlags(fs *flag.FlagSet) *clientFlags {
 }
 
 // client returns an API client for the flags, the environment and the
-// default, in that order.
-func (e *env) client(f *clientFlags) (*api.Client, error) {
-	addr := f.address
+// default, in that order, and says where the address and the token came
+// from, for error messages.
+func (e *env) client(f *clientFlags) (c *api.Client, addrFrom, tokenFrom string, err error) {
+	addr, addrFrom := f.address, "-address"
 	if addr == "" {
-		addr = e.getenv(AddressEnv)
+		addr, addrFrom = e.getenv(AddressEnv), "$"+AddressEnv
 	}
 	if addr == "" {
-		addr = DefaultAddress
+		addr, addrFrom = DefaultAddress, "the default address"
 	}
 	var opts []api.ClientOption
 	switch {
 	case f.tokenFile != "":
 		tok, err := api.ReadTokenFile(f.tokenFile)
 		if err != nil {
-			return nil, err
+			return nil, "", "", err
 		}
-		opts = append(opts, api.WithToken(tok))
+		opts, tokenFrom = append(opts, api.WithToken(tok)), "-token-file"
 	case e.getenv(TokenEnv) != "":
-		opts = append(opts, api.WithToken(e.getenv(TokenEnv)))
+		opts, tokenFrom = append(opts, api.WithToken(e.getenv(TokenEnv))), "$"+TokenEnv
 	}
-	c, err := api.NewClient(addr, opts...)
+	c, err = api.NewClient(addr, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("%w (from -address, $%s or the default)", err, AddressEnv)
+		return nil, "", "", fmt.Errorf("%w (from %s)", err, addrFrom)
 	}
-	return c, nil
+	return c, addrFrom, tokenFrom, nil
+}
+
+// explain adds what to do to the errors a command line user can fix: no
+// agent at the address, or a missing or refused token.
+func explain(err error, addrFrom, tokenFrom string) error {
+	var ue *api.UnreachableError
+	switch {
+	case errors.As(err, &ue):
+		return fmt.Errorf("%w (address from %s)", err, addrFrom)
+	case errors.Is(err, api.ErrUnauthorized) && tokenFrom == "":
+		return fmt.Errorf("%w: give the agent's API token with -token-file FILE or $%s", err, TokenEnv)
+	case errors.Is(err, api.ErrUnauthorized):
+		return fmt.Errorf("%w: the agent refused the token from %s", err, tokenFrom)
+	}
+	return err
 }
 
 // clientLeaf builds a leaf command that talks to an agent: it registers the
@@ -299,12 +315,12 @@ func clientLeaf(c *command, flags func(fs *flag.FlagSet) func(ctx context.Contex
 		cf := addClientFlags(fs)
 		run := flags(fs)
 		return func(ctx context.Context, args []string) error {
-			cl, err := e.client(cf)
+			cl, addrFrom, tokenFrom, err := e.client(cf)
 			if err != nil {
 				return err
 			}
 			defer cl.Close()
-			return run(ctx, e, cl, cf, args)
+			return explain(run(ctx, e, cl, cf, args), addrFrom, tokenFrom)
 		}
 	}
 	return c

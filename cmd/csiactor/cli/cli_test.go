@@ -159,7 +159,7 @@ func TestRun_Unreachable_Message(t *testing.T) {
 	addr := "unix://" + t.TempDir() + "/api.sock"
 	r := runCLI(t, map[string]string{cli.AddressEnv: addr}, "status")
 	r.want(t, 1, "")
-	want := "csiactor: cannot reach the agent at " + addr + ": connect: no such file or directory; is `csiactor agent` running? set -address or CSIACTOR_ADDR\n"
+	want := "csiactor: cannot reach the agent at " + addr + ": connect: no such file or directory; is `csiactor agent` running? set -address or CSIACTOR_ADDR (address from $CSIACTOR_ADDR)\n"
 	if r.stderr != want {
 		t.Errorf("stderr = %q\nwant %q", r.stderr, want)
 	}
@@ -173,10 +173,13 @@ func TestRun_Address_Precedence(t *testing.T) {
 	runCLI(t, env, "plugin", "list").want(t, 0, "")
 	r := runCLI(t, nil, "plugin", "list")
 	r.want(t, 1, "")
-	r.contains(t, "stderr", "cannot reach the agent at "+cli.DefaultAddress)
-	r = runCLI(t, nil, "plugin", "list", "-address", "tcp://x")
+	r.contains(t, "stderr", "cannot reach the agent at "+cli.DefaultAddress, "(address from the default address)")
+	r = runCLI(t, bad, "plugin", "list", "-address", "tcp://x")
 	r.want(t, 1, "")
-	r.contains(t, "stderr", `bad agent address: "tcp://x"`, "from -address, $CSIACTOR_ADDR or the default")
+	r.contains(t, "stderr", `bad agent address: "tcp://x"`, "(from -address)")
+	r = runCLI(t, map[string]string{cli.AddressEnv: "127.0.0.1:7460"}, "plugin", "list")
+	r.want(t, 1, "")
+	r.contains(t, "stderr", `bad agent address: "127.0.0.1:7460"`, "(from $CSIACTOR_ADDR)")
 }
 
 // Flags may come after the positional arguments.

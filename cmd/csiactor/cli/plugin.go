@@ -45,6 +45,9 @@ func pluginCommand() *command {
 					if err := wantArgs(args, "NAME"); err != nil {
 						return err
 					}
+					if err := checkID("NAME", args[0]); err != nil {
+						return err
+					}
 					p, err := cl.Plugin(ctx, args[0])
 					if err != nil {
 						return err

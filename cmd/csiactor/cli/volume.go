@@ -41,7 +41,11 @@ func volumeListCommand() *command {
 			if err := wantArgs(args); err != nil {
 				return err
 			}
-			vs, err := cl.Volumes(ctx, runtime.VolumeFilter{Plugin: *plugin, Node: *node})
+			f := runtime.VolumeFilter{Plugin: *plugin, Node: *node}
+			if err := usageFromField(f.Validate(), flagNames{"plugin": "-plugin", "node": "-node"}); err != nil {
+				return err
+			}
+			vs, err := cl.Volumes(ctx, f)
 			if err != nil {
 				return err
 			}
@@ -67,6 +71,9 @@ func volumeStatusCommand() *command {
 	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
 			if err := wantArgs(args, "ID"); err != nil {
+				return err
+			}
+			if err := checkID("ID", args[0]); err != nil {
 				return err
 			}
 			v, err := cl.Volume(ctx, args[0])
@@ -142,6 +149,9 @@ claims still being released.`,
 		purge := fs.Bool("purge", false, "also delete the volume and its data through the controller")
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
 			if err := wantArgs(args, "ID"); err != nil {
+				return err
+			}
+			if err := checkID("ID", args[0]); err != nil {
 				return err
 			}
 			if err := cl.DeleteVolume(ctx, args[0], *purge); err != nil {

@@ -37,7 +37,14 @@ Example:
 			case *access == "":
 				return usagef("-access-mode is required")
 			}
-			c, err := cl.Claim(ctx, args[0], runtime.ClaimRequest{Alloc: *alloc, Mode: *mode, AccessMode: *access, AttachmentMode: *attach})
+			if err := checkID("VOLUME", args[0]); err != nil {
+				return err
+			}
+			req := runtime.ClaimRequest{Alloc: *alloc, Mode: *mode, AccessMode: *access, AttachmentMode: *attach}
+			if err := usageFromField(req.Validate(), claimFlagNames); err != nil {
+				return err
+			}
+			c, err := cl.Claim(ctx, args[0], req)
 			if err != nil {
 				return err
 			}
@@ -67,6 +74,12 @@ it with "csiactor volume status VOLUME".`,
 			}
 			if *alloc == "" {
 				return usagef("-alloc is required")
+			}
+			if err := checkID("VOLUME", args[0]); err != nil {
+				return err
+			}
+			if err := checkID("-alloc", *alloc); err != nil {
+				return err
 			}
 			c, err := cl.Release(ctx, args[0], *alloc)
 			if err != nil {

@@ -145,6 +145,12 @@ Example:
 				return usagef("-external-id is required")
 			}
 			spec.ExternalID = *externalID
+			if err := checkID("ID", args[0]); err != nil {
+				return err
+			}
+			if err := usageFromField(spec.Validate(), volumeFlagNames); err != nil {
+				return err
+			}
 			v, err := cl.RegisterVolume(ctx, args[0], spec)
 			if err != nil {
 				return err
@@ -189,7 +195,11 @@ Example:
 					return usagef("-capacity %s", err.Error())
 				}
 			}
-			v, err := cl.CreateVolume(ctx, runtime.CreateVolumeSpec{ID: args[0], VolumeSpec: spec, CapacityBytes: size})
+			cs := runtime.CreateVolumeSpec{ID: args[0], VolumeSpec: spec, CapacityBytes: size}
+			if err := usageFromField(cs.Validate(), volumeFlagNames); err != nil {
+				return err
+			}
+			v, err := cl.CreateVolume(ctx, cs)
 			if err != nil {
 				return err
 			}

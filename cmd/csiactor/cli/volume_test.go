@@ -26,8 +26,8 @@ func TestVolumeList_Cases(t *testing.T) {
 		t.Errorf("volume list -node -json = %+v, %v", vs, err)
 	}
 	r = runCLI(t, env, "volume", "list", "-plugin", "a/b")
-	r.want(t, 1, "")
-	r.contains(t, "stderr", `plugin: "a/b"`)
+	r.want(t, 2, "")
+	r.contains(t, "stderr", `csiactor volume list: -plugin: "a/b"`)
 }
 
 func TestVolumeStatus_Table(t *testing.T) {
@@ -126,7 +126,12 @@ func TestVolumeRegister_Errors(t *testing.T) {
 		{"bad secrets file", append(base, "-secrets-file", badSecrets, "v"), 1, "line 2: want KEY=VALUE"},
 		{"missing secrets file", append(base, "-secrets-file", filepath.Join(dir, "none"), "v"), 1, "no such file"},
 		{"bad parameter", append(base, "-parameter", "x", "v"), 2, `invalid value "x" for flag -parameter`},
-		{"bad access mode", []string{"volume", "register", "-plugin", "hostpath", "-external-id", "e", "-capability", "single-writer", "v"}, 1, `capabilities[0].access_mode`},
+		{"bad access mode", []string{"volume", "register", "-plugin", "hostpath", "-external-id", "e", "-capability", "single-writer", "v"}, 2, `-capability #1: csi: invalid volume capability: access mode "single-writer"`},
+		{"bad attachment mode", append(base, "-capability", "multi-node-multi-writer:disk", "v"), 2, `-capability #2: csi: invalid volume capability: attachment mode "disk"`},
+		{"duplicate capability", append(base, "-capability", "single-node-writer:file-system", "v"), 2, "-capability #2: duplicate"},
+		{"mount flags on block", []string{"volume", "register", "-plugin", "hostpath", "-external-id", "e", "-capability", "single-node-writer:block-device", "-mount-flag", "topsecret", "v"}, 2, "-fs-type/-mount-flag: only valid with a file-system capability"},
+		{"bad fs type", append(base, "-fs-type", "ext4;rm", "v"), 2, `-fs-type: "ext4;rm" is not a file-system type name`},
+		{"bad id", append(base, "a/b"), 2, `ID: "a/b": use letters`},
 		{"claimed id taken", append(base, "vol1"), 1, "different definition"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -211,7 +216,12 @@ func TestVolumeClaim_Errors(t *testing.T) {
 		{"no access mode", []string{"-alloc", "a", "-mode", "write", "vol1"}, 2, "-access-mode is required"},
 		{"no volume", []string{"-alloc", "a", "-mode", "write", "-access-mode", "single-node-writer"}, 2, "missing VOLUME"},
 		{"over the limit", []string{"-alloc", "web-2", "-mode", "write", "-access-mode", "single-node-writer", "vol1"}, 1, "conflict: volume vol1: single-node-writer allows one claim in all"},
-		{"bad mode", []string{"-alloc", "a", "-mode", "rw", "-access-mode", "single-node-writer", "vol1"}, 1, `mode: "rw": want read or write`},
+		{"bad mode", []string{"-alloc", "a", "-mode", "rw", "-access-mode", "single-node-writer", "vol1"}, 2, `csiactor volume claim: -mode: "rw": want read or write`},
+		{"write on read-only", []string{"-alloc", "a", "-mode", "write", "-access-mode", "multi-node-reader-only", "vol1"}, 2, "-mode: write is not allowed with access mode multi-node-reader-only"},
+		{"bad access mode", []string{"-alloc", "a", "-mode", "read", "-access-mode", "reader", "vol1"}, 2, `-access-mode: csi: invalid volume capability: access mode "reader"`},
+		{"bad attachment mode", []string{"-alloc", "a", "-mode", "read", "-access-mode", "multi-node-reader-only", "-attachment-mode", "disk", "vol1"}, 2, `-attachment-mode: csi: invalid volume capability: attachment mode "disk"`},
+		{"bad alloc", []string{"-alloc", "a b", "-mode", "read", "-access-mode", "multi-node-reader-only", "vol1"}, 2, `-alloc: "a b": use letters`},
+		{"bad volume", []string{"-alloc", "a", "-mode", "read", "-access-mode", "multi-node-reader-only", "../x"}, 2, `VOLUME: "../x": use letters`},
 		{"unknown volume", []string{"-alloc", "a", "-mode", "read", "-access-mode", "multi-node-reader-only", "nope"}, 1, "not found: volume nope"},
 		{"capability not offered", []string{"-alloc", "a", "-mode", "read", "-access-mode", "multi-node-reader-only", "vol1"}, 1, "volume vol1 has no capability"},
 	} {
