@@ -76,13 +76,15 @@ func mapErr(err error) error {
 	case errors.Is(err, volume.ErrInvalid), errors.Is(err, plugin.ErrInvalidSpec),
 		errors.Is(err, csi.ErrInvalidCapability), errors.Is(err, csi.ErrInvalidEndpoint):
 		kind = ErrInvalid
+	case errors.Is(err, volume.ErrPluginUnavailable), errors.Is(err, registry.ErrNoHealthyPlugin):
+		// Before ErrNotFound: a volume whose plugin is not registered (yet,
+		// or any more) exists; its plugin is what is missing.
+		kind = ErrPluginUnavailable
 	case errors.Is(err, volume.ErrNotFound), errors.Is(err, registry.ErrAllocationNotFound),
-		errors.Is(err, registry.ErrPluginNotFound) && !errors.Is(err, registry.ErrNoHealthyPlugin):
+		errors.Is(err, registry.ErrPluginNotFound):
 		kind = ErrNotFound
 	case errors.Is(err, volume.ErrConflict), errors.Is(err, registry.ErrConflict), errors.Is(err, registry.ErrBusy):
 		kind = ErrConflict
-	case errors.Is(err, volume.ErrPluginUnavailable), errors.Is(err, registry.ErrNoHealthyPlugin):
-		kind = ErrPluginUnavailable
 	case errors.Is(err, volume.ErrShutdown), errors.Is(err, registry.ErrStopped):
 		kind = ErrShutdown
 	default:

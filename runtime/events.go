@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/csiactor/csiactor/internal/actorkit"
 )
@@ -12,16 +13,19 @@ import (
 // subscribers through a broker that never blocks the publisher.
 type eventLog struct {
 	mu     sync.Mutex
-	ring   []Event // guarded by mu; the last len(ring) events, oldest first
+	ring   []Event // guarded by mu; a circular buffer of the last events
+	next   int     // guarded by mu; where the next event goes
+	full   bool    // guarded by mu; ring has wrapped around
 	size   int
 	broker *actorkit.Broker[Event]
 }
 
 func newEventLog(size int) *eventLog {
 	return &eventLog{
+		ring: make([]Event, size),
 		size: size,
 		broker: actorkit.NewBroker(func(dropped uint64) Event {
-			return Event{Type: EventsDropped, Message: fmt.Sprintf("subscriber fell behind and lost %d events", dropped)}
+			return Event{Time: time.Now(), Type: EventsDropped, Message: fmt.Sprintf("subscriber fell behind and lost %d events", dropped)}
 		}),
 	}
 }
@@ -32,25 +36,35 @@ func newEventLog(size int) *eventLog {
 func (l *eventLog) publish(e Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.ring) == l.size {
-		copy(l.ring, l.ring[1:])
-		l.ring = l.ring[:l.size-1]
+	l.ring[l.next] = e
+	l.next++
+	if l.next == l.size {
+		l.next, l.full = 0, true
 	}
-	l.ring = append(l.ring, e)
 	l.broker.Publish(e)
 }
 
 func (l *eventLog) recent() []Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]Event(nil), l.ring...)
+	return l.recentLocked()
+}
+
+// recentLocked returns a copy of the recorded events, oldest first.
+func (l *eventLog) recentLocked() []Event {
+	if !l.full {
+		return append([]Event(nil), l.ring[:l.next]...)
+	}
+	out := make([]Event, 0, l.size)
+	out = append(out, l.ring[l.next:]...)
+	return append(out, l.ring[:l.next]...)
 }
 
 // subscribe returns a channel with the backlog, then live events, closed
 // when ctx ends, done is closed, or the log closes. Its goroutine is counted in wg.
 func (l *eventLog) subscribe(ctx context.Context, done <-chan struct{}, wg *sync.WaitGroup) (<-chan Event, error) {
 	l.mu.Lock()
-	backlog := append([]Event(nil), l.ring...)
+	backlog := l.recentLocked()
 	sub, err := l.broker.Subscribe(l.size)
 	l.mu.Unlock()
 	if err != nil {

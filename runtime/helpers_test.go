@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -218,4 +219,14 @@ func claimReq(alloc, mode, accessMode string) runtime.ClaimRequest {
 func underDir(p, dir string) bool {
 	rel, err := filepath.Rel(dir, p)
 	return err == nil && rel != "." && !filepath.IsAbs(rel) && rel[:min(len(rel), 3)] != "../"
+}
+
+// toJSON returns v as JSON, as the HTTP API would show it.
+func toJSON(t testing.TB, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

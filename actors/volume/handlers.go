@@ -603,7 +603,9 @@ func (a *volumeActor) deregister(ctx actor.Context, req *deregisterRequest) {
 }
 
 // startOp runs a controller call (CreateVolume, DeleteVolume) in the slot,
-// retrying retryable failures with backoff until the caller's ctx ends.
+// retrying retryable failures with backoff until the caller's ctx ends. A
+// plugin with no usable controller fails the call at once with
+// ErrPluginUnavailable: the caller is waiting, and nothing was sent.
 func (a *volumeActor) startOp(ctx actor.Context, req any, callerCtx context.Context, kind csi.RPCKind,
 	call func(context.Context, csi.Client) (*csipb.Volume, error)) {
 	a.slot = slot{kind: slotOp}
@@ -626,7 +628,7 @@ func (a *volumeActor) startOp(ctx actor.Context, req any, callerCtx context.Cont
 				created = v
 				return err
 			})
-			if res.OK() || res.Outcome == csi.Final || octx.Err() != nil {
+			if res.OK() || res.Outcome == csi.Final || res.Unavailable || octx.Err() != nil {
 				break
 			}
 			if runner.Pause(octx, plugin, claim.ControllerPlugin, backoff.Delay(attempt)) != nil {

@@ -166,10 +166,11 @@ func TestManager_Create_PluginErrors(t *testing.T) {
 		t.Errorf("create without a controller: %v, want ErrPluginCall (Unimplemented)", err)
 	}
 	e.plugins.setDown(true)
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	if _, err := e.m.Create(ctx, s); err == nil {
-		t.Errorf("create on a down plugin succeeded")
+	if _, err := e.m.Create(ctxT(t), s); !errors.Is(err, ErrPluginUnavailable) {
+		t.Errorf("create on a down plugin: %v, want ErrPluginUnavailable at once", err)
+	}
+	if err := e.m.Delete(ctxT(t), "vol0"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("delete unknown: %v, want ErrNotFound", err)
 	}
 	if _, err := e.m.Claim(ctxT(t), claimReq("vol0", "a", claim.ModeWrite, csi.AccessModeSingleNodeWriter)); !errors.Is(err, ErrNotFound) {
 		t.Errorf("claim unknown: %v", err)
