@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -263,4 +264,61 @@ func allocIDs(t *testing.T, rt *runtime.Runtime) []string {
 		ids = append(ids, a.ID)
 	}
 	return ids
+}
+
+// TestRuntime_Claim_ExamplePlugin runs the lifecycle against the real
+// example plugin served in this process: create through its controller,
+// claim (the target path becomes the plugin's symlink to the volume's
+// directory), write through the target, release until freed, delete.
+func TestRuntime_Claim_ExamplePlugin(t *testing.T) {
+	defer leakcheck.Check(t)()
+	ctx := context.Background()
+	dir := shortDir(t, "csiactor-ex-")
+	sock, stopPlugin := servePlugin(dir)
+	defer stopPlugin()
+	e := newEnv(t)
+	defer e.stop()
+	if _, err := e.rt.RegisterAllocation(ctx, "example-1", runtime.AllocationSpec{Plugin: "example", Type: runtime.TypeMonolith, Socket: sock}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rt.WaitHealthy(ctx, "example", runtime.TypeMonolith); err != nil {
+		t.Fatal(err)
+	}
+	v, err := e.rt.CreateVolume(ctx, runtime.CreateVolumeSpec{ID: "data-1", CapacityBytes: 1 << 20, VolumeSpec: runtime.VolumeSpec{
+		Plugin: "example", Capabilities: []runtime.Capability{{AccessMode: "single-node-writer", AttachmentMode: "file-system"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.ExternalID == "" || v.CapacityBytes != 1<<20 {
+		t.Fatalf("created volume = %+v", v)
+	}
+	c, err := e.rt.Claim(ctx, "data-1", claimReq("web-1", runtime.ModeWrite, "single-node-writer"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.TargetPath, "hello"), []byte("hi"), 0o600); err != nil {
+		t.Fatalf("write through the published target: %v", err)
+	}
+	found := false
+	_ = filepath.WalkDir(filepath.Join(dir, "plugin-state"), func(p string, d os.DirEntry, err error) error {
+		found = found || (err == nil && d.Name() == "hello")
+		return nil
+	})
+	if !found {
+		t.Errorf("the file written at the target is not in the plugin's volume directory")
+	}
+	if _, err := e.rt.Release(ctx, "data-1", "web-1"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFreed("data-1", "web-1")
+	if _, err := os.Lstat(c.TargetPath); !os.IsNotExist(err) {
+		t.Errorf("target path after release: %v, want it gone", err)
+	}
+	if err := e.rt.DeleteVolume(ctx, "data-1", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.rt.Volume(ctx, "data-1"); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("volume after delete: %v, want ErrNotFound", err)
+	}
 }
