@@ -67,3 +67,26 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 	}
 	return c, fmt.Errorf("register csi metrics: %w", err)
 }
+
+// Retried counts one retry of method on plugin in
+// csiactor_csi_retries_total, for callers that retry with their own loop
+// rather than RetryCall (the volume and claim actors). A nil Metrics counts
+// nothing.
+func (m *Metrics) Retried(plugin, method string) {
+	if m == nil {
+		return
+	}
+	m.retries.WithLabelValues(plugin, method).Inc()
+}
+
+// InitRetries makes csiactor_csi_retries_total show plugin's methods at 0
+// before their first retry, so that the series exist (and rate() works)
+// from the start. A nil Metrics does nothing.
+func (m *Metrics) InitRetries(plugin string, methods ...string) {
+	if m == nil {
+		return
+	}
+	for _, method := range methods {
+		m.retries.WithLabelValues(plugin, method)
+	}
+}

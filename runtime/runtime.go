@@ -61,6 +61,7 @@ type Runtime struct {
 	registry *registry.Handle
 	volumes  *volume.Manager
 	restarts *actorkit.RestartCounter
+	csiStats *csi.Metrics
 	regSub   *actorkit.Subscription[registry.Event]
 	events   *eventLog
 	done     chan struct{} // closed by Shutdown
@@ -130,6 +131,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("csi metrics: %w", err)
 	}
+	r.csiStats = metrics
 	r.restarts = actorkit.NewRestartCounter()
 	if r.reg != nil {
 		if err := r.reg.Register(r.restarts); err != nil {
@@ -163,6 +165,15 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 	}
 	r.wg.Add(1)
 	go r.forwardRegistryEvents(r.regSub)
+	// Allocations restored before the subscription began: their plugins'
+	// retry counters start at 0 too.
+	restored, err := r.registry.Allocations(ctx)
+	if err != nil {
+		return fmt.Errorf("list restored allocations: %w", err)
+	}
+	for _, a := range restored {
+		r.csiStats.InitRetries(a.Plugin, retriedMethods...)
+	}
 
 	for _, a := range r.cfg.Allocations {
 		if _, err := r.registerAllocation(ctx, a.ID, a.AllocationSpec); err != nil {
@@ -176,6 +187,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 		Backoff:              csi.Backoff{Initial: vb.Initial, Max: vb.Max, Multiplier: vb.Multiplier, Jitter: vb.Jitter},
 		MaxInFlightPerPlugin: pc.MaxInFlight,
 		Restarts:             r.restarts,
+		RetryMetrics:         metrics,
 		Logger:               r.log.WithField("component", "volumes"),
 		Registerer:           r.reg,
 		OnEvent:              r.volumeEvent,
@@ -190,6 +202,16 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 	r.log.WithField("data_dir", r.cfg.DataDir).Info("runtime started")
 	return nil
 }
+
+// retriedMethods are the CSI methods the volume and claim actors retry,
+// as csiactor_csi_retries_total names them.
+var retriedMethods = func() []string {
+	var ms []string
+	for m := claim.ControllerPublish; m <= claim.ControllerUnpublish; m++ {
+		ms = append(ms, m.String())
+	}
+	return append(ms, "CreateVolume", "DeleteVolume")
+}()
 
 func actorBackoff(b BackoffConfig) actorkit.BackoffConfig {
 	return actorkit.BackoffConfig{Initial: b.Initial, Max: b.Max, Multiplier: b.Multiplier, Jitter: b.Jitter}
@@ -551,6 +573,7 @@ func (r *Runtime) forwardRegistryEvents(sub *actorkit.Subscription[registry.Even
 		switch e.Type {
 		case registry.EventRegistered:
 			ev.Type = EventAllocationRegistered
+			r.csiStats.InitRetries(e.Plugin, retriedMethods...)
 		case registry.EventDeregistered:
 			ev.Type = EventAllocationDeregistered
 		case registry.EventHealthChanged:

@@ -43,6 +43,7 @@ func (a *Actor) finished(ctx actor.Context, msg *stepFinished) {
 	}
 	delay := a.cfg.Backoff.Delay(a.attempt)
 	a.attempt++
+	a.cfg.Runner.Retrying(a.cfg.Plugin, msg.step.Method.String())
 	log := a.log.WithError(msg.res.Err).WithFields(logrus.Fields{
 		"method": msg.step.Method.String(), "attempt": a.attempt, "delay": delay,
 	})

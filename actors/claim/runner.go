@@ -30,6 +30,9 @@ type RunnerConfig struct {
 	InFlight prometheus.Gauge
 	// Logger receives one line per failed RPC; nil discards.
 	Logger *logrus.Entry
+	// RetryMetrics, when set, counts every retry of a step or controller
+	// call (csiactor_csi_retries_total); see Runner.Retrying.
+	RetryMetrics *csi.Metrics
 }
 
 // Runner sends claim RPCs to plugins. It is safe for concurrent use; every
@@ -38,6 +41,7 @@ type Runner struct {
 	plugins  Plugins
 	max      int
 	inflight prometheus.Gauge
+	retries  *csi.Metrics
 	log      *logrus.Entry
 
 	mu   sync.Mutex
@@ -59,6 +63,7 @@ func NewRunner(plugins Plugins, cfg RunnerConfig) *Runner {
 		plugins:  plugins,
 		max:      cfg.MaxInFlightPerPlugin,
 		inflight: cfg.InFlight,
+		retries:  cfg.RetryMetrics,
 		log:      log,
 		sems:     map[string]chan struct{}{},
 	}
@@ -192,6 +197,10 @@ func (r *Runner) Run(ctx context.Context, s Step) Result {
 	}
 	return res
 }
+
+// Retrying counts one retry of method (a CSI method name) on plugin: the
+// caller is about to Pause and try it again.
+func (r *Runner) Retrying(plugin, method string) { r.retries.Retried(plugin, method) }
 
 // Pause waits d, then until plugin and typ have a healthy allocation, so a
 // retry neither spins nor fires at a plugin that is down. It returns early

@@ -51,6 +51,11 @@ type Config struct {
 	// Restarts, when set, counts restarts (csiactor_actor_restarts_total,
 	// kinds "volume" and "claim"). The caller registers it.
 	Restarts *actorkit.RestartCounter
+	// RetryMetrics, when set, counts every retry of a claim or release
+	// step and of CreateVolume and DeleteVolume in
+	// csiactor_csi_retries_total {plugin, method}. The caller registers it
+	// (csi.NewMetrics).
+	RetryMetrics *csi.Metrics
 	// OnEvent, when set, is called after every persisted change that the
 	// agent's event stream shows (see the Event* constants): volumes
 	// registered, created and deregistered; claims published, failed,

@@ -336,6 +336,7 @@ func (a *volumeActor) scheduleRetry(ctx actor.Context, step claim.Step, attempts
 	delay := a.m.cfg.Backoff.Delay(attempts - 1)
 	runner, self, root := a.m.runner, ctx.Self(), ctx.ActorSystem().Root
 	alloc, plugin, typ := step.Alloc, step.Plugin, step.Method.PluginType()
+	runner.Retrying(plugin, step.Method.String())
 	a.log.WithFields(logrus.Fields{"alloc": alloc, "method": step.Method.String(), "attempt": attempts, "delay": delay}).
 		Info("publish step failed; retrying with backoff")
 	a.retries[alloc] = a.m.pool.start(func(jctx context.Context) {
@@ -576,7 +577,7 @@ func (a *volumeActor) register(ctx actor.Context, req *registerRequest) {
 		}
 		creq.VolumeCapabilities = append(creq.VolumeCapabilities, c.ToCSI())
 	}
-	a.startOp(ctx, req, req.ctx, csi.PublishKind, func(ctx context.Context, c csi.Client) (*csipb.Volume, error) {
+	a.startOp(ctx, req, req.ctx, "CreateVolume", csi.PublishKind, func(ctx context.Context, c csi.Client) (*csipb.Volume, error) {
 		resp, err := c.CreateVolume(ctx, creq)
 		return resp.GetVolume(), err
 	})
@@ -597,7 +598,7 @@ func (a *volumeActor) deregister(ctx actor.Context, req *deregisterRequest) {
 		return
 	}
 	dreq := &csipb.DeleteVolumeRequest{VolumeId: a.rec.ExternalID, Secrets: maps.Clone(a.rec.Secrets)}
-	a.startOp(ctx, req, req.ctx, csi.UnpublishKind, func(ctx context.Context, c csi.Client) (*csipb.Volume, error) {
+	a.startOp(ctx, req, req.ctx, "DeleteVolume", csi.UnpublishKind, func(ctx context.Context, c csi.Client) (*csipb.Volume, error) {
 		return nil, c.DeleteVolume(ctx, dreq)
 	})
 }
@@ -606,7 +607,7 @@ func (a *volumeActor) deregister(ctx actor.Context, req *deregisterRequest) {
 // retrying retryable failures with backoff until the caller's ctx ends. A
 // plugin with no usable controller fails the call at once with
 // ErrPluginUnavailable: the caller is waiting, and nothing was sent.
-func (a *volumeActor) startOp(ctx actor.Context, req any, callerCtx context.Context, kind csi.RPCKind,
+func (a *volumeActor) startOp(ctx actor.Context, req any, callerCtx context.Context, method string, kind csi.RPCKind,
 	call func(context.Context, csi.Client) (*csipb.Volume, error)) {
 	a.slot = slot{kind: slotOp}
 	runner, backoff, self, root := a.m.runner, a.m.cfg.Backoff, ctx.Self(), ctx.ActorSystem().Root
@@ -631,6 +632,7 @@ func (a *volumeActor) startOp(ctx actor.Context, req any, callerCtx context.Cont
 			if res.OK() || res.Outcome == csi.Final || res.Unavailable || octx.Err() != nil {
 				break
 			}
+			runner.Retrying(plugin, method)
 			if runner.Pause(octx, plugin, claim.ControllerPlugin, backoff.Delay(attempt)) != nil {
 				break
 			}

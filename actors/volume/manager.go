@@ -111,6 +111,7 @@ func NewManager(root *actor.RootContext, cfg Config, store Store, plugins Plugin
 	m.runner = claim.NewRunner(plugins, claim.RunnerConfig{
 		MaxInFlightPerPlugin: cfg.MaxInFlightPerPlugin,
 		InFlight:             m.inflight,
+		RetryMetrics:         cfg.RetryMetrics,
 		Logger:               m.log,
 	})
 	var err error

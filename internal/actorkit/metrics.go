@@ -31,6 +31,17 @@ func (c *RestartCounter) Inc(kind string) {
 	c.vec.WithLabelValues(kind).Inc()
 }
 
+// Init makes each kind show at 0 before its first restart, so that a
+// Prometheus user sees the series (and rate() works) from the start.
+func (c *RestartCounter) Init(kinds ...string) {
+	if c == nil {
+		return
+	}
+	for _, k := range kinds {
+		c.vec.WithLabelValues(k)
+	}
+}
+
 // Value returns the count for kind (for tests and status output).
 func (c *RestartCounter) Value(kind string) float64 {
 	if c == nil {

@@ -75,6 +75,7 @@ func NewSupervisor(kind string, cfg BackoffConfig, log *logrus.Entry, restarts *
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("supervisor %s: %w", kind, err)
 	}
+	restarts.Init(kind) // the kind's counter exists at 0 from now on
 	return &Supervisor{
 		kind:     kind,
 		cfg:      cfg.WithDefaults(),
