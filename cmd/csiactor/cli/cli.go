@@ -89,7 +89,16 @@ func commands() *command {
 		name:  "csiactor",
 		usage: "csiactor <command> [flags] [args]",
 		help: `csiactor supervises CSI plugins and drives the volume lifecycle through them.
-Run "csiactor <command> -h" for a command's flags.`,
+Run "csiactor <command> -h" for a command's flags.
+
+Environment of the client commands:
+  ` + AddressEnv + `   the agent's address, unless -address is given
+                  (unix:///path/api.sock or http://host:port)
+  ` + TokenEnv + `  the API token for an agent's TCP address, unless
+                  -token-file is given
+
+Exit codes: 0 success, 1 error (the agent refused, or is unreachable),
+2 usage error.`,
 		subs: []*command{
 			agentCommand(),
 			statusCommand(),
