@@ -611,7 +611,7 @@ func nonNil[T any](s []T) []T {
 
 // logged wraps h with one log line per request: method, path, status and
 // duration. GETs log at debug, other methods at info, server errors at
-// warn.
+// warn unless the request was canceled (client gone, or shutdown).
 func (s *server) logged(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -627,6 +627,10 @@ func (s *server) logged(h http.Handler) http.Handler {
 			"duration": time.Since(start).Round(time.Microsecond).String(),
 		})
 		switch {
+		case sw.status >= 500 && r.Context().Err() != nil:
+			// The client went away (Ctrl-C on a claim) or the agent is
+			// shutting down: not a failure to warn about.
+			e.Info("request canceled")
 		case sw.status >= 500:
 			e.Warn("request failed")
 		case r.Method == http.MethodGet || r.Method == http.MethodHead:

@@ -372,3 +372,51 @@ func TestHandler_Events_NDJSON(t *testing.T) {
 		}
 	}
 }
+
+// blockingClaims is a backend whose Claim waits for the caller to go away.
+type blockingClaims struct {
+	*apitest.Backend
+	started chan struct{}
+}
+
+func (b *blockingClaims) Claim(ctx context.Context, _ string, _ runtime.ClaimRequest) (runtime.Claim, error) {
+	close(b.started)
+	<-ctx.Done()
+	return runtime.Claim{}, fmt.Errorf("claim: %w", ctx.Err())
+}
+
+// A request the client gives up on (Ctrl-C during a claim) is logged at
+// info as canceled, not warned about as a failure of the agent.
+func TestHandler_Logging_ClientCanceled_Info(t *testing.T) {
+	logger, hook := logtest.NewNullLogger()
+	b := &blockingClaims{Backend: apitest.NewBackend(), started: make(chan struct{})}
+	c, err := api.NewClient(apitest.Serve(t, b, api.Options{Log: logrus.NewEntry(logger)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-b.started
+		cancel()
+	}()
+	_, err = c.Claim(ctx, "v1", runtime.ClaimRequest{Alloc: "a", Mode: "read", AccessMode: "multi-node-reader-only", AttachmentMode: "file-system"})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Claim = %v, want context.Canceled", err)
+	}
+	// The handler notices the cancel on its own time; wait for its line.
+	var e *logrus.Entry
+	for deadline := time.Now().Add(10 * time.Second); e == nil; {
+		if entries := hook.AllEntries(); len(entries) > 0 {
+			e = entries[0]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no log line for the canceled request")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if e.Level != logrus.InfoLevel || e.Message != "request canceled" || e.Data["path"] != "/v1/volumes/v1/claims" {
+		t.Errorf("log line %s %q %v, want info \"request canceled\"", e.Level, e.Message, e.Data)
+	}
+}

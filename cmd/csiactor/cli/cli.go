@@ -302,6 +302,10 @@ func (e *env) client(f *clientFlags) (c *api.Client, addrFrom, tokenFrom string,
 	return c, addrFrom, tokenFrom, nil
 }
 
+// errInterrupted is what a client command says when SIGINT or SIGTERM ends
+// it while it waits for the agent.
+var errInterrupted = errors.New("interrupted; the agent carries on with a request it already received (a claim goes on to published)")
+
 // explain adds what to do to the errors a command line user can fix: no
 // agent at the address, or a missing or refused token.
 func explain(err error, addrFrom, tokenFrom string) error {
@@ -329,7 +333,11 @@ func clientLeaf(c *command, flags func(fs *flag.FlagSet) func(ctx context.Contex
 				return err
 			}
 			defer cl.Close()
-			return explain(run(ctx, e, cl, cf, args), addrFrom, tokenFrom)
+			err = run(ctx, e, cl, cf, args)
+			if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+				return errInterrupted
+			}
+			return explain(err, addrFrom, tokenFrom)
 		}
 	}
 	return c

@@ -236,3 +236,16 @@ func exitCode(t *testing.T, done <-chan int) int {
 	}
 	return -1
 }
+
+// A client command interrupted while it waits for the agent says so, and
+// that the agent goes on, instead of "context canceled".
+func TestRun_Interrupted_Message(t *testing.T) {
+	_, env := populated(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := runCLIContext(ctx, t, env, nil, "volume", "claim", "-alloc", "web-2", "-mode", "read", "-access-mode", "multi-node-multi-writer", "-attachment-mode", "block-device", "vol2")
+	r.want(t, 1, "")
+	if !strings.HasPrefix(r.stderr, "csiactor: interrupted; the agent carries on") {
+		t.Errorf("stderr = %q", r.stderr)
+	}
+}
