@@ -82,8 +82,9 @@ Examples:
 		plugin := fs.String("plugin", "", "plugin `name` (required)")
 		typ := fs.String("type", "", "allocation `type`: controller, node or monolith (required)")
 		socket := fs.String("socket", "", "`path` of the unix socket of an attached plugin")
-		envs := &kvFlag{}
-		fs.Var(envs, "env", "`KEY=VALUE` in the environment of an exec-managed plugin (repeatable)")
+		// The environment often carries credentials: never echo a value.
+		envs := &kvFlag{secret: true}
+		fs.Var(envs, "env", "`KEY=VALUE` in the environment of an exec-managed plugin (repeatable; never shown)")
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
 			var command []string
 			for i, a := range args {
@@ -93,6 +94,9 @@ Examples:
 				}
 			}
 			if err := wantArgs(args, "ID"); err != nil {
+				return err
+			}
+			if err := envs.check("env"); err != nil {
 				return err
 			}
 			switch {

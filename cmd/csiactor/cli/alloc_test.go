@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/csiactor/csiactor/runtime"
@@ -64,7 +65,8 @@ func TestAllocRegister_Errors(t *testing.T) {
 		{"no plugin", []string{"-type", "node", "-socket", "/s", "a"}, 2, "-plugin is required"},
 		{"no type", []string{"-plugin", "p", "-socket", "/s", "a"}, 2, "-type is required"},
 		{"no socket or command", []string{"-plugin", "p", "-type", "node", "a"}, 2, "give -socket, or the command after --"},
-		{"bad env", []string{"-plugin", "p", "-type", "node", "-env", "NOVALUE", "a", "--", "x"}, 2, `invalid value "NOVALUE" for flag -env: want KEY=VALUE`},
+		{"bad env", []string{"-plugin", "p", "-type", "node", "-env", "NOVALUE", "a", "--", "x"}, 2, "-env: want KEY=VALUE (value not shown)"},
+		{"env twice", []string{"-plugin", "p", "-type", "node", "-env", "K=NOVALUE", "-env", "K=x", "a", "--", "x"}, 2, `-env: key "K" given twice`},
 		{"bad type", []string{"-plugin", "p", "-type", "worker", "-socket", "/s", "a"}, 2, `csiactor alloc register: -type: "worker": want controller, node or monolith`},
 		{"relative socket", []string{"-plugin", "p", "-type", "node", "-socket", "s.sock", "a"}, 2, `-socket: "s.sock" is not an absolute path`},
 		{"socket and command", []string{"-plugin", "p", "-type", "node", "-socket", "/s", "a", "--", "/bin/p"}, 2, "-socket: give either socket"},
@@ -76,6 +78,9 @@ func TestAllocRegister_Errors(t *testing.T) {
 			r := runCLI(t, env, append([]string{"alloc", "register"}, tc.args...)...)
 			r.want(t, tc.code, "")
 			r.contains(t, "stderr", tc.want)
+			if strings.Contains(r.stderr, "NOVALUE") {
+				t.Errorf("stderr shows an -env value: %s", r.stderr)
+			}
 		})
 	}
 }
