@@ -5,48 +5,12 @@ import (
 	"errors"
 	"strconv"
 
-	"github.com/csiactor/csiactor/actors/claim"
 	"github.com/csiactor/csiactor/actors/plugin"
 	"github.com/csiactor/csiactor/actors/registry"
 	"github.com/csiactor/csiactor/actors/volume"
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/persistence"
 )
-
-// pluginsAdapter gives the volume manager the registry's clients.
-type pluginsAdapter struct{ reg *registry.Handle }
-
-var _ volume.Plugins = pluginsAdapter{}
-
-// Client returns the active allocation of plugin for typ, and the facts a
-// claim needs. Node facts (node ID, STAGE_UNSTAGE) come from the node side
-// even when the controller is asked for, since ControllerPublishVolume needs
-// the node ID.
-func (p pluginsAdapter) Client(ctx context.Context, name string, typ claim.PluginType) (csi.Client, claim.Facts, error) {
-	t, err := p.reg.Client(ctx, name, plugin.Role(typ))
-	if err != nil {
-		return nil, claim.Facts{}, err
-	}
-	facts := claim.Facts{ControllerRequired: t.ControllerRequired}
-	fp := t.Fingerprint
-	if fp.NodeInfo == nil || fp.Node == nil {
-		if nt, err := p.reg.Client(ctx, name, plugin.Node); err == nil {
-			fp = nt.Fingerprint
-		}
-	}
-	if fp.NodeInfo != nil {
-		facts.NodeID = fp.NodeInfo.NodeID
-	}
-	if fp.Node != nil {
-		facts.StageUnstage = fp.Node.StageUnstageVolume
-	}
-	return t.Client, facts, nil
-}
-
-// WaitHealthy blocks until the plugin has a healthy allocation for typ.
-func (p pluginsAdapter) WaitHealthy(ctx context.Context, name string, typ claim.PluginType) error {
-	return p.reg.WaitHealthy(ctx, name, plugin.Role(typ))
-}
 
 // kindError marks an error from an actor package with the runtime sentinel
 // it means, keeping the original message and chain.

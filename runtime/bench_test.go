@@ -25,6 +25,7 @@ import (
 // work costs and not what this host's disk does.
 type benchEnv struct {
 	rt      *runtime.Runtime
+	reg     *prometheus.Registry
 	dataDir string
 	events  <-chan runtime.Event
 	ctrl    csipb.ControllerClient
@@ -47,7 +48,8 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	cfg := testConfig(dataDir)
 	cfg.Plugins.HeartbeatInterval = 10 * time.Second // heartbeats are not what is measured
 	cfg.Plugins.ProbeTimeout = 5 * time.Second
-	rt, err := runtime.New(cfg, runtime.Options{Registerer: prometheus.NewRegistry()})
+	reg := prometheus.NewRegistry()
+	rt, err := runtime.New(cfg, runtime.Options{Registerer: reg})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -76,7 +78,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = cc.Close() })
-	e := &benchEnv{rt: rt, dataDir: dataDir, events: events, ctrl: csipb.NewControllerClient(cc), node: csipb.NewNodeClient(cc)}
+	e := &benchEnv{rt: rt, reg: reg, dataDir: dataDir, events: events, ctrl: csipb.NewControllerClient(cc), node: csipb.NewNodeClient(cc)}
 	// Warm both paths: connections, the volume actor, worker goroutines.
 	for range 20 {
 		e.bare(b)

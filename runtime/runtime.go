@@ -62,6 +62,7 @@ type Runtime struct {
 	volumes  *volume.Manager
 	restarts *actorkit.RestartCounter
 	csiStats *csi.Metrics
+	plugins  *pluginsAdapter
 	regSub   *actorkit.Subscription[registry.Event]
 	events   *eventLog
 	done     chan struct{} // closed by Shutdown
@@ -160,6 +161,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("start registry: %w", err)
 	}
+	r.plugins = newPluginsAdapter(r.registry, pc.HeartbeatInterval)
 	if r.regSub, err = r.registry.Subscribe(RecentEvents); err != nil {
 		return fmt.Errorf("subscribe to registry: %w", err)
 	}
@@ -191,7 +193,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 		Logger:               r.log.WithField("component", "volumes"),
 		Registerer:           r.reg,
 		OnEvent:              r.volumeEvent,
-	}, r.store, pluginsAdapter{r.registry})
+	}, r.store, r.plugins)
 	if err != nil {
 		return fmt.Errorf("volume manager: %w", err)
 	}
@@ -307,6 +309,7 @@ func (r *Runtime) RegisterAllocation(ctx context.Context, id string, spec Alloca
 func (r *Runtime) registerAllocation(ctx context.Context, id string, spec AllocationSpec) (Allocation, error) {
 	ps := plugin.Spec{ID: id, Plugin: spec.Plugin, Type: plugin.Type(spec.Type), Socket: spec.Socket, Command: spec.Command, Env: spec.Env}
 	info, err := r.registry.Register(ctx, ps)
+	r.plugins.invalidate()
 	if err != nil {
 		return Allocation{}, mapErr(err)
 	}
@@ -319,7 +322,9 @@ func (r *Runtime) DeregisterAllocation(ctx context.Context, id string) error {
 	if err := r.ready(); err != nil {
 		return err
 	}
-	return mapErr(r.registry.Deregister(ctx, id))
+	err := r.registry.Deregister(ctx, id)
+	r.plugins.invalidate()
+	return mapErr(err)
 }
 
 // Allocations lists every allocation, ordered by plugin, then type, newest
@@ -569,6 +574,8 @@ func (r *Runtime) Subscribe(ctx context.Context) (<-chan Event, error) {
 func (r *Runtime) forwardRegistryEvents(sub *actorkit.Subscription[registry.Event]) {
 	defer r.wg.Done()
 	for e := range sub.C {
+		// Any change of an allocation can change where operations go.
+		r.plugins.invalidate()
 		ev := Event{Time: e.Time, Plugin: e.Plugin, Alloc: e.Alloc, Message: e.Message}
 		switch e.Type {
 		case registry.EventRegistered:
