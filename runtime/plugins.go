@@ -60,7 +60,7 @@ type cachedEntry struct {
 	expires time.Time
 }
 
-var _ claim.Plugins = (*pluginsAdapter)(nil)
+var _ claim.CachedPlugins = (*pluginsAdapter)(nil)
 
 func newPluginsAdapter(reg *registry.Handle, ttl time.Duration) *pluginsAdapter {
 	return &pluginsAdapter{reg: reg, ttl: ttl, now: time.Now, cache: map[targetKey]cachedEntry{}}
@@ -71,14 +71,13 @@ func newPluginsAdapter(reg *registry.Handle, ttl time.Duration) *pluginsAdapter 
 // node side even when the controller is asked for, since
 // ControllerPublishVolume needs the node ID.
 func (p *pluginsAdapter) Client(ctx context.Context, name string, typ claim.PluginType) (csi.Client, claim.Facts, error) {
+	if c, facts, ok := p.CachedClient(name, typ); ok {
+		return c, facts, nil
+	}
 	k := targetKey{name, typ}
 	p.mu.Lock()
-	e, ok := p.cache[k]
 	gen := p.gen
 	p.mu.Unlock()
-	if ok && p.now().Before(e.expires) {
-		return e.client, e.facts, nil
-	}
 	c, facts, err := p.resolve(ctx, k)
 	if err != nil {
 		return nil, claim.Facts{}, err
@@ -90,6 +89,18 @@ func (p *pluginsAdapter) Client(ctx context.Context, name string, typ claim.Plug
 	}
 	p.mu.Unlock()
 	return rc, facts, nil
+}
+
+// CachedClient returns the cached answer of Client, if there is a fresh
+// one; it never blocks.
+func (p *pluginsAdapter) CachedClient(name string, typ claim.PluginType) (csi.Client, claim.Facts, bool) {
+	p.mu.Lock()
+	e, ok := p.cache[targetKey{name, typ}]
+	p.mu.Unlock()
+	if !ok || !p.now().Before(e.expires) {
+		return nil, claim.Facts{}, false
+	}
+	return e.client, e.facts, true
 }
 
 // resolve asks the registry, bypassing the cache.

@@ -49,6 +49,18 @@ type Plugins interface {
 	WaitHealthy(ctx context.Context, plugin string, typ PluginType) error
 }
 
+// CachedPlugins is a Plugins that keeps its answers at hand (the runtime's
+// does). A volume actor asks CachedClient first when a new claim needs the
+// node plugin's facts: a hit saves starting a goroutine for Client, which
+// may block.
+type CachedPlugins interface {
+	Plugins
+	// CachedClient returns what Client would return for plugin and typ
+	// when it can answer without blocking; ok is false otherwise (the
+	// caller then calls Client). It never blocks.
+	CachedClient(plugin string, typ PluginType) (c csi.Client, f Facts, ok bool)
+}
+
 // Method is one of the CSI RPCs a claim runs.
 type Method int
 

@@ -175,8 +175,9 @@ func (a *volumeActor) notFound() error {
 }
 
 // claim handles a new claim request: an idempotent repeat joins (or is
-// answered by) the existing claim; a new one first looks up the node plugin
-// in a goroutine, then is reserved.
+// answered by) the existing claim; a new one needs the node plugin's facts
+// first: at once from a claim.CachedPlugins that has them, otherwise from a
+// lookup in a goroutine. Then it is reserved.
 func (a *volumeActor) claim(ctx actor.Context, msg *claimRequest) {
 	if a.rec == nil {
 		answer(msg.reply, reply{err: a.notFound()})
@@ -196,6 +197,12 @@ func (a *volumeActor) claim(ctx actor.Context, msg *claimRequest) {
 	if l := a.lookups[alloc]; l != nil {
 		l.reqs = append(l.reqs, msg)
 		return
+	}
+	if cp, ok := a.m.plugins.(claim.CachedPlugins); ok {
+		if _, facts, hit := cp.CachedClient(a.rec.Plugin, claim.NodePlugin); hit {
+			a.reserveAll(ctx, alloc, []*claimRequest{msg}, facts, nil)
+			return
+		}
 	}
 	plugins, plugin := a.m.plugins, a.rec.Plugin
 	self, root := ctx.Self(), ctx.ActorSystem().Root
@@ -231,13 +238,20 @@ func (a *volumeActor) reserve(ctx actor.Context, msg *factsResolved) {
 	}
 	delete(a.lookups, msg.alloc)
 	l.job.stop()
-	for _, req := range l.reqs {
+	a.reserveAll(ctx, msg.alloc, l.reqs, msg.facts, msg.err)
+}
+
+// reserveAll records alloc's claim for the first of reqs that the limits
+// allow, given the node plugin's facts (or the error of looking them up),
+// and answers or queues every request.
+func (a *volumeActor) reserveAll(ctx actor.Context, alloc string, reqs []*claimRequest, facts claim.Facts, lookupErr error) {
+	for _, req := range reqs {
 		if a.rec == nil {
 			answer(req.reply, reply{err: a.notFound()})
 			continue
 		}
-		if msg.err != nil {
-			answer(req.reply, reply{err: fmt.Errorf("%w: plugin %q (node): %w", ErrPluginUnavailable, a.rec.Plugin, msg.err)})
+		if lookupErr != nil {
+			answer(req.reply, reply{err: fmt.Errorf("%w: plugin %q (node): %w", ErrPluginUnavailable, a.rec.Plugin, lookupErr)})
 			continue
 		}
 		i, err := claim.Admit(a.rec, req.req)
@@ -250,13 +264,13 @@ func (a *volumeActor) reserve(ctx actor.Context, msg *factsResolved) {
 			continue
 		}
 		v := claim.CloneVolume(a.rec)
-		claim.Reserve(v, req.req, msg.facts, a.m.cfg.DataDir, time.Now())
+		claim.Reserve(v, req.req, facts, a.m.cfg.DataDir, time.Now())
 		if err := a.persist(v, "reserve"); err != nil {
 			answer(req.reply, reply{err: err})
 			continue
 		}
-		a.waiters[msg.alloc] = append(a.waiters[msg.alloc], req.reply)
-		a.queue = append(a.queue, &advanceWork{alloc: msg.alloc})
+		a.waiters[alloc] = append(a.waiters[alloc], req.reply)
+		a.queue = append(a.queue, &advanceWork{alloc: alloc})
 	}
 	a.settle(ctx)
 }

@@ -71,6 +71,8 @@ type testPlugins struct {
 	down    bool          // guarded by mu
 	up      chan struct{} // guarded by mu; closed while healthy
 	clients atomic.Int64  // Client calls
+	// cachedHits counts CachedClient answers (cachedTestPlugins only).
+	cachedHits atomic.Int64
 }
 
 func newTestPlugins(c csi.Client, f claim.Facts) *testPlugins {
@@ -106,6 +108,22 @@ func (p *testPlugins) WaitHealthy(ctx context.Context, _ string, _ claim.PluginT
 	}
 }
 
+// cachedTestPlugins is testPlugins as a claim.CachedPlugins: it answers
+// CachedClient from memory while the plugin is up.
+type cachedTestPlugins struct{ *testPlugins }
+
+var _ claim.CachedPlugins = cachedTestPlugins{}
+
+func (p cachedTestPlugins) CachedClient(plugin string, _ claim.PluginType) (csi.Client, claim.Facts, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.down || plugin != testPlugin {
+		return nil, claim.Facts{}, false
+	}
+	p.cachedHits.Add(1)
+	return p.client, p.facts, true
+}
+
 func (p *testPlugins) setDown(down bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -135,6 +153,7 @@ type env struct {
 	hook    func(point, volume string)
 	root    string // parent of the data dir; "" is os.TempDir
 	durable bool   // fsync on commit
+	cached  bool   // the manager gets cachedTestPlugins
 	dbDir   string // directory of the store file; "" is the data dir
 
 	closeOnce sync.Once
@@ -147,6 +166,10 @@ func withHook(h func(point, volume string)) envOpt {
 	return func(e *env) { e.hook = h }
 }
 func withRoot(dir string) envOpt { return func(e *env) { e.root = dir } }
+
+// withCachedPlugins gives the manager plugins that answer CachedClient, so
+// new claims take the path without a lookup goroutine.
+func withCachedPlugins() envOpt { return func(e *env) { e.cached = true } }
 
 // withDurableStore turns fsync on (tests run with it off) and keeps the
 // store file in dbDir ("" for the data dir).
@@ -243,7 +266,11 @@ func (e *env) startManagerWithLogger() {
 	e.reg = prometheus.NewRegistry()
 	cfg := e.cfg
 	cfg.Registerer = e.reg
-	m, err := NewManager(e.system.Root, cfg, e.store, e.plugins)
+	var plugins Plugins = e.plugins
+	if e.cached {
+		plugins = cachedTestPlugins{e.plugins}
+	}
+	m, err := NewManager(e.system.Root, cfg, e.store, plugins)
 	if err != nil {
 		e.t.Fatal(err)
 	}

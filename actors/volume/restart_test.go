@@ -52,33 +52,49 @@ func (c *crash) hook(point, _ string) {
 }
 
 func TestManager_Crash_AtEveryStepResumes(t *testing.T) {
-	for _, point := range crashPoints {
-		t.Run(point, func(t *testing.T) {
-			c := &crash{point: point}
-			e := newEnv(t, fullPlugin, withHook(c.hook))
-			e.register("vol1")
-			ctx := ctxT(t)
-			req := claimReq("vol1", "a", claim.ModeWrite, csi.AccessModeSingleNodeWriter)
-			got, err := e.m.Claim(ctx, req)
-			if err != nil {
-				t.Fatalf("claim: %s", err)
-			}
-			again, err := e.m.Claim(ctx, req)
-			if err != nil || again.TargetPath != got.TargetPath {
-				t.Fatalf("claim retried after the crash = %+v, %v; want target %s", again, err, got.TargetPath)
-			}
-			e.checkAgree()
-			if _, err := e.m.Release(ctx, "vol1", "a"); err != nil {
-				t.Fatalf("release: %s", err)
-			}
-			e.waitFreed("vol1")
-			if c.fired.Load() == 0 {
-				t.Fatalf("crash point %s never reached", point)
-			}
-			e.checkClean()
-			e.checkAgree()
-		})
+	for _, cached := range []bool{false, true} {
+		for _, point := range crashPoints {
+			crashAtStep(t, point, cached)
+		}
 	}
+}
+
+// crashAtStep crashes the actor at point once during a claim and its
+// release; cached selects plugins that answer new claims from memory (no
+// lookup goroutine).
+func crashAtStep(t *testing.T, point string, cached bool) {
+	name, opts := point, []envOpt{}
+	if cached {
+		name, opts = point+"/cached", []envOpt{withCachedPlugins()}
+	}
+	t.Run(name, func(t *testing.T) {
+		c := &crash{point: point}
+		e := newEnv(t, fullPlugin, append(opts, withHook(c.hook))...)
+		e.register("vol1")
+		ctx := ctxT(t)
+		req := claimReq("vol1", "a", claim.ModeWrite, csi.AccessModeSingleNodeWriter)
+		got, err := e.m.Claim(ctx, req)
+		if err != nil {
+			t.Fatalf("claim: %s", err)
+		}
+		again, err := e.m.Claim(ctx, req)
+		if err != nil || again.TargetPath != got.TargetPath {
+			t.Fatalf("claim retried after the crash = %+v, %v; want target %s", again, err, got.TargetPath)
+		}
+		e.checkAgree()
+		if _, err := e.m.Release(ctx, "vol1", "a"); err != nil {
+			t.Fatalf("release: %s", err)
+		}
+		e.waitFreed("vol1")
+		if c.fired.Load() == 0 {
+			t.Fatalf("crash point %s never reached", point)
+		}
+		if hits := e.plugins.cachedHits.Load(); cached != (hits > 0) {
+			t.Errorf("cached answers used: %d (cached plugins: %t)", hits, cached)
+		}
+		e.checkClean()
+		e.checkAgree()
+	})
 }
 
 func TestManager_Crash_OnFailurePathsResumes(t *testing.T) {
