@@ -97,7 +97,12 @@ func (r *Runtime) Config() Config { return r.cfg }
 // restores every persisted allocation (starting exec-managed plugins again)
 // and registers the configured ones, then resumes every unfinished claim and
 // release. It returns once all of that is under way; plugins become healthy
-// in the background. On error everything started so far is stopped again.
+// in the background (see WaitHealthy).
+//
+// On error everything started so far is stopped again and the runtime is
+// spent: make a new one to try again. A data dir whose store another agent
+// holds fails, after persistence.DefaultLockTimeout, with an error wrapping
+// ErrDataDirInUse (and persistence.ErrInUse) that names the data dir.
 func (r *Runtime) Start(ctx context.Context) (err error) {
 	r.life.Lock()
 	defer r.life.Unlock()
