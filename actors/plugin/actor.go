@@ -21,7 +21,9 @@ type StaleProcess struct {
 }
 
 // Props returns the props of the allocation actor for spec, which must be
-// valid and have its Socket set (see Spec.WithSocket). When stale is set,
+// valid and have its Socket set (see Spec.WithSocket; a bare command name
+// is not looked up again here: the start fails and is retried if it is
+// not found). When stale is set,
 // that process is killed (if it still runs) before the plugin is started,
 // so two copies never run. opts are added to the props (middleware, for
 // example).
@@ -30,7 +32,7 @@ func Props(cfg Config, spec Spec, stale StaleProcess, opts ...actor.PropsOption)
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	if err := spec.Validate(); err != nil {
+	if err := spec.validate(); err != nil {
 		return nil, err
 	}
 	if spec.ExecManaged() && cfg.Launcher == nil {
@@ -78,9 +80,10 @@ type Actor struct {
 	fpAgain  bool // run another when it ends
 	failures int  // fingerprints failed in a row
 
-	proc        *proc.Process
-	exits       []time.Time // exits within the restart window
-	restartStep int         // backoff step of the next restart
+	proc          *proc.Process
+	exits         []time.Time // exits within the restart window
+	startFailures int         // failed starts in a row
+	restartStep   int         // backoff step of the next restart
 }
 
 // Receive handles one message.

@@ -269,7 +269,7 @@ func TestActor_Exec_KilledProcessIsUnhealthyThenRestarted(t *testing.T) {
 	}
 	var exited bool
 	for _, u := range updates {
-		if strings.HasPrefix(u.Description, "plugin process exited: signal: killed; restarting in ") {
+		if strings.HasPrefix(u.Description, "plugin process exited with signal: killed; restarting in ") {
 			exited = true
 			if u.PID != 0 || u.Exits != 1 {
 				t.Errorf("after exit: PID %d exits %d, want 0 and 1", u.PID, u.Exits)
@@ -297,8 +297,64 @@ func TestActor_Exec_CrashLooping(t *testing.T) {
 	h := newHarness(t, spec, StaleProcess{}, nil)
 	defer h.close()
 	s := h.waitUnhealthy("crash-looping: exited 3 times")
-	if !strings.Contains(s.Description, "last: exited: exit status 7") {
+	if !strings.Contains(s.Description, "last with exit status 7; restarting in ") {
 		t.Errorf("description = %q, want the last exit status", s.Description)
+	}
+	if s.Exits < 3 {
+		t.Errorf("Exits = %d, want at least 3", s.Exits)
+	}
+}
+
+// A binary that cannot be started is described as such, with the system's
+// error, and its attempts are counted as failed starts, not as exits.
+func TestActor_Exec_StartFailure(t *testing.T) {
+	defer leakcheck.Check(t)()
+	dir := shortDir(t)
+	missing := filepath.Join(dir, "no-such-plugin")
+	spec, err := Spec{ID: "f1", Plugin: "fake", Type: Node, Command: []string{missing}}.WithSocket(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, spec, StaleProcess{}, nil)
+	defer h.close()
+	first := h.waitUnhealthy("failed to start")
+	want := "failed to start: fork/exec " + missing + ": no such file or directory; retrying in "
+	if !strings.HasPrefix(first.Description, want) {
+		t.Errorf("first description = %q, want prefix %q", first.Description, want)
+	}
+	third := h.waitUnhealthy("cannot start plugin (3 attempts): ")
+	want = "cannot start plugin (3 attempts): fork/exec " + missing + ": no such file or directory; retrying in "
+	if !strings.HasPrefix(third.Description, want) {
+		t.Errorf("third description = %q, want prefix %q", third.Description, want)
+	}
+	if third.Exits != 0 || third.PID != 0 {
+		t.Errorf("Exits = %d, PID = %d; a process that never started neither exits nor has a PID", third.Exits, third.PID)
+	}
+	if strings.Contains(third.Description, "crash-looping") || strings.Contains(third.Description, "exited") {
+		t.Errorf("description = %q, a failed start is not an exit", third.Description)
+	}
+}
+
+// Once the binary appears, the next attempt starts it and the count of
+// failed starts begins again.
+func TestActor_Exec_StartFailureThenStarts(t *testing.T) {
+	defer leakcheck.Check(t)()
+	dir := shortDir(t)
+	bin := filepath.Join(dir, "plugin")
+	self := fakeCommand(t)
+	spec, err := Spec{ID: "f2", Plugin: "fake", Type: Node, Command: append([]string{bin}, self[1:]...), Env: fakeEnv("f")}.WithSocket(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, spec, StaleProcess{}, nil)
+	defer h.close()
+	h.waitUnhealthy("cannot start plugin (2 attempts): fork/exec " + bin)
+	if err := os.Symlink(self[0], bin); err != nil {
+		t.Fatal(err)
+	}
+	s := h.waitHealthy()
+	if s.PID == 0 || s.Exits != 0 {
+		t.Errorf("PID = %d, Exits = %d; want a running process and no exit", s.PID, s.Exits)
 	}
 }
 

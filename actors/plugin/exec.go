@@ -2,8 +2,11 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -13,7 +16,8 @@ import (
 )
 
 // startProcess starts the plugin process of an exec-managed allocation.
-// A failure to start counts as an exit: it is retried with backoff.
+// A failure to start is retried with the same backoff as an exit, but is
+// counted and described as a failed start, not as an exit.
 func (a *Actor) startProcess() {
 	if a.stale.PID != 0 {
 		ctx, cancel := context.WithTimeout(a.ctx, 10*time.Second)
@@ -28,7 +32,7 @@ func (a *Actor) startProcess() {
 		a.stale = StaleProcess{}
 	}
 	if err := a.prepareSocketDir(); err != nil {
-		a.processFailed("failed to start: " + err.Error())
+		a.startFailed(err, err.Error())
 		return
 	}
 	p, err := a.cfg.Launcher.Start(a.ctx, proc.Spec{
@@ -37,11 +41,12 @@ func (a *Actor) startProcess() {
 		Log:     a.log,
 	})
 	if err != nil {
-		a.processFailed("failed to start: " + err.Error())
+		a.startFailed(err, startErrorText(err))
 		return
 	}
 	a.proc = p
 	a.failures = 0
+	a.startFailures = 0
 	a.status.PID, a.status.PIDStart = p.PID(), p.StartTicks()
 	a.setHealth(false, fmt.Sprintf("starting: process %d started", p.PID()))
 	a.log.WithField("pid", p.PID()).Info("plugin process started")
@@ -90,13 +95,14 @@ func (a *Actor) onProcExited(ctx actor.Context, m *procExited) {
 		a.restartStep = 0 // it ran well for a while: start the backoff over
 	}
 	a.log.WithField("status", m.p.Status()).Warn("plugin process exited")
-	a.processFailed("exited: " + m.p.Status())
+	a.processExited(m.p.Status())
 	a.report(ctx)
 }
 
-// processFailed records an exit (or a failed start), sets the health
-// description and schedules the restart.
-func (a *Actor) processFailed(what string) {
+// processExited records an exit with its status ("exit status 7",
+// "signal: killed"), sets the health description and schedules the
+// restart.
+func (a *Actor) processExited(status string) {
 	now := time.Now()
 	kept := a.exits[:0]
 	for _, t := range a.exits {
@@ -105,16 +111,52 @@ func (a *Actor) processFailed(what string) {
 		}
 	}
 	a.exits = append(kept, now)
+	delay := a.nextRestart()
+	if n := len(a.exits); n >= a.cfg.CrashLoopExits {
+		a.setHealth(false, fmt.Sprintf("crash-looping: exited %d times in %s, last with %s; restarting in %s",
+			n, a.cfg.RestartBackoff.Window, status, delay))
+	} else {
+		a.setHealth(false, fmt.Sprintf("plugin process exited with %s; restarting in %s", status, delay))
+	}
+}
+
+// startFailed records a failed start: the health says why ("failed to
+// start: fork/exec /x: no such file or directory"), and after more than
+// one in a row how many ("cannot start plugin (3 attempts): …"). The start
+// is retried with backoff.
+func (a *Actor) startFailed(err error, why string) {
+	a.startFailures++
+	delay := a.nextRestart()
+	a.log.WithError(err).WithField("attempts", a.startFailures).Warn("plugin process failed to start")
+	if a.startFailures == 1 {
+		a.setHealth(false, fmt.Sprintf("failed to start: %s; retrying in %s", why, delay))
+	} else {
+		a.setHealth(false, fmt.Sprintf("cannot start plugin (%d attempts): %s; retrying in %s", a.startFailures, why, delay))
+	}
+}
+
+// nextRestart schedules the next start of the process after the next
+// backoff delay, and returns the delay (rounded to the millisecond).
+func (a *Actor) nextRestart() time.Duration {
 	a.restartStep++
 	delay := a.cfg.RestartBackoff.Next(a.restartStep)
-	delayStr := delay.Round(time.Millisecond).String()
-	if n := len(a.exits); n >= a.cfg.CrashLoopExits {
-		a.setHealth(false, fmt.Sprintf("crash-looping: exited %d times in %s, last: %s; restarting in %s",
-			n, a.cfg.RestartBackoff.Window, what, delayStr))
-	} else {
-		a.setHealth(false, fmt.Sprintf("plugin process %s; restarting in %s", what, delayStr))
-	}
 	a.rerun.Reset(delay)
+	return delay.Round(time.Millisecond)
+}
+
+// startErrorText is what the health says about a launcher error: the
+// error from the system (fork/exec or the PATH lookup), which names the
+// command, without the wrapping.
+func startErrorText(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Error()
+	}
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		return ee.Error()
+	}
+	return err.Error()
 }
 
 func (a *Actor) onRestartProcess(ctx actor.Context) {

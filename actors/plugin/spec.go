@@ -1,8 +1,10 @@
 package plugin
 
 import (
+	"errors"
 	"fmt"
 	"maps"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -68,7 +70,10 @@ type Spec struct {
 	Socket string
 	// Command makes the allocation exec-managed: the agent runs it. "{endpoint}"
 	// and "{socket}" in any element are replaced with the endpoint
-	// ("unix://" + socket) and the socket path.
+	// ("unix://" + socket) and the socket path. Command[0] is an absolute
+	// path, or a bare name that the agent's PATH resolves (see Validate);
+	// a relative path is refused, as it would depend on the agent's working
+	// directory.
 	Command []string
 	// Env is added to the exec-managed process's environment.
 	Env map[string]string
@@ -94,10 +99,12 @@ func SocketPath(dataDir, id string) string {
 
 // WithSocket returns s with Socket set: the normalized given path for an
 // attached allocation, SocketPath(dataDir, ID) for an exec-managed one. It
-// validates s first; a path longer than the unix socket limit is an error
-// naming the socket.
+// checks s first, as Validate does except for the PATH lookup of a bare
+// command name (so an allocation restored after its command left PATH is
+// retried, and its health says why, rather than refused); a path longer
+// than the unix socket limit is an error naming the socket.
 func (s Spec) WithSocket(dataDir string) (Spec, error) {
-	if err := s.Validate(); err != nil {
+	if err := s.validate(); err != nil {
 		return s, err
 	}
 	if s.ExecManaged() {
@@ -118,8 +125,32 @@ func (s Spec) WithSocket(dataDir string) (Spec, error) {
 	return s, nil
 }
 
-// Validate reports the first bad field of s, by name.
+// Validate reports the first bad field of s, by name. For an exec-managed
+// allocation it also looks command[0] up as the agent would run it: an
+// absolute path is taken as it is (a missing file shows in the health as
+// "failed to start: …"), a bare name must be found in the agent's PATH
+// (exec.LookPath), and a relative path such as "bin/plugin" is refused.
+// Call it on the agent's host, when the allocation is registered.
 func (s Spec) Validate() error {
+	if err := s.validate(); err != nil {
+		return err
+	}
+	if !s.ExecManaged() || filepath.IsAbs(s.Command[0]) {
+		return nil
+	}
+	name := s.Command[0]
+	if _, err := exec.LookPath(name); err != nil {
+		if errors.Is(err, exec.ErrNotFound) {
+			return fmt.Errorf("%w: command[0] %q is not found in the agent's PATH; give its absolute path", ErrInvalidSpec, name)
+		}
+		return fmt.Errorf("%w: command[0] %q: %w", ErrInvalidSpec, name, err)
+	}
+	return nil
+}
+
+// validate is Validate without the PATH lookup: what can be told from s
+// alone.
+func (s Spec) validate() error {
 	if err := validName("id", s.ID, 64); err != nil {
 		return err
 	}
@@ -137,8 +168,14 @@ func (s Spec) Validate() error {
 			return fmt.Errorf("%w: socket: %w", ErrInvalidSpec, err)
 		}
 	}
-	if s.ExecManaged() && strings.TrimSpace(s.Command[0]) == "" {
-		return fmt.Errorf("%w: command[0] is empty", ErrInvalidSpec)
+	if s.ExecManaged() {
+		name := s.Command[0]
+		switch {
+		case strings.TrimSpace(name) == "":
+			return fmt.Errorf("%w: command[0] is empty", ErrInvalidSpec)
+		case !filepath.IsAbs(name) && strings.ContainsRune(name, '/'):
+			return fmt.Errorf("%w: command[0] %q is a relative path; give an absolute path, or a bare name found in the agent's PATH", ErrInvalidSpec, name)
+		}
 	}
 	for i, a := range s.Command {
 		if strings.ContainsRune(a, 0) {

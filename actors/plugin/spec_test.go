@@ -23,9 +23,14 @@ func TestSpec_Validate(t *testing.T) {
 		{"unix endpoint", func(s *Spec) { s.Socket = "unix:///run/csi.sock" }, ""},
 		{"exec", func(s *Spec) {
 			s.Socket = ""
-			s.Command = []string{"plugin", "{endpoint}"}
+			s.Command = []string{"sh", "{endpoint}"}
 			s.Env = map[string]string{"A": "1"}
 		}, ""},
+		{"exec absolute", func(s *Spec) { s.Socket = ""; s.Command = []string{"/opt/not/installed/yet"} }, ""},
+		{"exec relative", func(s *Spec) { s.Socket = ""; s.Command = []string{"relative/cmd"} }, `command[0] "relative/cmd" is a relative path`},
+		{"exec dot relative", func(s *Spec) { s.Socket = ""; s.Command = []string{"./cmd"} }, `command[0] "./cmd" is a relative path`},
+		{"exec name not in PATH", func(s *Spec) { s.Socket = ""; s.Command = []string{"csiactor-no-such-plugin"} },
+			`command[0] "csiactor-no-such-plugin" is not found in the agent's PATH`},
 		{"monolith", func(s *Spec) { s.Type = Monolith }, ""},
 		{"no id", func(s *Spec) { s.ID = "" }, "id is required"},
 		{"id with slash", func(s *Spec) { s.ID = "a/b" }, "id"},
@@ -39,12 +44,12 @@ func TestSpec_Validate(t *testing.T) {
 		{"tcp socket", func(s *Spec) { s.Socket = "tcp://host:1" }, "socket"},
 		{"long socket", func(s *Spec) { s.Socket = "/" + strings.Repeat("x", 107) }, "107"},
 		{"empty command", func(s *Spec) { s.Socket = ""; s.Command = []string{" "} }, "command[0]"},
-		{"NUL in arg", func(s *Spec) { s.Socket = ""; s.Command = []string{"p", "a\x00"} }, "command[1]"},
+		{"NUL in arg", func(s *Spec) { s.Socket = ""; s.Command = []string{"sh", "a\x00"} }, "command[1]"},
 		{"env without command", func(s *Spec) { s.Env = map[string]string{"A": "1"} }, "env"},
-		{"env bad name", func(s *Spec) { s.Socket = ""; s.Command = []string{"p"}; s.Env = map[string]string{"A=B": "1"} }, "env"},
+		{"env bad name", func(s *Spec) { s.Socket = ""; s.Command = []string{"sh"}; s.Env = map[string]string{"A=B": "1"} }, "env"},
 		{"env CSI_ENDPOINT", func(s *Spec) {
 			s.Socket = ""
-			s.Command = []string{"p"}
+			s.Command = []string{"sh"}
 			s.Env = map[string]string{"CSI_ENDPOINT": "x"}
 		}, "CSI_ENDPOINT"},
 	}
@@ -95,6 +100,19 @@ func TestSpec_WithSocket(t *testing.T) {
 	}
 	if _, err := exec.WithSocket("relative"); !errors.Is(err, ErrInvalidSpec) {
 		t.Errorf("relative data dir: %v", err)
+	}
+	// WithSocket does not look a bare name up (a restored allocation whose
+	// command left PATH is retried, not refused), but a relative path is
+	// refused everywhere.
+	gone := exec
+	gone.Command = []string{"csiactor-no-such-plugin"}
+	if _, err := gone.WithSocket("/var/lib/csiactor"); err != nil {
+		t.Errorf("WithSocket with a bare name not in PATH: %v", err)
+	}
+	rel := exec
+	rel.Command = []string{"bin/plugin"}
+	if _, err := rel.WithSocket("/var/lib/csiactor"); !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), "command[0]") {
+		t.Errorf("WithSocket with a relative command: %v, want ErrInvalidSpec naming command[0]", err)
 	}
 	att, err := Spec{ID: "a", Plugin: "p", Type: Node, Socket: "unix:///run/x/../csi.sock"}.WithSocket("/unused")
 	if err != nil || att.Socket != "/run/csi.sock" {

@@ -40,8 +40,9 @@ type Status struct {
 	// is ready.
 	Healthy bool
 	// Description says why: "healthy", or what failed ("plugin process
-	// exited: signal: killed; restarting in 210ms", "probe: …", "agent
-	// shutting down").
+	// exited with signal: killed; restarting in 210ms", "failed to start:
+	// fork/exec /x: no such file or directory; retrying in 200ms", "probe:
+	// …", "agent shutting down").
 	Description string
 	// Since is when Healthy last changed.
 	Since time.Time
