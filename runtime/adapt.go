@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strconv"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/csiactor/csiactor/actors/plugin"
 	"github.com/csiactor/csiactor/actors/registry"
 	"github.com/csiactor/csiactor/actors/volume"
@@ -52,9 +54,29 @@ func mapErr(err error) error {
 	case errors.Is(err, volume.ErrShutdown), errors.Is(err, registry.ErrStopped):
 		kind = ErrShutdown
 	default:
-		return err
+		if kind = pluginCodeKind(csi.Code(err)); kind == nil {
+			return err
+		}
 	}
 	return &kindError{kind: kind, err: err}
+}
+
+// pluginCodeKind is what a plugin's final answer means for the API caller:
+// the plugin refused the request itself (its volume does not exist, an
+// argument is bad, the state forbids it) or could not serve it now. Other
+// codes (Internal, Unimplemented, PermissionDenied, ...) stay server errors.
+func pluginCodeKind(c codes.Code) error {
+	switch c {
+	case codes.NotFound:
+		return ErrNotFound
+	case codes.InvalidArgument, codes.OutOfRange:
+		return ErrInvalid
+	case codes.AlreadyExists, codes.FailedPrecondition:
+		return ErrConflict
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted:
+		return ErrPluginUnavailable
+	}
+	return nil
 }
 
 func allocationFromInfo(i registry.AllocationInfo) Allocation {

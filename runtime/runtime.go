@@ -592,8 +592,11 @@ func (r *Runtime) forwardRegistryEvents(sub *actorkit.Subscription[registry.Even
 			ev.Type = EventHealthChanged
 		case registry.EventSingletonChanged, registry.EventActiveChanged:
 			ev.Type = EventSingletonChanged
+			if e.Type == registry.EventActiveChanged {
+				ev.Type = EventActiveChanged
+			}
 			if e.Role != "" {
-				ev.Message = fmt.Sprintf("%s %s: %s", e.Type, e.Role, e.Message)
+				ev.Message = fmt.Sprintf("%s %s", e.Role, e.Message) // "node singleton is now a2"
 			}
 		case registry.EventLagged:
 			ev.Type = EventsDropped

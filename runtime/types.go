@@ -58,14 +58,18 @@ const (
 	EventAllocationDeregistered = "allocation-deregistered"
 	EventHealthChanged          = "health-changed"
 	EventSingletonChanged       = "singleton-changed"
-	EventVolumeRegistered       = "volume-registered"
-	EventVolumeDeregistered     = "volume-deregistered"
-	EventVolumeCreated          = "volume-created"
-	EventVolumeDeleted          = "volume-deleted"
-	EventClaimPublished         = "claim-published"
-	EventClaimReleased          = "claim-released"
-	EventClaimFreed             = "claim-freed"
-	EventClaimFailed            = "claim-failed"
+	// EventActiveChanged: operations of a plugin's controller or node side
+	// now go to another allocation (an older healthy one while the
+	// singleton is unhealthy, or back to the singleton).
+	EventActiveChanged      = "active-changed"
+	EventVolumeRegistered   = "volume-registered"
+	EventVolumeDeregistered = "volume-deregistered"
+	EventVolumeCreated      = "volume-created"
+	EventVolumeDeleted      = "volume-deleted"
+	EventClaimPublished     = "claim-published"
+	EventClaimReleased      = "claim-released"
+	EventClaimFreed         = "claim-freed"
+	EventClaimFailed        = "claim-failed"
 	// EventsDropped tells a subscriber that it fell behind and lost events;
 	// Message says how many.
 	EventsDropped = "events-dropped"
