@@ -100,6 +100,13 @@ type PluginsConfig struct {
 type VolumesConfig struct {
 	// Retry paces retries of failed claim and release steps.
 	Retry BackoffConfig `yaml:"retry"`
+	// MaxClaimAttempts bounds the attempts of one publish step that keeps
+	// failing with a retryable error (unavailable, timeout, aborted,
+	// resource exhausted); then the claim fails and is torn down. Zero, the
+	// default, retries until the step succeeds or fails finally, as DESIGN
+	// §4 says; the caller can release a claim that keeps retrying. Release
+	// steps are always retried until done.
+	MaxClaimAttempts int `yaml:"max_claim_attempts"`
 }
 
 // StoreConfig tunes the bbolt store.
@@ -271,6 +278,9 @@ func (c Config) Validate() error {
 	}
 	if err := p.RestartBackoff.Validate(); err != nil {
 		return prefixed("plugins.restart_backoff", err)
+	}
+	if c.Volumes.MaxClaimAttempts < 0 {
+		return fieldErr("volumes.max_claim_attempts", fmt.Sprintf("%d is negative; 0 retries until done", c.Volumes.MaxClaimAttempts))
 	}
 	if err := c.Volumes.Retry.Validate(); err != nil {
 		return prefixed("volumes.retry", err)

@@ -193,6 +193,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 		DataDir:              r.cfg.DataDir,
 		Backoff:              csi.Backoff{Initial: vb.Initial, Max: vb.Max, Multiplier: vb.Multiplier, Jitter: vb.Jitter},
 		MaxInFlightPerPlugin: pc.MaxInFlight,
+		MaxClaimAttempts:     r.cfg.Volumes.MaxClaimAttempts,
 		Restarts:             r.restarts,
 		RetryMetrics:         metrics,
 		Logger:               r.log.WithField("component", "volumes"),
