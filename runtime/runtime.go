@@ -237,8 +237,11 @@ func (r *Runtime) Shutdown(ctx context.Context) error {
 	if r.stopped {
 		return nil
 	}
+	wasStarted := r.started
 	err := r.teardownLocked(ctx)
-	r.log.Info("runtime stopped")
+	if wasStarted {
+		r.log.Info("runtime stopped")
+	}
 	return err
 }
 
