@@ -9,29 +9,41 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// writeReq is one caller's write, queued for the committer.
+// writeReq is one caller's write, queued for whoever commits next.
 type writeReq struct {
 	ctx context.Context
 	// apply makes the write inside the batch transaction. It may run more
 	// than once (when another write of the batch fails, the batch is rolled
 	// back and run again without it), so it must depend only on tx.
 	apply func(tx *bolt.Tx) error
-	// err is this write's own failure, set by the committer.
+	// err is this write's own failure, set while its batch is built.
 	err error
-	// done receives the outcome once; buffered, so the committer never
-	// blocks on a caller that gave up.
+	// answered is set, with res, by the commit that finished this write;
+	// both guarded by Store.commitMu.
+	answered bool
+	res      error
+	// done receives res once; buffered, so a commit never blocks on a
+	// caller that gave up.
 	done chan error
 }
 
 // errRetryBatch rolls a batch back after one of its writes failed.
 var errRetryBatch = errors.New("persistence: retry batch without the failed write")
 
-// write queues apply for the committer and waits until it is durable.
+// write queues apply and waits until it is durable.
 //
-// If ctx ends while the write is queued but not yet applied, the committer
+// The caller queues its write and then tries to take commitMu. If it gets
+// it (no commit is running: the usual case for a lone write), it commits
+// the queue itself, its own write included, in its own goroutine: no
+// hand-off to another goroutine and back. If a commit is running, the
+// caller waits; whoever holds commitMu makes sure the queue is committed
+// after it (see unlockCommit).
+//
+// If ctx ends while the write is queued but not yet applied, the commit
 // skips it. If ctx ends after that, write returns an error wrapping
-// ctx.Err() at once, and the write may or may not be committed: every write
-// here replaces a whole record, so repeating it is safe.
+// ctx.Err() at once, and the write may or may not be committed: every
+// write here replaces a whole record, so repeating it is safe. A caller
+// that is committing returns when its commit is done, whatever ctx says.
 func (s *Store) write(ctx context.Context, apply func(tx *bolt.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -44,11 +56,19 @@ func (s *Store) write(ctx context.Context, apply func(tx *bolt.Tx) error) error 
 	}
 	select {
 	case s.reqs <- r:
-		s.mu.RUnlock()
 	case <-ctx.Done():
 		s.mu.RUnlock()
 		return ctx.Err()
 	}
+	// Still under mu.RLock, so Close waits for a committing caller.
+	if !s.handOff && s.commitMu.TryLock() {
+		defer s.mu.RUnlock()
+		return s.lead(r)
+	}
+	if s.handOff {
+		s.kickCommitter()
+	}
+	s.mu.RUnlock()
 	select {
 	case err := <-r.done:
 		return err
@@ -57,21 +77,76 @@ func (s *Store) write(ctx context.Context, apply func(tx *bolt.Tx) error) error 
 	}
 }
 
-// run is the committer goroutine: it takes the first queued write, builds a
-// transaction from it and whatever else is already queued, commits, and
-// answers every caller of the batch. It returns when reqs is closed and
-// drained.
-func (s *Store) run() {
-	defer close(s.done)
-	for first := range s.reqs {
-		s.commit(first)
+// lead commits the queue until r, which is queued, is answered, and
+// returns r's outcome. The caller holds commitMu, which lead releases.
+func (s *Store) lead(r *writeReq) error {
+	defer s.unlockCommit()
+	for !r.answered {
+		// Whoever takes r out of the queue holds commitMu and answers it
+		// before releasing it: r is queued until this commits it.
+		if !s.commitLocked() {
+			panic("persistence: a queued write left the queue unanswered")
+		}
+	}
+	return r.res
+}
+
+// unlockCommit releases commitMu and, if writes are queued, wakes the
+// committer goroutine to commit them. Every holder of commitMu releases it
+// here: a writer that queued while commitMu was held, and so did not commit
+// itself, is then always committed by someone.
+func (s *Store) unlockCommit() {
+	s.commitMu.Unlock()
+	if len(s.reqs) > 0 {
+		s.kickCommitter()
 	}
 }
 
-// commit commits first and the writes queued behind it, up to MaxBatchSize
-// writes or MaxBatchDelay of gathering, in one transaction. It never waits
-// for a write that has not arrived.
-func (s *Store) commit(first *writeReq) {
+// kickCommitter wakes the committer goroutine without blocking; a wake-up
+// already pending covers this one.
+func (s *Store) kickCommitter() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run is the committer goroutine. It commits the queue when kicked (a
+// commit left writes queued behind it) and, when Close stops it, commits
+// what is still queued and returns.
+func (s *Store) run() {
+	defer close(s.done)
+	for {
+		select {
+		case <-s.kick:
+		case <-s.stop:
+			// Close holds no writer inside write any more and no new
+			// writer gets past its closed check: this is the last commit.
+			s.commitMu.Lock()
+			for s.commitLocked() {
+			}
+			s.commitMu.Unlock()
+			return
+		}
+		s.commitMu.Lock()
+		for s.commitLocked() {
+		}
+		s.unlockCommit()
+	}
+}
+
+// commitLocked commits the first queued write and the writes queued behind
+// it, up to MaxBatchSize writes or MaxBatchDelay of gathering, in one
+// transaction, and answers each of them. It never waits for a write that
+// has not arrived. It reports false when the queue was empty. The caller
+// holds commitMu.
+func (s *Store) commitLocked() bool {
+	var first *writeReq
+	select {
+	case first = <-s.reqs:
+	default:
+		return false
+	}
 	start := time.Now()
 	batch := append(s.batch[:0], first)
 	var err error
@@ -83,10 +158,7 @@ func (s *Store) commit(first *writeReq) {
 						return nil
 					}
 					select {
-					case r, ok := <-s.reqs:
-						if !ok {
-							return nil
-						}
+					case r := <-s.reqs:
 						batch = append(batch, r)
 					default:
 						return nil
@@ -121,14 +193,14 @@ func (s *Store) commit(first *writeReq) {
 			} else {
 				s.m.writesError.Inc()
 			}
-			r.done <- r.err
+			r.answer(r.err)
 		case err != nil:
 			s.m.writesError.Inc()
-			r.done <- fmt.Errorf("commit store %s: %w", s.path, err)
+			r.answer(fmt.Errorf("commit store %s: %w", s.path, err))
 		default:
 			applied++
 			s.m.writesOK.Inc()
-			r.done <- nil
+			r.answer(nil)
 		}
 	}
 	if err != nil {
@@ -140,4 +212,13 @@ func (s *Store) commit(first *writeReq) {
 	}
 	clear(batch) // drop references to finished requests
 	s.batch = batch[:0]
+	return true
+}
+
+// answer records r's outcome and hands it to its caller. The caller of
+// answer holds commitMu.
+func (r *writeReq) answer(err error) {
+	r.answered = true
+	r.res = err
+	r.done <- err
 }

@@ -62,9 +62,9 @@ func currentSchema() schema {
 }
 
 // Store is csiactor's durable state in one bbolt file. Its methods are safe
-// for concurrent use. Writes are queued to one committer goroutine that
-// commits many of them in one transaction (group commit); each write method
-// returns when its write is on disk (or failed). Reads run concurrently with
+// for concurrent use. Writes are committed one transaction at a time, many
+// in one transaction when they queue behind a commit (group commit); each
+// write method returns when its write is on disk (or failed). Reads run concurrently with
 // writes and with each other, each in its own read transaction, and see
 // every write that has returned.
 type Store struct {
@@ -78,16 +78,31 @@ type Store struct {
 	binaryVolumes bool
 
 	// mu guards closed. A writer holds it for reading from its closed
-	// check until its request is queued, so Close (which takes it for
-	// writing) never closes reqs under a sender.
+	// check until its request is queued, or, when it commits the queue
+	// itself, until that commit is done; so once Close has taken it for
+	// writing, only the committer goroutine commits.
 	mu     sync.RWMutex
 	closed bool // guarded by mu
 
+	// reqs is the queue of writes not yet taken into a batch.
 	reqs chan *writeReq
-	// batch is the committer's reusable slice; owned by the committer.
+	// commitMu is held by whoever takes writes from reqs and commits them:
+	// a writer committing the queue itself, or the committer goroutine.
+	commitMu sync.Mutex
+	// batch is the reusable slice of the batch being built; guarded by
+	// commitMu.
 	batch []*writeReq
-	// done is closed when the committer goroutine returns.
+	// kick wakes the committer goroutine to commit what is queued; stop
+	// tells it to commit what is left and return; done is closed when it
+	// has.
+	kick chan struct{}
+	stop chan struct{}
 	done chan struct{}
+	// handOff makes every writer hand its write to the committer goroutine
+	// instead of committing it itself when no commit is running: the
+	// store's earlier behaviour, kept as the baseline of
+	// BenchmarkPutVolumeLone. Set only before the store is used.
+	handOff bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -152,6 +167,8 @@ func open(path string, cfg Config, sc schema) (*Store, error) {
 		db:    db,
 		reqs:  make(chan *writeReq, cfg.MaxBatchSize),
 		batch: make([]*writeReq, 0, cfg.MaxBatchSize),
+		kick:  make(chan struct{}, 1),
+		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 
 		binaryVolumes: volumeCodecCovers(),
@@ -176,16 +193,16 @@ func open(path string, cfg Config, sc schema) (*Store, error) {
 // Path returns the store file's path.
 func (s *Store) Path() string { return s.path }
 
-// Close commits every write already queued, stops the committer and closes
-// the file. Writes that arrive after Close starts fail with ErrClosed, and
+// Close waits for the commits under way, commits every write already
+// queued, stops the committer and closes the file. Writes that arrive after Close starts fail with ErrClosed, and
 // so do reads after it returns. Close is idempotent: later calls return the
 // first call's result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true
-		close(s.reqs)
 		s.mu.Unlock()
+		close(s.stop)
 		<-s.done
 		s.m.unregister()
 		if err := s.db.Close(); err != nil {

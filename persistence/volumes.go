@@ -50,11 +50,15 @@ func (s *Store) PutVolume(ctx context.Context, v Volume) error {
 		if err := tx.Bucket([]byte(bucketVolumes)).Put(key, data); err != nil {
 			return fmt.Errorf("put volume %q: %w", v.ID, err)
 		}
+		// Touch the index only when the volume's entry changes: a Put of
+		// an entry already there still rewrites its page (and the pages
+		// above it) on commit. Delete of a missing key writes nothing.
 		idx := tx.Bucket([]byte(bucketVolumesWithWork))
 		var err error
-		if active {
+		switch indexed := idx.Get(key) != nil; {
+		case active && !indexed:
 			err = idx.Put(key, []byte{})
-		} else {
+		case !active && indexed:
 			err = idx.Delete(key)
 		}
 		if err != nil {
