@@ -18,6 +18,10 @@ type Allocation struct {
 	// an ID is stored and keeps it on every later put of the same ID, so the
 	// order of allocations survives restarts and re-registration.
 	Seq uint64 `json:"seq"`
+	// Source is where the allocation was registered from: "config" (the
+	// agent's config file, which is authoritative for it) or "api". Empty
+	// in records written before the field existed, which count as "api".
+	Source string `json:"source,omitempty"`
 
 	// Process identity of a running exec-managed plugin, so that a restarted
 	// agent can find (and stop) a process it started before it was killed.

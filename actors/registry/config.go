@@ -22,6 +22,27 @@ type Config struct {
 	// DataDir is the agent's data directory; exec-managed allocations get
 	// their sockets under DataDir/plugins. Required, absolute.
 	DataDir string
+	// ConfigAllocations are the allocations listed in the agent's config
+	// file. The config file is authoritative for them, and Start applies it
+	// to the store before anything is restored, so no process is ever
+	// started for a spec the config no longer has:
+	//
+	//   - one not stored yet is registered, with a new Seq;
+	//   - one stored with a different spec (command, env, type, plugin or
+	//     socket) is replaced: the new spec keeps the ID's Seq (it is the
+	//     same configured slot, so it never jumps ahead of a newer
+	//     allocation of its plugin registered through the API), and a
+	//     process left by a killed agent for the old spec is killed first;
+	//   - one registered through the API under the same ID becomes the
+	//     config's (replaced as above when its spec differs);
+	//   - a stored config allocation the list no longer has is deregistered
+	//     (a leftover process killed, its socket directory removed);
+	//   - an API allocation whose socket a listed one uses is deregistered
+	//     (the config wins; logged as a warning).
+	//
+	// API allocations are otherwise left alone. Each spec must pass
+	// plugin.Spec.Validate; IDs and sockets must be unique in the list.
+	ConfigAllocations []plugin.Spec
 	// Plugin configures every allocation actor. Its Log defaults to Log;
 	// its Launcher defaults to one the registry starts and stops.
 	Plugin plugin.Config
@@ -92,6 +113,9 @@ func (c Config) Validate() error {
 	case c.RequestTimeout < 0:
 		return fmt.Errorf("%w: request_timeout must not be negative", ErrInvalidConfig)
 	}
+	if err := c.validateConfigAllocations(); err != nil {
+		return err
+	}
 	p := c.Plugin
 	if p.Log == nil {
 		p.Log = c.Log
@@ -101,6 +125,34 @@ func (c Config) Validate() error {
 	}
 	if err := c.Supervisor.Validate(); err != nil {
 		return fmt.Errorf("%w: supervisor: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// validateConfigAllocations checks ConfigAllocations; DataDir is valid.
+func (c Config) validateConfigAllocations() error {
+	ids := map[string]bool{}
+	sockets := map[string]string{}
+	for i, s := range c.ConfigAllocations {
+		name := fmt.Sprintf("config allocation %q", s.ID)
+		if s.ID == "" {
+			name = fmt.Sprintf("config allocation #%d", i+1)
+		}
+		ws, err := s.WithSocket(c.DataDir)
+		if err == nil {
+			err = ws.Validate() // the PATH lookup WithSocket leaves out
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrInvalidConfig, name, err)
+		}
+		if ids[s.ID] {
+			return fmt.Errorf("%w: %s is listed twice", ErrInvalidConfig, name)
+		}
+		ids[s.ID] = true
+		if other, dup := sockets[ws.Socket]; dup {
+			return fmt.Errorf("%w: %s: socket %q is also the socket of config allocation %q", ErrInvalidConfig, name, ws.Socket, other)
+		}
+		sockets[ws.Socket] = s.ID
 	}
 	return nil
 }

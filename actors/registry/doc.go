@@ -27,6 +27,25 @@
 // monolith, and returns when its actor has stopped (and, for an
 // exec-managed allocation, its process is gone).
 //
+// Sources. Every allocation records where it came from ([Source]): the
+// config file or the API. The config file is authoritative for the
+// allocations it lists: Start is given them (Config.ConfigAllocations) and
+// makes the store agree before it restores anything, so an agent whose
+// config changed while it was down starts with the new specs and never
+// runs a process for an old one. A listed allocation whose stored spec
+// differs is replaced and keeps its Seq (the configured slot is the same,
+// so it never overtakes a newer API allocation of its plugin); one the
+// config no longer lists is deregistered; an API allocation with a listed
+// ID becomes the config's. Other API allocations survive any config. While
+// the agent runs, Register through the API of a config allocation's ID is
+// a no-op with its spec and ErrConflict ("change it there") with another;
+// Deregister works on either, and a config allocation deregistered that
+// way comes back on the next start.
+//
+// Commands. A command's first element must be an absolute path or a bare
+// name found in the agent's PATH when the allocation is registered; a
+// relative path is refused ([plugin.Spec.Validate]).
+//
 // Events (registered, deregistered, health_changed, singleton_changed,
 // active_changed) go to subscribers through an [actorkit.Broker]: a slow
 // subscriber never stalls the registry; it loses its oldest undelivered

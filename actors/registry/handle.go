@@ -34,16 +34,18 @@ type Handle struct {
 	stopped  chan struct{}
 }
 
-// Start spawns the registry actor in system and returns its handle. The
-// registry restores every stored allocation as it starts. Call Shutdown
-// before shutting the actor system down.
+// Start spawns the registry actor in system and returns its handle. It
+// first applies Config.ConfigAllocations to the store (see there); the
+// registry then restores every stored allocation as it starts. An error
+// wraps ErrInvalidConfig (naming the field or the config allocation) or
+// ErrStore. Call Shutdown before shutting the actor system down.
 func Start(ctx context.Context, system *actor.ActorSystem, cfg Config) (*Handle, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	if _, err := cfg.Store.Allocations(ctx); err != nil {
-		return nil, fmt.Errorf("%w: read allocations: %w", ErrStore, err)
+	if err := reconcile(ctx, cfg); err != nil {
+		return nil, err
 	}
 	h := &Handle{system: system, cfg: cfg, reg: cfg.Registerer, stopped: make(chan struct{})}
 	restarts := cfg.Restarts
@@ -115,9 +117,15 @@ func (h *Handle) ask(ctx context.Context, msg any, timeout time.Duration) (any, 
 	return r, err
 }
 
-// Register registers an allocation (see the package doc for idempotency)
-// and returns it as registered. The allocation's actor is started; it is
-// healthy once its first fingerprint succeeds (see WaitHealthy).
+// Register registers an allocation through the API (its source is
+// SourceAPI; see the package doc for idempotency) and returns it as
+// registered. spec must pass plugin.Spec.Validate, which looks a bare
+// command name up in the agent's PATH. The allocation's actor is started;
+// it is healthy once its first fingerprint succeeds (see WaitHealthy).
+//
+// An ID the config file owns (SourceConfig) can be registered again with
+// its spec, which changes nothing; with another spec it is ErrConflict:
+// change it in the config file.
 func (h *Handle) Register(ctx context.Context, spec plugin.Spec) (AllocationInfo, error) {
 	r, err := h.ask(ctx, &Register{Spec: spec}, h.cfg.RequestTimeout)
 	if err != nil {
@@ -129,6 +137,8 @@ func (h *Handle) Register(ctx context.Context, spec plugin.Spec) (AllocationInfo
 
 // Deregister removes the allocation id and returns when its actor has
 // stopped: its process (if exec-managed) is gone and its client closed.
+// An allocation of the config file can be deregistered too; it is
+// registered again on the next Start unless the config drops it.
 // Operations go to another allocation from the moment the registry handles
 // the request. When ctx ends first, the deregistration still completes.
 func (h *Handle) Deregister(ctx context.Context, id string) error {

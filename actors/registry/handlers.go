@@ -44,7 +44,8 @@ func (r *Actor) onStarted(ctx actor.Context) {
 		}
 		e.spec = spec
 		r.spawn(ctx, e, plugin.StaleProcess{PID: rec.PID, PIDStart: rec.PIDStart})
-		r.emit(Event{Type: EventRegistered, Plugin: spec.Plugin, Alloc: spec.ID, Message: "restored"})
+		r.emit(Event{Type: EventRegistered, Plugin: spec.Plugin, Alloc: spec.ID,
+			Message: fmt.Sprintf("%s allocation restored (seq %d, from the %s)", spec.Type, rec.Seq, sourceText(e.rec))})
 	}
 	if len(recs) > 0 {
 		r.log.WithField("allocations", len(recs)).Info("restored plugin allocations")
@@ -93,16 +94,23 @@ func (r *Actor) onRegister(ctx actor.Context, m *Register) *RegisterResult {
 	if err != nil {
 		return &RegisterResult{Err: err}
 	}
+	if err := spec.Validate(); err != nil { // the PATH lookup WithSocket leaves out
+		return &RegisterResult{Err: err}
+	}
 	if e := r.allocs[spec.ID]; e != nil {
 		switch {
 		case e.stopping:
 			return &RegisterResult{Err: fmt.Errorf("%w: %s", ErrBusy, spec.ID)}
+		case !e.spec.Equal(spec) && sourceOf(e.rec.Source) == SourceConfig:
+			return &RegisterResult{Err: fmt.Errorf("%w: allocation %q comes from the config file, with a different %s; change it there",
+				ErrConflict, spec.ID, specDiff(e.spec, spec))}
 		case !e.spec.Equal(spec):
 			return &RegisterResult{Err: fmt.Errorf("%w: allocation %q is registered with a different %s; deregister it first",
 				ErrConflict, spec.ID, specDiff(e.spec, spec))}
 		case e.pid == nil:
 			r.spawn(ctx, e, plugin.StaleProcess{})
-			r.emit(Event{Type: EventRegistered, Plugin: spec.Plugin, Alloc: spec.ID, Message: "restarted by registration"})
+			r.emit(Event{Type: EventRegistered, Plugin: spec.Plugin, Alloc: spec.ID,
+				Message: fmt.Sprintf("%s allocation restarted by a new registration", spec.Type)})
 			r.reelect(spec.Plugin)
 			r.publish()
 		}
@@ -115,6 +123,7 @@ func (r *Actor) onRegister(ctx actor.Context, m *Register) *RegisterResult {
 	}
 	now := time.Now()
 	rec := recordFromSpec(spec)
+	rec.Source = string(SourceAPI)
 	rec.HealthMsg = "starting"
 	rec.CreatedAt, rec.UpdatedAt = now, now
 	sctx, cancel := storeCtx()
@@ -127,7 +136,8 @@ func (r *Actor) onRegister(ctx actor.Context, m *Register) *RegisterResult {
 	r.allocs[spec.ID] = e
 	r.spawn(ctx, e, plugin.StaleProcess{})
 	r.log.WithField("alloc", spec.ID).WithField("plugin", spec.Plugin).WithField("seq", rec.Seq).Info("allocation registered")
-	r.emit(Event{Type: EventRegistered, Plugin: spec.Plugin, Alloc: spec.ID, Message: fmt.Sprintf("%s allocation registered (seq %d)", spec.Type, rec.Seq)})
+	r.emit(Event{Type: EventRegistered, Plugin: spec.Plugin, Alloc: spec.ID,
+		Message: fmt.Sprintf("%s allocation registered (seq %d)", spec.Type, rec.Seq)})
 	r.reelect(spec.Plugin)
 	r.publish()
 	return &RegisterResult{Alloc: r.info(e), Created: true}
@@ -166,8 +176,12 @@ func (r *Actor) onDeregister(ctx actor.Context, m *Deregister) {
 		return
 	}
 	e.stopping = true
-	r.log.WithField("alloc", m.ID).WithField("plugin", e.spec.Plugin).Info("allocation deregistered")
-	r.emit(Event{Type: EventDeregistered, Plugin: e.spec.Plugin, Alloc: m.ID, Message: string(e.spec.Type) + " allocation deregistered"})
+	msg := fmt.Sprintf("%s allocation deregistered", e.spec.Type)
+	if sourceOf(e.rec.Source) == SourceConfig {
+		msg += "; it is in the config file, so it comes back when the agent restarts"
+	}
+	r.log.WithField("alloc", m.ID).WithField("plugin", e.spec.Plugin).Info(msg)
+	r.emit(Event{Type: EventDeregistered, Plugin: e.spec.Plugin, Alloc: m.ID, Message: msg})
 	r.reelect(e.spec.Plugin) // hand over at once
 	r.publish()
 	if e.pid == nil {
@@ -428,4 +442,12 @@ func recordFromSpec(s plugin.Spec) persistence.Allocation {
 		Command: s.Command,
 		Env:     s.Env,
 	}
+}
+
+// sourceText says where rec came from, for messages.
+func sourceText(rec persistence.Allocation) string {
+	if sourceOf(rec.Source) == SourceConfig {
+		return "config file"
+	}
+	return "API"
 }

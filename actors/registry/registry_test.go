@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -121,7 +122,9 @@ func TestHandle_Register_Validation(t *testing.T) {
 		{"both socket and command", plugin.Spec{ID: "b", Plugin: "p", Type: plugin.Node, Socket: "/x.sock", Command: []string{"x"}}, plugin.ErrInvalidSpec, "both"},
 		{"env without command", plugin.Spec{ID: "b", Plugin: "p", Type: plugin.Node, Socket: "/x.sock", Env: map[string]string{"A": "1"}}, plugin.ErrInvalidSpec, "env"},
 		{"CSI_ENDPOINT in env", plugin.Spec{ID: "b", Plugin: "p", Type: plugin.Node, Command: []string{"x"}, Env: map[string]string{"CSI_ENDPOINT": "1"}}, plugin.ErrInvalidSpec, "CSI_ENDPOINT"},
-		{"same id other spec", attachedSpec("a1", "p", plugin.Controller, f), ErrConflict, "type"},
+		{"relative command", plugin.Spec{ID: "b", Plugin: "p", Type: plugin.Node, Command: []string{"relative/cmd"}}, plugin.ErrInvalidSpec, `command[0] "relative/cmd" is a relative path`},
+		{"command not in PATH", plugin.Spec{ID: "b", Plugin: "p", Type: plugin.Node, Command: []string{"csiactor-no-such-plugin"}}, plugin.ErrInvalidSpec, `command[0] "csiactor-no-such-plugin" is not found in the agent's PATH`},
+		{"same id other spec", attachedSpec("a1", "p", plugin.Controller, f), ErrConflict, "registered with a different type; deregister it first"},
 		{"socket in use", attachedSpec("b", "p", plugin.Node, f), ErrConflict, "already used by allocation \"a1\""},
 	}
 	for _, tt := range tests {
@@ -505,4 +508,83 @@ func TestHandle_Shutdown_PersistsFinalStateAndLeavesNothing(t *testing.T) {
 			t.Errorf("%s lost its plugin info: provider %q node %q", r.ID, r.Provider, r.NodeID)
 		}
 	}
+}
+
+// A binary that cannot be started says so, with the system's error, and
+// then how many attempts failed; it is not described as crash-looping.
+func TestHandle_Register_StartFailureDescribed(t *testing.T) {
+	defer leakcheck.Check(t)()
+	e := newEnv(t, nil)
+	defer e.close()
+	missing := filepath.Join(e.data, "no-such-plugin")
+	e.register(plugin.Spec{ID: "m1", Plugin: "p", Type: plugin.Node, Command: []string{missing}})
+	e.waitUntil("first failed start", func(m map[string]AllocationInfo) bool {
+		return strings.HasPrefix(m["m1"].HealthDescription, "failed to start: fork/exec "+missing+": no such file or directory; retrying in ")
+	})
+	m := e.waitUntil("third failed start", func(m map[string]AllocationInfo) bool {
+		return strings.HasPrefix(m["m1"].HealthDescription, "cannot start plugin (3 attempts): fork/exec "+missing+": no such file or directory; retrying in ")
+	})
+	if a := m["m1"]; a.Healthy || a.Exits != 0 || a.PID != 0 {
+		t.Errorf("m1 = healthy %v exits %d pid %d; a binary that never started is unhealthy, without exits or PID", a.Healthy, a.Exits, a.PID)
+	}
+}
+
+// Election events read as sentences an operator can take alone.
+func TestHandle_Subscribe_ElectionMessages(t *testing.T) {
+	defer leakcheck.Check(t)()
+	f1, f2 := startFake(t, fakeplugin.Config{Controller: true}), startFake(t, fakeplugin.Config{})
+	defer f1.Stop()
+	defer f2.Stop()
+	e := newEnv(t, nil)
+	defer e.close()
+	sub, err := e.h.Subscribe(1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Cancel()
+	e.register(attachedSpec("a1", "p", plugin.Monolith, f1))
+	e.waitHealthy("a1")
+	e.register(attachedSpec("a2", "p", plugin.Node, f2))
+	e.waitHealthy("a2")
+	if err := e.h.Deregister(ctx(t), "a2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.h.Deregister(ctx(t), "a1"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"singleton_changed controller: a1 is now the controller singleton",
+		"singleton_changed node: a1 is now the node singleton",
+		"active_changed controller: controller operations now go to a1",
+		"active_changed node: node operations now go to a1",
+		"singleton_changed node: a2 is now the node singleton, replacing a1",
+		"active_changed node: node operations now go to a2 instead of a1",
+		"singleton_changed node: a1 is now the node singleton, replacing a2",
+		"active_changed node: node operations now go to a1 instead of a2",
+		"singleton_changed node: no node allocation is left (a1 was the singleton)",
+		"active_changed node: node operations have no healthy allocation to go to (they went to a1)",
+		"singleton_changed controller: no controller allocation is left (a1 was the singleton)",
+	}
+	var got []string
+	guard := time.NewTimer(60 * time.Second)
+	defer guard.Stop()
+	for !containsAll(got, want) {
+		select {
+		case ev := <-sub.C:
+			if ev.Type == EventSingletonChanged || ev.Type == EventActiveChanged {
+				got = append(got, fmt.Sprintf("%s %s: %s", ev.Type, ev.Role, ev.Message))
+			}
+		case <-guard.C:
+			t.Fatalf("election events:\n%s\nwant all of:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+}
+
+func containsAll(got, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			return false
+		}
+	}
+	return true
 }

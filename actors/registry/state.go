@@ -128,11 +128,11 @@ func (r *Actor) reelect(plugins ...string) {
 		}
 		if now.singleton != old.singleton {
 			r.emit(Event{Type: EventSingletonChanged, Plugin: k.plugin, Role: k.role, Alloc: now.singleton,
-				Healthy: r.healthy(now.singleton), Message: changeMessage("singleton", old.singleton, now.singleton)})
+				Healthy: r.healthy(now.singleton), Message: singletonMessage(k.role, old.singleton, now.singleton)})
 		}
 		if now.active != old.active {
 			r.emit(Event{Type: EventActiveChanged, Plugin: k.plugin, Role: k.role, Alloc: now.active,
-				Healthy: now.active != "", Message: changeMessage("active allocation", old.active, now.active)})
+				Healthy: now.active != "", Message: activeMessage(k.role, old.active, now.active)})
 		}
 	}
 }
@@ -142,14 +142,28 @@ func (r *Actor) healthy(id string) bool {
 	return e != nil && e.status.Healthy
 }
 
-func changeMessage(what, from, to string) string {
+// singletonMessage says, as a sentence, that the singleton of role changed
+// from one allocation to another ("" for none).
+func singletonMessage(role plugin.Role, from, to string) string {
 	switch {
-	case from == "":
-		return fmt.Sprintf("%s is now %s", what, to)
 	case to == "":
-		return fmt.Sprintf("no %s (was %s)", what, from)
+		return fmt.Sprintf("no %s allocation is left (%s was the singleton)", role, from)
+	case from == "":
+		return fmt.Sprintf("%s is now the %s singleton", to, role)
 	}
-	return fmt.Sprintf("%s is now %s (was %s)", what, to, from)
+	return fmt.Sprintf("%s is now the %s singleton, replacing %s", to, role, from)
+}
+
+// activeMessage says, as a sentence, that operations in role now go to
+// another allocation ("" for none).
+func activeMessage(role plugin.Role, from, to string) string {
+	switch {
+	case to == "":
+		return fmt.Sprintf("%s operations have no healthy allocation to go to (they went to %s)", role, from)
+	case from == "":
+		return fmt.Sprintf("%s operations now go to %s", role, to)
+	}
+	return fmt.Sprintf("%s operations now go to %s instead of %s", role, to, from)
 }
 
 // emit stamps and publishes an event.
@@ -168,6 +182,7 @@ func (r *Actor) info(e *entry) AllocationInfo {
 		Socket:             e.spec.Socket,
 		Command:            slices.Clone(e.spec.Command),
 		Seq:                e.rec.Seq,
+		Source:             sourceOf(e.rec.Source),
 		Healthy:            e.status.Healthy,
 		HealthDescription:  e.status.Description,
 		HealthSince:        e.status.Since,

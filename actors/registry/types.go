@@ -7,6 +7,28 @@ import (
 	"github.com/csiactor/csiactor/csi"
 )
 
+// Source says where an allocation was registered from.
+type Source string
+
+// The sources.
+const (
+	// SourceConfig: the agent's config file (Config.ConfigAllocations),
+	// which is authoritative for it: on start its spec is the config's,
+	// and it is deregistered when the config no longer lists it.
+	SourceConfig Source = "config"
+	// SourceAPI: Register (the API, the CLI, an embedder). Allocations
+	// persisted before sources were recorded count as API ones.
+	SourceAPI Source = "api"
+)
+
+// sourceOf reads a persisted source; an empty one is SourceAPI.
+func sourceOf(s string) Source {
+	if Source(s) == SourceConfig {
+		return SourceConfig
+	}
+	return SourceAPI
+}
+
 // AllocationInfo is what the registry tells about one allocation. The
 // JSON form is the API's.
 type AllocationInfo struct {
@@ -18,7 +40,9 @@ type AllocationInfo struct {
 	// never shown.
 	Command []string `json:"command,omitempty"`
 	// Seq is the persisted creation sequence: higher is newer.
-	Seq               uint64    `json:"seq"`
+	Seq uint64 `json:"seq"`
+	// Source is where the allocation was registered from.
+	Source            Source    `json:"source"`
 	Healthy           bool      `json:"healthy"`
 	HealthDescription string    `json:"health_description"`
 	HealthSince       time.Time `json:"health_since,omitzero"`
