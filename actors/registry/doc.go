@@ -40,7 +40,7 @@
 // the agent runs, Register through the API of a config allocation's ID is
 // a no-op with its spec and ErrConflict ("change it there") with another;
 // Deregister works on either, and a config allocation deregistered that
-// way comes back on the next start.
+// way comes back on the next start, as a new allocation (a new Seq).
 //
 // Commands. A command's first element must be an absolute path or a bare
 // name found in the agent's PATH when the allocation is registered; a
