@@ -85,7 +85,7 @@ func Admit(v *persistence.Volume, r Request) (int, error) {
 	}
 
 	var readers, writers int
-	var holder string
+	var holder, writer string // an alloc holding a place; the writer's
 	count := func(c *persistence.Claim) error {
 		if c.AccessMode != r.Capability.AccessMode.String() || c.AttachmentMode != r.Capability.AttachmentMode.String() {
 			return fmt.Errorf("%w: volume %q is claimed with %s/%s by alloc %q",
@@ -93,6 +93,7 @@ func Admit(v *persistence.Volume, r Request) (int, error) {
 		}
 		if c.Mode == string(ModeWrite) {
 			writers++
+			writer = c.Alloc
 		} else {
 			readers++
 		}
@@ -116,7 +117,7 @@ func Admit(v *persistence.Volume, r Request) (int, error) {
 	switch am {
 	case csi.AccessModeSingleNodeReaderOnly:
 		if readers > 0 {
-			return -1, fmt.Errorf("%w: access mode %s allows one reader and alloc %q is it", ErrClaimLimit, am, holder)
+			return -1, fmt.Errorf("%w: access mode %s allows one reader and alloc %q holds it", ErrClaimLimit, am, holder)
 		}
 	case csi.AccessModeSingleNodeWriter, csi.AccessModeSingleNodeSingleWriter:
 		if readers+writers > 0 {
@@ -124,7 +125,7 @@ func Admit(v *persistence.Volume, r Request) (int, error) {
 		}
 	case csi.AccessModeMultiNodeSingleWriter:
 		if r.Mode == ModeWrite && writers > 0 {
-			return -1, fmt.Errorf("%w: access mode %s allows one writer", ErrClaimLimit, am)
+			return -1, fmt.Errorf("%w: access mode %s allows one writer and alloc %q holds it", ErrClaimLimit, am, writer)
 		}
 	}
 	return -1, nil

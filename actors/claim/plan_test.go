@@ -286,3 +286,58 @@ func TestReserve_OneStagingPerVolume(t *testing.T) {
 		t.Errorf("reader ran %v", got)
 	}
 }
+
+func TestAdmit_Messages(t *testing.T) {
+	snw := fsCap(csi.AccessModeSingleNodeWriter)
+	snro := fsCap(csi.AccessModeSingleNodeReaderOnly)
+	mnsw := fsCap(csi.AccessModeMultiNodeSingleWriter)
+	held := func(c csi.VolumeCapability, claims ...persistence.Claim) *persistence.Volume {
+		v := vol(c)
+		v.ID = "data"
+		v.Claims = claims
+		return v
+	}
+	claimOf := func(alloc string, mode Mode, c csi.VolumeCapability) persistence.Claim {
+		return persistence.Claim{Alloc: alloc, Mode: string(mode), AccessMode: c.AccessMode.String(),
+			AttachmentMode: c.AttachmentMode.String(), State: StatePublished}
+	}
+	tests := []struct {
+		name string
+		v    *persistence.Volume
+		req  Request
+		is   []error
+		want string
+	}{
+		{"single writer", held(snw, claimOf("web1", ModeWrite, snw)), Request{"web2", ModeRead, snw},
+			[]error{ErrClaimLimit, ErrConflict},
+			`claim limit reached: access mode single-node-writer allows one claim and alloc "web1" holds it`},
+		{"single reader", held(snro, claimOf("r1", ModeRead, snro)), Request{"r2", ModeRead, snro},
+			[]error{ErrClaimLimit, ErrConflict},
+			`claim limit reached: access mode single-node-reader-only allows one reader and alloc "r1" holds it`},
+		{"one writer of many", held(mnsw, claimOf("r1", ModeRead, mnsw), claimOf("w1", ModeWrite, mnsw)), Request{"w2", ModeWrite, mnsw},
+			[]error{ErrClaimLimit, ErrConflict},
+			`claim limit reached: access mode multi-node-single-writer allows one writer and alloc "w1" holds it`},
+		{"other mode held", held(snw, claimOf("web1", ModeWrite, snw)), Request{"web1", ModeRead, snw},
+			[]error{ErrConflict},
+			`conflict: alloc "web1" already holds a write claim with single-node-writer/file-system on volume "data"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Admit(tt.v, tt.req)
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("Admit error = %v, want %q", err, tt.want)
+			}
+			for _, target := range tt.is {
+				if !errors.Is(err, target) {
+					t.Errorf("errors.Is(%v, %v) = false", err, target)
+				}
+			}
+		})
+	}
+	if errors.Is(ErrConflict, ErrClaimLimit) || errors.Is(ErrInUse, ErrClaimLimit) {
+		t.Errorf("ErrClaimLimit matches a more general error")
+	}
+	if ErrInUse.Error() != "in use" || ErrClaimLimit.Error() != "claim limit reached" || ErrConflict.Error() != "conflict" {
+		t.Errorf("sentinel texts: %q, %q, %q", ErrInUse, ErrClaimLimit, ErrConflict)
+	}
+}

@@ -20,10 +20,12 @@ const (
 	// stays in memory before it stops; the next request starts it again
 	// from the store.
 	DefaultIdleTimeout = time.Minute
-	// DefaultMaxClaimAttempts is how many times a publish step that keeps
-	// failing with a retryable error is tried before the claim fails (and
-	// is torn down). With the default backoff that is about four minutes.
-	DefaultMaxClaimAttempts = 10
+	// DefaultMaxClaimAttempts is the default Config.MaxClaimAttempts: 0,
+	// a publish step that keeps failing with a retryable error is retried
+	// (with backoff, waiting for the plugin to be healthy) until it
+	// succeeds or fails finally, as DESIGN §4 says. A caller that does not
+	// want to wait releases the claim.
+	DefaultMaxClaimAttempts = 0
 )
 
 // Config configures a Manager. Zero fields mean their defaults.
@@ -34,10 +36,13 @@ type Config struct {
 	// Backoff paces retries of failed publish and release steps. Zero
 	// fields mean csi.DefaultBackoff's.
 	Backoff csi.Backoff
-	// MaxClaimAttempts bounds the attempts of one publish step that keeps
-	// failing with a retryable error; then the claim fails and is torn
-	// down. Zero means DefaultMaxClaimAttempts. Release steps are retried
-	// without limit.
+	// MaxClaimAttempts, when positive, bounds the attempts of one publish
+	// step that keeps failing with a retryable error (unavailable, timeout,
+	// aborted, resource exhausted, failed precondition); then the claim
+	// fails and is torn down. The count is persisted with the claim, so it
+	// carries over a restart. Zero (the default) retries until the step
+	// succeeds or fails finally; Release stops a claim that keeps
+	// retrying. Release steps are always retried until done.
 	MaxClaimAttempts int
 	// MaxInFlightPerPlugin bounds the RPCs in flight to one plugin across
 	// all volumes. Zero means claim.DefaultMaxInFlightPerPlugin.
@@ -58,8 +63,8 @@ type Config struct {
 	RetryMetrics *csi.Metrics
 	// OnEvent, when set, is called after every persisted change that the
 	// agent's event stream shows (see the Event* constants): volumes
-	// registered, created and deregistered; claims published, failed,
-	// released and freed. It is called from volume actors and must not
+	// registered, created, deregistered and deleted; claims published,
+	// failed, released and freed. It is called from volume actors and must not
 	// block.
 	OnEvent func(Event)
 	// Logger receives the manager's logs; nil discards them.
@@ -104,9 +109,6 @@ func (c Config) Validate() error {
 
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.MaxClaimAttempts == 0 {
-		c.MaxClaimAttempts = d.MaxClaimAttempts
-	}
 	if c.MaxInFlightPerPlugin == 0 {
 		c.MaxInFlightPerPlugin = d.MaxInFlightPerPlugin
 	}

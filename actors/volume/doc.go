@@ -56,11 +56,18 @@
 //
 // # Caveats
 //
-// A publish step that fails for good (a final error, or a retryable one
-// Config.MaxClaimAttempts times) turns the claim into a past claim, torn
-// down like a release, and Claim returns ErrClaimFailed. Release steps never
-// give up: they retry with backoff, waiting for the plugin to be healthy,
-// and show their last error in the status.
+// A publish step that fails with a retryable error (unavailable, timeout,
+// aborted, resource exhausted, failed precondition) is retried with backoff,
+// waiting for the plugin to be healthy, until it succeeds: a Claim whose
+// plugin stays down waits until its context ends, and the claim goes on
+// retrying in the background (its status shows the last error and the
+// attempts). Release stops such a claim and tears it down. A positive
+// [Config.MaxClaimAttempts] bounds the attempts instead. A publish step
+// that fails for good (a final error, or the bound reached) turns the claim
+// into a past claim, torn down like a release, and Claim returns
+// ErrClaimFailed. Release steps never give up: they retry with backoff,
+// waiting for the plugin to be healthy, and show their last error in the
+// status.
 //
 // Volume and allocation IDs and plugin names become path components: they
 // may not contain "/" or control characters. Secrets and mount flags never

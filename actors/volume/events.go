@@ -13,10 +13,14 @@ const (
 	EventVolumeRegistered   = "volume-registered"
 	EventVolumeCreated      = "volume-created"
 	EventVolumeDeregistered = "volume-deregistered"
-	EventClaimPublished     = "claim-published"
-	EventClaimReleased      = "claim-released"
-	EventClaimFreed         = "claim-freed"
-	EventClaimFailed        = "claim-failed"
+	// EventVolumeDeleted replaces EventVolumeDeregistered when the volume
+	// was deleted through the controller (Manager.Delete) and then
+	// deregistered.
+	EventVolumeDeleted  = "volume-deleted"
+	EventClaimPublished = "claim-published"
+	EventClaimReleased  = "claim-released"
+	EventClaimFreed     = "claim-freed"
+	EventClaimFailed    = "claim-failed"
 )
 
 // Event is something that happened to a volume, reported to Config.OnEvent
@@ -87,10 +91,15 @@ func (m *Manager) recordEvents(old, cur *persistence.Volume) {
 	}
 }
 
-// recordRemoved reports a deregistered volume.
-func (m *Manager) recordRemoved(v *persistence.Volume) {
+// recordRemoved reports a deregistered volume; deleted says it was deleted
+// through the controller first.
+func (m *Manager) recordRemoved(v *persistence.Volume, deleted bool) {
 	if m.cfg.OnEvent == nil || v == nil {
 		return
 	}
-	m.cfg.OnEvent(Event{Time: time.Now(), Type: EventVolumeDeregistered, Plugin: v.Plugin, Volume: v.ID, Message: "volume deregistered"})
+	typ, msg := EventVolumeDeregistered, "volume deregistered"
+	if deleted {
+		typ, msg = EventVolumeDeleted, "volume deleted through the controller and deregistered"
+	}
+	m.cfg.OnEvent(Event{Time: time.Now(), Type: typ, Plugin: v.Plugin, Volume: v.ID, Message: msg})
 }

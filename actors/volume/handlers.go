@@ -63,6 +63,7 @@ func (a *volumeActor) started(ctx actor.Context) {
 		panic(fmt.Errorf("load volume %q: %w", a.h.id, err))
 	default:
 		a.rec = &v
+		a.m.registered(a.h.id, a.rec)
 	}
 	a.m.publish(a.h, a.rec)
 	if a.rec != nil {
@@ -337,7 +338,7 @@ func (a *volumeActor) stepFinished(ctx actor.Context, msg *stepFinished) {
 		v := claim.CloneVolume(a.rec)
 		n := claim.RecordFailure(v.Claims, alloc, msg.res.Err.Error(), now)
 		a.mustPersist(v, "failure")
-		if n >= a.m.cfg.MaxClaimAttempts {
+		if limit := a.m.cfg.MaxClaimAttempts; limit > 0 && n >= limit {
 			a.failClaim(ctx, msg.step, fmt.Errorf("gave up after %d attempts: %w", n, msg.res.Err))
 			break
 		}
@@ -566,35 +567,54 @@ func (a *volumeActor) register(ctx actor.Context, req *registerRequest) {
 		}
 		return
 	}
+	spec := req.spec
 	if !req.create {
-		if err := a.persist(req.spec.record(time.Now()), "register"); err != nil {
+		if err := a.m.extConflict(extKey{spec.Plugin, spec.ExternalID}, a.h.id); err != nil {
 			answer(req.reply, reply{err: err})
 			return
 		}
-		a.m.registered(a.h.id)
-		answer(req.reply, reply{vol: a.rec})
+		vreq := spec.validateRequest()
+		a.startOp(ctx, req, req.ctx, spec.Plugin, "ValidateVolumeCapabilities", csi.PublishKind, false,
+			func(ctx context.Context, c csi.Client) (any, error) { return validate(ctx, c, vreq) })
 		return
 	}
-	spec := req.spec
 	creq := &csipb.CreateVolumeRequest{
-		Name:       spec.ID,
-		Parameters: spec.Parameters,
-		Secrets:    spec.Secrets,
+		Name:               spec.ID,
+		Parameters:         spec.Parameters,
+		Secrets:            spec.Secrets,
+		VolumeCapabilities: spec.csiCapabilities(),
 	}
 	if spec.CapacityBytes > 0 {
 		creq.CapacityRange = &csipb.CapacityRange{RequiredBytes: spec.CapacityBytes}
 	}
-	for _, c := range spec.Capabilities {
-		c.MountOptions = spec.MountOptions
-		if c.AttachmentMode != csi.AttachmentModeFileSystem {
-			c.MountOptions = nil
-		}
-		creq.VolumeCapabilities = append(creq.VolumeCapabilities, c.ToCSI())
-	}
-	a.startOp(ctx, req, req.ctx, "CreateVolume", csi.PublishKind, func(ctx context.Context, c csi.Client) (*csipb.Volume, error) {
+	a.startOp(ctx, req, req.ctx, spec.Plugin, "CreateVolume", csi.PublishKind, true, func(ctx context.Context, c csi.Client) (any, error) {
 		resp, err := c.CreateVolume(ctx, creq)
 		return resp.GetVolume(), err
 	})
+}
+
+// record persists v, the record of a new volume (registered or created),
+// and answers req. The plugin volume is taken in the manager's index
+// first, so that two IDs racing for it cannot both get it.
+func (a *volumeActor) record(req *registerRequest, v *persistence.Volume, point string) {
+	k := keyOf(v)
+	if err := a.m.takeExt(k, a.h.id); err != nil {
+		answer(req.reply, reply{err: err})
+		return
+	}
+	defer func() {
+		// Also on a panic: the record was not written, so the plugin
+		// volume is not this ID's.
+		if a.rec == nil {
+			a.m.dropExt(k, a.h.id)
+		}
+	}()
+	if err := a.persist(v, point); err != nil {
+		answer(req.reply, reply{err: err})
+		return
+	}
+	a.m.registered(a.h.id, a.rec)
+	answer(req.reply, reply{vol: a.rec})
 }
 
 // deregister handles Deregister and Delete. The slot is free.
@@ -604,7 +624,7 @@ func (a *volumeActor) deregister(ctx actor.Context, req *deregisterRequest) {
 		return
 	}
 	if n, p := len(a.rec.Claims), len(a.rec.PastClaims); n+p > 0 {
-		answer(req.reply, reply{err: fmt.Errorf("%w: volume %q has %d claims and %d past claims not yet freed", ErrInUse, a.h.id, n, p)})
+		answer(req.reply, reply{err: fmt.Errorf("%w: volume %q has %s", ErrInUse, a.h.id, claimsHeld(n, p))})
 		return
 	}
 	if !req.delete {
@@ -612,38 +632,33 @@ func (a *volumeActor) deregister(ctx actor.Context, req *deregisterRequest) {
 		return
 	}
 	dreq := &csipb.DeleteVolumeRequest{VolumeId: a.rec.ExternalID, Secrets: maps.Clone(a.rec.Secrets)}
-	a.startOp(ctx, req, req.ctx, "DeleteVolume", csi.UnpublishKind, func(ctx context.Context, c csi.Client) (*csipb.Volume, error) {
+	a.startOp(ctx, req, req.ctx, a.rec.Plugin, "DeleteVolume", csi.UnpublishKind, true, func(ctx context.Context, c csi.Client) (any, error) {
 		return nil, c.DeleteVolume(ctx, dreq)
 	})
 }
 
-// startOp runs a controller call (CreateVolume, DeleteVolume) in the slot,
-// retrying retryable failures with backoff until the caller's ctx ends. A
-// plugin with no usable controller fails the call at once with
-// ErrPluginUnavailable: the caller is waiting, and nothing was sent.
-func (a *volumeActor) startOp(ctx actor.Context, req any, callerCtx context.Context, method string, kind csi.RPCKind,
-	call func(context.Context, csi.Client) (*csipb.Volume, error)) {
+// startOp runs a controller call (CreateVolume, DeleteVolume,
+// ValidateVolumeCapabilities) in the slot; with retry, it retries
+// retryable failures with backoff until the caller's ctx ends. A plugin
+// with no usable controller ends the call at once with a result that is
+// Unavailable: the caller is waiting, and nothing was sent.
+func (a *volumeActor) startOp(ctx actor.Context, req any, callerCtx context.Context, plugin, method string, kind csi.RPCKind,
+	retry bool, call func(context.Context, csi.Client) (any, error)) {
 	a.slot = slot{kind: slotOp}
 	runner, backoff, self, root := a.m.runner, a.m.cfg.Backoff, ctx.Self(), ctx.ActorSystem().Root
-	var plugin string
-	if r, ok := req.(*registerRequest); ok {
-		plugin = r.spec.Plugin
-	} else {
-		plugin = a.rec.Plugin
-	}
 	a.job = a.m.pool.start(func(jctx context.Context) {
 		octx, cancel := context.WithCancel(jctx)
 		defer cancel()
 		defer context.AfterFunc(callerCtx, cancel)()
-		var created *csipb.Volume
+		var out any
 		var res claim.Result
 		for attempt := 0; ; attempt++ {
 			res = runner.Do(octx, plugin, claim.ControllerPlugin, kind, func(ctx context.Context, c csi.Client) error {
 				v, err := call(ctx, c)
-				created = v
+				out = v
 				return err
 			})
-			if res.OK() || res.Outcome == csi.Final || res.Unavailable || octx.Err() != nil {
+			if !retry || res.OK() || res.Outcome == csi.Final || res.Unavailable || octx.Err() != nil {
 				break
 			}
 			runner.Retrying(plugin, method)
@@ -652,7 +667,7 @@ func (a *volumeActor) startOp(ctx actor.Context, req any, callerCtx context.Cont
 			}
 		}
 		if jctx.Err() == nil {
-			root.Send(self, &opFinished{owner: a, req: req, res: res, created: created})
+			root.Send(self, &opFinished{owner: a, req: req, res: res, out: out})
 		}
 	})
 }
@@ -666,7 +681,11 @@ func (a *volumeActor) opFinished(ctx actor.Context, msg *opFinished) {
 	a.slot = slot{}
 	switch req := msg.req.(type) {
 	case *registerRequest:
-		a.created(req, msg)
+		if req.create {
+			a.created(req, msg)
+		} else {
+			a.validated(req, msg)
+		}
 	case *deregisterRequest:
 		if err := opError("DeleteVolume", a.h.id, msg.res); err != nil {
 			answer(req.reply, reply{err: err})
@@ -682,28 +701,27 @@ func (a *volumeActor) created(req *registerRequest, msg *opFinished) {
 		answer(req.reply, reply{err: err})
 		return
 	}
-	if msg.created.GetVolumeId() == "" {
+	created, _ := msg.out.(*csipb.Volume)
+	if created.GetVolumeId() == "" {
 		answer(req.reply, reply{err: fmt.Errorf("%w: CreateVolume %q: %w: no volume id", ErrPluginCall, a.h.id, csi.ErrInvalidResponse)})
 		return
 	}
 	v := req.spec.record(time.Now())
-	v.ExternalID = msg.created.GetVolumeId()
+	v.ExternalID = created.GetVolumeId()
 	v.Created = true
-	if vc := msg.created.GetVolumeContext(); len(vc) > 0 {
+	if vc := created.GetVolumeContext(); len(vc) > 0 {
 		if v.Context == nil {
 			v.Context = map[string]string{}
 		}
 		maps.Copy(v.Context, vc)
 	}
-	if c := msg.created.GetCapacityBytes(); c > 0 {
+	if c := created.GetCapacityBytes(); c > 0 {
 		v.CapacityBytes = c
 	}
-	if err := a.persist(v, "create"); err != nil {
-		answer(req.reply, reply{err: err})
-		return
-	}
-	a.m.registered(a.h.id)
-	answer(req.reply, reply{vol: a.rec})
+	// A plugin volume registered under another ID (the plugin derived the
+	// same volume from this name) is refused in record, and left alone:
+	// it is the other ID's.
+	a.record(req, v, "create")
 }
 
 func opError(method, id string, res claim.Result) error {
@@ -723,10 +741,11 @@ func (a *volumeActor) remove(ctx actor.Context, req *deregisterRequest) {
 		answer(req.reply, reply{err: fmt.Errorf("delete volume %q: %w", a.h.id, err)})
 		return
 	}
-	a.m.recordRemoved(a.rec)
+	a.m.recordRemoved(a.rec, req.delete)
+	last := a.rec
 	a.rec = nil
 	a.h.snap.Store(&snapshot{})
-	a.m.removed(a.h)
+	a.m.removed(a.h, last)
 	a.removed = true
 	answer(req.reply, reply{})
 	ctx.Stop(ctx.Self())

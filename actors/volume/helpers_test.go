@@ -196,11 +196,10 @@ func (discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 
 func testConfig(dataDir string) Config {
 	return Config{
-		DataDir:          dataDir,
-		Backoff:          csi.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond, Multiplier: 2},
-		MaxClaimAttempts: 5,
-		IdleTimeout:      -1,
-		Restart:          actorkit.BackoffConfig{Initial: time.Millisecond, Max: 10 * time.Millisecond, MaxFailures: 50, Window: time.Minute},
+		DataDir:     dataDir,
+		Backoff:     csi.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond, Multiplier: 2},
+		IdleTimeout: -1,
+		Restart:     actorkit.BackoffConfig{Initial: time.Millisecond, Max: 10 * time.Millisecond, MaxFailures: 50, Window: time.Minute},
 	}
 }
 

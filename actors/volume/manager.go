@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -30,6 +31,13 @@ type Store interface {
 // Plugins gives volumes the CSI clients of plugin singletons; see
 // claim.Plugins.
 type Plugins = claim.Plugins
+
+// extKey names a plugin's volume: the plugin and the plugin's ID for it.
+// One plugin volume is registered under one ID at most, so that the claim
+// limits of its access mode hold.
+type extKey struct{ plugin, ext string }
+
+func keyOf(v *persistence.Volume) extKey { return extKey{v.Plugin, v.ExternalID} }
 
 // maxResends bounds how often one request is sent again to a volume actor
 // whose incarnation ended before it answered.
@@ -62,6 +70,8 @@ type Manager struct {
 
 	mu      sync.Mutex
 	index   map[string]struct{} // guarded by mu; every registered volume
+	byExt   map[extKey]string   // guarded by mu; plugin volume → the ID it is registered as
+	names   map[string]string   // guarded by mu; plugin names of byExt, interned
 	live    map[string]*handle  // guarded by mu; volumes with an actor
 	started bool                // guarded by mu
 	closed  bool                // guarded by mu
@@ -98,6 +108,8 @@ func NewManager(root *actor.RootContext, cfg Config, store Store, plugins Plugin
 		store:        store,
 		plugins:      plugins,
 		index:        map[string]struct{}{},
+		byExt:        map[extKey]string{},
+		names:        map[string]string{},
 		live:         map[string]*handle{},
 		counts:       map[countKey]int{},
 		orphans:      map[string]*persistence.Volume{},
@@ -140,10 +152,16 @@ func (m *Manager) unregister() {
 	m.collectors = nil
 }
 
-// Start loads the index of registered volumes and the claim counts from the
-// store, and starts the actor of every volume with an unfinished step:
-// claims go forward to published, past claims to freed. It returns when the
-// manager is ready to serve; the resumed steps run on in the background.
+// Start loads the index of registered volumes (by ID and by plugin volume)
+// and the claim counts from the store, and starts the actor of every volume
+// with an unfinished step: claims go forward to published, past claims to
+// freed. It returns when the manager is ready to serve; the resumed steps
+// run on in the background.
+//
+// A store written before one plugin volume could be registered under one
+// ID only may hold two IDs for the same plugin volume: both are loaded, the
+// first in ID order holds the plugin volume in the index, and a warning
+// names both.
 func (m *Manager) Start(ctx context.Context) error {
 	m.mu.Lock()
 	if m.closed {
@@ -156,18 +174,41 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 
-	ids, err := m.store.VolumeIDs(ctx)
+	// One walk over every record builds both indexes and the counts. The
+	// decoded strings share their record's memory, so the ones kept are
+	// copied: the index must not pin whole records.
+	index := map[string]struct{}{}
+	byExt := map[extKey]string{}
+	names := map[string]string{}
+	counts := map[countKey]int{}
+	var resume []string
+	active := 0
+	err := m.store.ForEachVolume(ctx, func(v persistence.Volume) error {
+		id := strings.Clone(v.ID)
+		index[id] = struct{}{}
+		k := extKey{intern(names, v.Plugin), strings.Clone(v.ExternalID)}
+		if other, dup := byExt[k]; dup {
+			m.log.WithFields(logrus.Fields{"volume": id, "other": other, "plugin": k.plugin, "external_id": k.ext}).
+				Warn("two volume IDs are registered for the same plugin volume, so the claim limits of its access mode do not hold across them; deregister one")
+		} else {
+			byExt[k] = id
+		}
+		if v.Active() {
+			active++
+			addCounts(counts, &v, 1)
+		}
+		if claim.Unfinished(&v) {
+			resume = append(resume, id)
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("load volume ids: %w", err)
-	}
-	active, err := m.store.ActiveVolumes(ctx)
-	if err != nil {
-		return fmt.Errorf("load active volumes: %w", err)
+		return fmt.Errorf("load volumes: %w", err)
 	}
 
 	m.countsMu.Lock()
-	for i := range active {
-		addCounts(m.counts, &active[i], 1)
+	for k, n := range counts {
+		m.counts[k] += n
 	}
 	m.countsMu.Unlock()
 
@@ -176,21 +217,28 @@ func (m *Manager) Start(ctx context.Context) error {
 	if m.closed {
 		return ErrShutdown
 	}
-	for _, id := range ids {
-		m.index[id] = struct{}{}
-	}
+	m.index, m.byExt, m.names = index, byExt, names
 	resumed := 0
-	for i := range active {
-		if claim.Unfinished(&active[i]) {
-			if _, ok := m.live[active[i].ID]; !ok {
-				m.spawnLocked(active[i].ID)
-				resumed++
-			}
+	for _, id := range resume {
+		if _, ok := m.live[id]; !ok {
+			m.spawnLocked(id)
+			resumed++
 		}
 	}
 	m.started = true
-	m.log.WithFields(logrus.Fields{"volumes": len(ids), "active": len(active), "resumed": resumed}).Info("volume manager started")
+	m.log.WithFields(logrus.Fields{"volumes": len(index), "active": active, "resumed": resumed}).Info("volume manager started")
 	return nil
+}
+
+// intern returns the copy of s kept in names, adding one: the index holds
+// one string per plugin name, not one per volume.
+func intern(names map[string]string, s string) string {
+	if n, ok := names[s]; ok {
+		return n
+	}
+	n := strings.Clone(s)
+	names[n] = n
+	return n
 }
 
 // spawnLocked starts the actor of volume id. m.mu must be held.
@@ -297,17 +345,79 @@ func (m *Manager) detach(h *handle) {
 	h.gone = true
 }
 
-// registered adds id to the index.
-func (m *Manager) registered(id string) {
+// extConflict returns the ErrConflict of registering k as id when k is
+// registered as another ID, and nil otherwise.
+func (m *Manager) extConflict(k extKey, id string) error {
 	m.mu.Lock()
-	m.index[id] = struct{}{}
-	m.mu.Unlock()
+	defer m.mu.Unlock()
+	return m.extConflictLocked(k, id)
 }
 
-// removed forgets volume h.id: index, live set and counts.
-func (m *Manager) removed(h *handle) {
+func (m *Manager) extConflictLocked(k extKey, id string) error {
+	if other, ok := m.byExt[k]; ok && other != id {
+		return fmt.Errorf("%w: external_id %q of plugin %q is already registered as volume %q", ErrConflict, k.ext, k.plugin, other)
+	}
+	return nil
+}
+
+// takeExt makes k registered as id, unless it is registered as another ID
+// (ErrConflict). The volume actor calls it just before it persists a new
+// record, and dropExt when that fails: two IDs racing for one plugin
+// volume cannot both get it.
+func (m *Manager) takeExt(k extKey, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.extConflictLocked(k, id); err != nil {
+		return err
+	}
+	m.addExtLocked(k, id)
+	return nil
+}
+
+// addExtLocked records k as id's, copying its strings: they may share the
+// memory of a whole decoded record. An entry that is there already is
+// kept as it is (assigning would replace its key).
+func (m *Manager) addExtLocked(k extKey, id string) {
+	if _, ok := m.byExt[k]; ok {
+		return
+	}
+	m.byExt[extKey{intern(m.names, k.plugin), strings.Clone(k.ext)}] = id
+}
+
+// dropExt forgets k if it is registered as id.
+func (m *Manager) dropExt(k extKey, id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dropExtLocked(k, id)
+}
+
+func (m *Manager) dropExtLocked(k extKey, id string) {
+	if m.byExt[k] == id {
+		delete(m.byExt, k)
+	}
+}
+
+// registered adds volume id, whose record is v, to the index (again: a
+// volume actor calls it whenever it loads a record, which repairs the index
+// after a crash between a record's write and the index update). A plugin
+// volume already registered as another ID keeps that ID.
+func (m *Manager) registered(id string, v *persistence.Volume) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.index[id]; !ok {
+		m.index[id] = struct{}{}
+	}
+	if k := keyOf(v); m.extConflictLocked(k, id) == nil {
+		m.addExtLocked(k, id)
+	}
+}
+
+// removed forgets volume h.id, whose last record was v: index, live set and
+// counts.
+func (m *Manager) removed(h *handle, v *persistence.Volume) {
 	m.mu.Lock()
 	delete(m.index, h.id)
+	m.dropExtLocked(keyOf(v), h.id)
 	if m.live[h.id] == h {
 		delete(m.live, h.id)
 	}

@@ -3,8 +3,6 @@ package volume
 import (
 	"context"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
-
 	"github.com/csiactor/csiactor/actors/claim"
 	"github.com/csiactor/csiactor/persistence"
 )
@@ -71,14 +69,16 @@ type retryDue struct {
 	alloc string
 }
 
-// opFinished is sent to a volume actor by the goroutine that ran
-// CreateVolume (req is a *registerRequest; created is the answer) or
-// DeleteVolume (req is a *deregisterRequest).
+// opFinished is sent to a volume actor by the goroutine that ran a
+// controller call: CreateVolume (req is a *registerRequest with create
+// set; out is the *csipb.Volume created), ValidateVolumeCapabilities (req
+// is a *registerRequest; out is the *validation) or DeleteVolume (req is
+// a *deregisterRequest).
 type opFinished struct {
-	owner   *volumeActor
-	req     any
-	res     claim.Result
-	created *csipb.Volume
+	owner *volumeActor
+	req   any
+	res   claim.Result
+	out   any
 }
 
 // respawnClaimer is sent to a volume actor by a timer when it is time to

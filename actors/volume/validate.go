@@ -1,0 +1,217 @@
+package volume
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc/codes"
+
+	"github.com/csiactor/csiactor/csi"
+)
+
+// Register asks the plugin's controller whether the volume exists and
+// supports the capabilities (ValidateVolumeCapabilities) before it records
+// the volume, so that a wrong external ID or a capability the plugin lacks
+// is refused at once instead of failing every claim later:
+//
+//   - confirmed: registered;
+//   - not confirmed: ErrInvalid, naming the capabilities the plugin did not
+//     confirm (each is asked about alone when there are several) and the
+//     plugin's message;
+//   - NotFound: ErrNotFound; InvalidArgument: ErrInvalid; another final
+//     error: ErrPluginCall;
+//   - Unimplemented (the plugin has no controller service, or does not
+//     validate): registered.
+//
+// When the controller cannot answer now (the plugin is unknown, has no
+// healthy controller or node-only allocations, or the call ends unavailable
+// or timed out), the volume is registered without validation and an info
+// line says so: a plugin may come up after its volumes are registered, and
+// the order of the agent's config and API calls must not matter. Such a
+// volume is checked by its first claim instead.
+
+// validation is the answer of ValidateVolumeCapabilities.
+type validation struct {
+	confirmed bool
+	message   string
+	// refused are the indexes of the capabilities the plugin did not
+	// confirm when asked about each alone; empty when there was one, or
+	// when asking alone did not tell.
+	refused []int
+}
+
+// csiCapabilities returns s's capabilities as CSI sends them: the mount
+// options go with the file-system ones.
+func (s Spec) csiCapabilities() []*csipb.VolumeCapability {
+	out := make([]*csipb.VolumeCapability, 0, len(s.Capabilities))
+	for _, c := range s.Capabilities {
+		c.MountOptions = s.MountOptions
+		if c.AttachmentMode != csi.AttachmentModeFileSystem {
+			c.MountOptions = nil
+		}
+		out = append(out, c.ToCSI())
+	}
+	return out
+}
+
+// validateRequest is the ValidateVolumeCapabilities request for s.
+func (s Spec) validateRequest() *csipb.ValidateVolumeCapabilitiesRequest {
+	return &csipb.ValidateVolumeCapabilitiesRequest{
+		VolumeId:           s.ExternalID,
+		VolumeContext:      s.Context,
+		VolumeCapabilities: s.csiCapabilities(),
+		Parameters:         s.Parameters,
+		Secrets:            s.Secrets,
+	}
+}
+
+// validate sends req; when the plugin does not confirm several
+// capabilities, it asks about each alone to learn which it refuses.
+func validate(ctx context.Context, c csi.Client, req *csipb.ValidateVolumeCapabilitiesRequest) (*validation, error) {
+	resp, err := c.ValidateVolumeCapabilities(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.GetConfirmed() != nil {
+		return &validation{confirmed: true}, nil
+	}
+	v := &validation{message: resp.GetMessage()}
+	if len(req.VolumeCapabilities) < 2 {
+		return v, nil
+	}
+	for i, vc := range req.VolumeCapabilities {
+		one := &csipb.ValidateVolumeCapabilitiesRequest{
+			VolumeId:           req.VolumeId,
+			VolumeContext:      req.VolumeContext,
+			VolumeCapabilities: []*csipb.VolumeCapability{vc},
+			Parameters:         req.Parameters,
+			Secrets:            req.Secrets,
+		}
+		r, err := c.ValidateVolumeCapabilities(ctx, one)
+		if err != nil {
+			return &validation{message: v.message}, nil // cannot tell which
+		}
+		if r.GetConfirmed() == nil {
+			v.refused = append(v.refused, i)
+		}
+	}
+	return v, nil
+}
+
+// validated finishes a Register after ValidateVolumeCapabilities, or after
+// finding no controller to ask (see the comment at the top of this file).
+func (a *volumeActor) validated(req *registerRequest, msg *opFinished) {
+	spec := req.spec
+	if err := req.ctx.Err(); err != nil {
+		// The caller is gone; it learns the outcome by registering again.
+		answer(req.reply, reply{err: err})
+		return
+	}
+	log := a.log.WithFields(logrus.Fields{"plugin": spec.Plugin, "external_id": spec.ExternalID})
+	res := msg.res
+	switch code := csi.Code(res.Err); {
+	case res.Unavailable:
+		log.WithError(res.Err).Info("no controller of the plugin can be asked now; registering the volume without validating it")
+	case res.Err == nil:
+		v, _ := msg.out.(*validation)
+		if v == nil || !v.confirmed {
+			answer(req.reply, reply{err: a.notConfirmed(spec, v)})
+			return
+		}
+	case code == codes.Unimplemented:
+		log.Info("the plugin does not implement ValidateVolumeCapabilities; registering the volume without validating it")
+	case code == codes.NotFound:
+		answer(req.reply, reply{err: fmt.Errorf("%w: plugin %q says volume %q (external_id) does not exist: %w",
+			ErrNotFound, spec.Plugin, spec.ExternalID, res.Err)})
+		return
+	case code == codes.InvalidArgument:
+		answer(req.reply, reply{err: fmt.Errorf("%w: plugin %q refused ValidateVolumeCapabilities of volume %q: %w",
+			ErrInvalid, spec.Plugin, spec.ExternalID, res.Err)})
+		return
+	case res.Outcome.Retryable():
+		log.WithError(res.Err).Info("ValidateVolumeCapabilities did not answer now; registering the volume without validating it")
+	default:
+		answer(req.reply, reply{err: fmt.Errorf("%w: ValidateVolumeCapabilities of volume %q of plugin %q: %w",
+			ErrPluginCall, spec.ExternalID, spec.Plugin, res.Err)})
+		return
+	}
+	a.record(req, spec.record(time.Now()), "register")
+}
+
+// notConfirmed is the ErrInvalid of a plugin that did not confirm spec's
+// capabilities. The plugin's message is scrubbed of spec's secrets and
+// mount flags, as the csi package scrubs plugin errors.
+func (a *volumeActor) notConfirmed(spec Spec, v *validation) error {
+	var refused []string
+	known := v != nil && len(v.refused) > 0
+	if known {
+		for _, i := range v.refused {
+			refused = append(refused, capName(spec.Capabilities[i].AccessMode, spec.Capabilities[i].AttachmentMode))
+		}
+	}
+	if !known {
+		for _, c := range spec.Capabilities {
+			refused = append(refused, capName(c.AccessMode, c.AttachmentMode))
+		}
+	}
+	what := "does not support capability " + refused[0]
+	switch {
+	case len(refused) > 1 && known:
+		what = "does not support capabilities " + strings.Join(refused, ", ")
+	case len(refused) > 1:
+		what = "did not confirm capabilities " + strings.Join(refused, ", ")
+	}
+	err := fmt.Errorf("%w: plugin %q %s for volume %q", ErrInvalid, spec.Plugin, what, spec.ExternalID)
+	if v != nil && v.message != "" {
+		err = fmt.Errorf("%w: %s", err, scrub(v.message, spec))
+	}
+	return err
+}
+
+func capName(am csi.AccessMode, at csi.AttachmentMode) string {
+	return am.String() + "/" + at.String()
+}
+
+// scrub replaces every secret value and mount flag of spec in s with
+// csi.Stripped, longest first, so that a value containing another is
+// hidden whole.
+func scrub(s string, spec Spec) string {
+	var hide []string
+	for _, v := range spec.Secrets {
+		hide = append(hide, v)
+	}
+	if spec.MountOptions != nil {
+		hide = append(hide, spec.MountOptions.MountFlags...)
+	}
+	slices.SortFunc(hide, func(a, b string) int { return len(b) - len(a) })
+	for _, h := range hide {
+		if h != "" {
+			s = strings.ReplaceAll(s, h, csi.Stripped)
+		}
+	}
+	return s
+}
+
+// claimsHeld says how many claims and past claims a volume has, as in
+// "1 claim and 2 past claims not yet freed".
+func claimsHeld(claims, past int) string {
+	n := func(k int, what string) string {
+		if k == 1 {
+			return "1 " + what
+		}
+		return strconv.Itoa(k) + " " + what + "s"
+	}
+	switch {
+	case past == 0:
+		return n(claims, "claim")
+	case claims == 0:
+		return n(past, "past claim") + " not yet freed"
+	}
+	return n(claims, "claim") + " and " + n(past, "past claim") + " not yet freed"
+}
