@@ -151,10 +151,11 @@ type env struct {
 	m       *Manager
 	cfg     Config
 	hook    func(point, volume string)
-	root    string // parent of the data dir; "" is os.TempDir
-	durable bool   // fsync on commit
-	cached  bool   // the manager gets cachedTestPlugins
-	dbDir   string // directory of the store file; "" is the data dir
+	root    string      // parent of the data dir; "" is os.TempDir
+	durable bool        // fsync on commit
+	cached  bool        // the manager gets cachedTestPlugins
+	dbDir   string      // directory of the store file; "" is the data dir
+	facts   claim.Facts // the plugin's facts when it is not a fake plugin
 
 	closeOnce sync.Once
 }
@@ -170,6 +171,9 @@ func withRoot(dir string) envOpt { return func(e *env) { e.root = dir } }
 // withCachedPlugins gives the manager plugins that answer CachedClient, so
 // new claims take the path without a lookup goroutine.
 func withCachedPlugins() envOpt { return func(e *env) { e.cached = true } }
+
+// withFacts gives the facts of a plugin that is not a fake plugin.
+func withFacts(f claim.Facts) envOpt { return func(e *env) { e.facts = f } }
 
 // withDurableStore turns fsync on (tests run with it off) and keeps the
 // store file in dbDir ("" for the data dir).
@@ -218,6 +222,9 @@ func newEnv(t testing.TB, pc fakeplugin.Config, opts ...envOpt) *env {
 	return newEnvWith(t, dir, plugin, endpoint, opts...)
 }
 
+// newEnvWith starts a manager with its data dir in dir, talking to the
+// plugin at endpoint: plugin, or another one (plugin nil; the facts then
+// come from withFacts).
 func newEnvWith(t testing.TB, dir string, plugin *fakeplugin.Plugin, endpoint string, opts ...envOpt) *env {
 	t.Helper()
 	e := &env{t: t, dataDir: dir, plugin: plugin, cfg: testConfig(dir)}
@@ -240,12 +247,16 @@ func newEnvWith(t testing.TB, dir string, plugin *fakeplugin.Plugin, endpoint st
 		t.Fatal(err)
 	}
 	e.client = client
-	pcfg := plugin.Config()
-	e.plugins = newTestPlugins(client, claim.Facts{
-		NodeID:             pcfg.NodeID,
-		ControllerRequired: pcfg.ControllerPublish,
-		StageUnstage:       pcfg.StageUnstage,
-	})
+	facts := e.facts
+	if plugin != nil {
+		pcfg := plugin.Config()
+		facts = claim.Facts{
+			NodeID:             pcfg.NodeID,
+			ControllerRequired: pcfg.ControllerPublish,
+			StageUnstage:       pcfg.StageUnstage,
+		}
+	}
+	e.plugins = newTestPlugins(client, facts)
 	e.system = actorkit.NewSystem(quietLogger())
 	e.startManager()
 	t.Cleanup(e.close)
