@@ -41,8 +41,9 @@
 // plugin.
 //
 // Idle volume actors stop after [Config.IdleTimeout]; the manager keeps only
-// the set of registered IDs and the claim counts, and starts an actor again
-// from the store when a request needs one.
+// the set of registered IDs (with the plugin volume of each) and the claim
+// counts, and starts an actor again from the store when a request needs
+// one.
 //
 // # Crashes and restarts
 //
@@ -68,6 +69,12 @@
 // ErrClaimFailed. Release steps never give up: they retry with backoff,
 // waiting for the plugin to be healthy, and show their last error in the
 // status.
+//
+// One plugin volume (plugin and external ID) is registered under one ID
+// at most, so that the limits of its access mode hold. Register checks a
+// volume with the plugin's ValidateVolumeCapabilities only when a
+// controller of the plugin can answer at the time; otherwise the volume is
+// registered unchecked (logged at info) and its first claim finds out.
 //
 // Volume and allocation IDs and plugin names become path components: they
 // may not contain "/" or control characters. Secrets and mount flags never

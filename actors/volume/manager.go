@@ -24,8 +24,6 @@ type Store interface {
 	Volume(ctx context.Context, id string) (persistence.Volume, error)
 	DeleteVolume(ctx context.Context, id string) error
 	ForEachVolume(ctx context.Context, fn func(persistence.Volume) error) error
-	VolumeIDs(ctx context.Context) ([]string, error)
-	ActiveVolumes(ctx context.Context) ([]persistence.Volume, error)
 }
 
 // Plugins gives volumes the CSI clients of plugin singletons; see
@@ -462,7 +460,24 @@ func (m *Manager) faultPoint(point, volume string) {
 
 // Register registers a volume the plugin already has (spec.ExternalID
 // set). Registering the same spec again returns the volume; a different
-// spec under the same ID is ErrConflict.
+// spec under the same ID is ErrConflict, and so is a plugin volume
+// (spec.Plugin and spec.ExternalID) that is registered under another ID
+// (the error names it): claims through two IDs would get past the limits of
+// the volume's access mode, and deleting one would delete the other's data.
+//
+// When a controller of the plugin can be asked (Plugins.Client gives one),
+// Register first sends ValidateVolumeCapabilities with the volume's
+// capabilities, context, parameters and secrets: a volume the plugin says
+// does not exist (NotFound) is ErrNotFound; capabilities it does not confirm
+// are ErrInvalid, naming them, with the plugin's message; InvalidArgument
+// is ErrInvalid and another final code ErrPluginCall, wrapping the
+// plugin's error; Unimplemented registers the volume. When no controller
+// can be asked now (the plugin is not registered yet, has no healthy
+// allocation, or only node allocations), or the call ends unavailable or
+// timed out, the volume is registered without validation and an info line
+// says so: a plugin may come up after its volumes are registered, and the
+// order of the agent's config and API calls must not matter. The first
+// claim then finds out.
 func (m *Manager) Register(ctx context.Context, spec Spec) (Volume, error) {
 	if err := spec.validate(false); err != nil {
 		return Volume{}, err
@@ -472,7 +487,9 @@ func (m *Manager) Register(ctx context.Context, spec Spec) (Volume, error) {
 
 // Create creates a volume through the plugin's controller (CreateVolume,
 // named spec.ID, so a retried Create finds the same volume) and registers
-// it. Creating the same spec again returns the volume.
+// it. Creating the same spec again returns the volume. When the plugin
+// answers with a volume that is registered under another ID, Create fails
+// with ErrConflict naming it, and leaves that volume alone.
 func (m *Manager) Create(ctx context.Context, spec Spec) (Volume, error) {
 	if err := spec.validate(true); err != nil {
 		return Volume{}, err
@@ -500,8 +517,9 @@ func (m *Manager) Deregister(ctx context.Context, id string) error {
 }
 
 // Delete deletes volume id through the plugin's controller (DeleteVolume;
-// a volume the plugin no longer has counts as deleted) and deregisters it.
-// It fails with ErrInUse while the volume has claims or past claims.
+// a volume the plugin no longer has counts as deleted) and deregisters it;
+// the event is EventVolumeDeleted. It fails with ErrInUse while the volume
+// has claims or past claims.
 func (m *Manager) Delete(ctx context.Context, id string) error {
 	return m.deregister(ctx, id, true)
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -176,5 +178,46 @@ func TestManager_Restart_ResumesUnfinishedClaim(t *testing.T) {
 	e.checkAgree()
 	if _, ok := e.plugin.Published()["ext-vol2"]; ok {
 		t.Errorf("vol2 still published after its release resumed")
+	}
+}
+
+// TestManager_Crash_WhileRegistering crashes the volume actor just before
+// and just after a new volume's record is written: the request sent again
+// registers it once, and the index (by ID and by plugin volume) agrees with
+// the store.
+func TestManager_Crash_WhileRegistering(t *testing.T) {
+	for _, point := range []string{"persist:register", "persisted:register", "persist:create", "persisted:create"} {
+		t.Run(point, func(t *testing.T) {
+			c := &crash{point: point}
+			e := newEnv(t, fullPlugin, withHook(c.hook), withConfig(func(c *Config) { c.IdleTimeout = time.Millisecond }))
+			ctx := ctxT(t)
+			s := spec("vol1")
+			if strings.HasSuffix(point, ":create") {
+				s.ExternalID = ""
+				if _, err := e.m.Create(ctx, s); err != nil {
+					t.Fatalf("create: %s", err)
+				}
+			} else if _, err := e.m.Register(ctx, s); err != nil {
+				t.Fatalf("register: %s", err)
+			}
+			if c.fired.Load() == 0 {
+				t.Fatalf("crash point %s never reached", point)
+			}
+			// The actor stops when idle: Get then answers from the index
+			// and the store, not from the actor's snapshot.
+			waitFor(t, "the volume actor to stop", func() bool { return e.m.Live() == 0 })
+			v, err := e.m.Get(ctx, "vol1")
+			if err != nil {
+				t.Fatalf("get: %s", err)
+			}
+			alias := spec("alias")
+			alias.ExternalID = v.ExternalID
+			if _, err := e.m.Register(ctx, alias); !errors.Is(err, ErrConflict) {
+				t.Errorf("register of vol1's plugin volume as another ID: %v, want ErrConflict", err)
+			}
+			if _, err := e.m.Claim(ctx, claimReq("vol1", "a", claim.ModeWrite, csi.AccessModeSingleNodeWriter)); err != nil {
+				t.Errorf("claim: %s", err)
+			}
+		})
 	}
 }

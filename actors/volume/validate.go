@@ -15,26 +15,8 @@ import (
 	"github.com/csiactor/csiactor/csi"
 )
 
-// Register asks the plugin's controller whether the volume exists and
-// supports the capabilities (ValidateVolumeCapabilities) before it records
-// the volume, so that a wrong external ID or a capability the plugin lacks
-// is refused at once instead of failing every claim later:
-//
-//   - confirmed: registered;
-//   - not confirmed: ErrInvalid, naming the capabilities the plugin did not
-//     confirm (each is asked about alone when there are several) and the
-//     plugin's message;
-//   - NotFound: ErrNotFound; InvalidArgument: ErrInvalid; another final
-//     error: ErrPluginCall;
-//   - Unimplemented (the plugin has no controller service, or does not
-//     validate): registered.
-//
-// When the controller cannot answer now (the plugin is unknown, has no
-// healthy controller or node-only allocations, or the call ends unavailable
-// or timed out), the volume is registered without validation and an info
-// line says so: a plugin may come up after its volumes are registered, and
-// the order of the agent's config and API calls must not matter. Such a
-// volume is checked by its first claim instead.
+// Register validates a new volume with the plugin before it records it; see
+// Manager.Register for what each answer means.
 
 // validation is the answer of ValidateVolumeCapabilities.
 type validation struct {
