@@ -14,10 +14,10 @@ const (
 	// DefaultLockTimeout is how long Open waits for another process to
 	// release the store file.
 	DefaultLockTimeout = time.Second
-	// DefaultMaxBatchSize is the most writes the committer puts in one
+	// DefaultMaxBatchSize is the most writes committed in one
 	// transaction.
 	DefaultMaxBatchSize = 1024
-	// DefaultMaxBatchDelay bounds how long the committer keeps gathering
+	// DefaultMaxBatchDelay bounds how long a commit keeps gathering
 	// queued writes into one transaction before it commits.
 	DefaultMaxBatchDelay = 10 * time.Millisecond
 )
@@ -30,8 +30,8 @@ type Config struct {
 	// NoSync skips fsync on commit. A crash may then lose or corrupt
 	// committed writes: for benchmarks and tests only.
 	NoSync bool
-	// MaxBatchDelay bounds how long the committer keeps adding writes that
-	// are already queued to the transaction it is building. It never waits
+	// MaxBatchDelay bounds how long a commit keeps adding writes that are
+	// already queued to the transaction it is building. It never waits
 	// for writes that have not arrived: when the queue is empty it commits
 	// at once. Zero means DefaultMaxBatchDelay.
 	MaxBatchDelay time.Duration

@@ -26,14 +26,19 @@
 //
 // # Group commit
 //
-// Writes from all goroutines go to one committer goroutine. It takes the
-// first queued write, adds every write already queued behind it (up to
-// [Config.MaxBatchSize], for at most [Config.MaxBatchDelay]), and commits
-// them in one bbolt transaction with one fsync. It never waits for writes
-// that have not arrived, so a lone write is committed at once; under load,
+// Writes from all goroutines join one queue, and one commit runs at a
+// time. A writer that finds no commit running commits the queue itself, in
+// its own goroutine: its own write, and every write already queued behind
+// it (up to [Config.MaxBatchSize], for at most [Config.MaxBatchDelay]), in
+// one bbolt transaction with one fsync, and hands each of the others its
+// result. So a lone write is committed at once, without a hand-off to
+// another goroutine and back. A writer that finds a commit running waits:
 // the writes that queue while one batch is being synced form the next
-// batch. Each caller gets its own result: a write that fails is taken out
-// and the rest of its batch is committed without it.
+// batch, committed by the store's committer goroutine as soon as the
+// running commit ends (or by a writer that arrives first). It never waits
+// for writes that have not arrived. Each caller gets its own result: a
+// write that fails is taken out and the rest of its batch is committed
+// without it.
 //
 // # Caveats
 //

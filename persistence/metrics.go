@@ -41,7 +41,7 @@ func newMetrics(queueLen func() float64) *metrics {
 		}, []string{"result"}),
 		queued: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "csiactor_store_queued_writes",
-			Help: "Writes waiting for the committer.",
+			Help: "Writes queued behind a running commit.",
 		}, queueLen),
 	}
 	m.writesOK = m.writes.WithLabelValues("ok")

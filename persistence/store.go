@@ -194,9 +194,10 @@ func open(path string, cfg Config, sc schema) (*Store, error) {
 func (s *Store) Path() string { return s.path }
 
 // Close waits for the commits under way, commits every write already
-// queued, stops the committer and closes the file. Writes that arrive after Close starts fail with ErrClosed, and
-// so do reads after it returns. Close is idempotent: later calls return the
-// first call's result.
+// queued, stops the committer and closes the file. Writes that arrive
+// after Close starts fail with ErrClosed, and so do reads after it
+// returns. Close is idempotent: later calls return the first call's
+// result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
@@ -436,7 +437,7 @@ func (s *Store) view(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 }
 
 // update runs fn in one read-write transaction, guarded against damaged
-// pages. Only the committer and Open call it.
+// pages. Only commitLocked (with commitMu held) and Open call it.
 func (s *Store) update(fn func(tx *bolt.Tx) error) error {
 	return guard(s.path, func() error { return s.db.Update(fn) })
 }

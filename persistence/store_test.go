@@ -304,17 +304,15 @@ func TestStore_Open_Corrupt(t *testing.T) {
 				}
 			}
 		}},
-		{"last pages damaged (freelist)", false, func(t *testing.T, path string) {
+		{"freelist page damaged", false, func(t *testing.T, path string) {
+			off := freelistOffset(t, path)
 			f, err := os.OpenFile(path, os.O_RDWR, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			fi, _ := f.Stat()
-			for off := fi.Size() / 2 / 4096 * 4096; off < fi.Size(); off += 4096 {
-				if _, err := f.WriteAt(garbage(32), off); err != nil {
-					t.Fatal(err)
-				}
+			if _, err := f.WriteAt(garbage(32), off); err != nil {
+				t.Fatal(err)
 			}
 		}},
 		{"bbolt file of another program", false, func(t *testing.T, path string) {
@@ -379,6 +377,37 @@ func TestStore_Open_Corrupt(t *testing.T) {
 }
 
 // editBolt changes a closed store file with bbolt directly.
+// freelistOffset returns the file offset of the freelist page of the
+// bbolt file at path.
+func freelistOffset(t *testing.T, path string) int64 {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, PreLoadFreelist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var off int64 = -1
+	err = db.View(func(tx *bolt.Tx) error {
+		for id := 2; off < 0; id++ {
+			p, err := tx.Page(id)
+			if err != nil {
+				return err
+			}
+			if p == nil {
+				return fmt.Errorf("no freelist page in %d pages", id)
+			}
+			if p.Type == "freelist" {
+				off = int64(id) * int64(db.Info().PageSize)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return off
+}
+
 func editBolt(t *testing.T, path string, fn func(tx *bolt.Tx) error) {
 	t.Helper()
 	db, err := bolt.Open(path, 0o600, nil)

@@ -38,17 +38,16 @@ func (s *Store) PutVolume(ctx context.Context, v Volume) error {
 	if err := checkID("volume id", v.ID); err != nil {
 		return err
 	}
-	// Encode in the caller's goroutine: the committer is the one serial
-	// part of every write, so it only copies bytes into the tree.
+	// Encode before queueing: the commit is the one serial part of every
+	// write, so it only copies bytes into the tree.
 	data, err := s.encodeVolume(&v)
 	if err != nil {
 		return err
 	}
-	key := []byte(v.ID)
-	active := v.Active()
+	id, key, active := v.ID, []byte(v.ID), v.Active()
 	return s.write(ctx, func(tx *bolt.Tx) error {
 		if err := tx.Bucket([]byte(bucketVolumes)).Put(key, data); err != nil {
-			return fmt.Errorf("put volume %q: %w", v.ID, err)
+			return fmt.Errorf("put volume %q: %w", id, err)
 		}
 		// Touch the index only when the volume's entry changes: a Put of
 		// an entry already there still rewrites its page (and the pages
@@ -62,7 +61,7 @@ func (s *Store) PutVolume(ctx context.Context, v Volume) error {
 			err = idx.Delete(key)
 		}
 		if err != nil {
-			return fmt.Errorf("index volume %q: %w", v.ID, err)
+			return fmt.Errorf("index volume %q: %w", id, err)
 		}
 		return nil
 	})

@@ -1,0 +1,356 @@
+package persistence
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	bolt "go.etcd.io/bbolt"
+)
+
+// commitPaths are the two ways a write reaches a commit: committed by its
+// own caller when no commit runs (the default), or always handed to the
+// committer goroutine (Store.handOff, the earlier path).
+var commitPaths = []struct {
+	name    string
+	handOff bool
+}{{"lead", false}, {"hand-off", true}}
+
+// putRaw returns a write that stores an empty value under key in the
+// volumes bucket (VolumeIDs lists keys without decoding them).
+func putRaw(key string) func(tx *bolt.Tx) error {
+	return func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte(bucketVolumes)).Put([]byte(key), []byte{})
+	}
+}
+
+func TestStore_Write_ConcurrentEachCallerOwnResult(t *testing.T) {
+	for _, path := range commitPaths {
+		t.Run(path.name, func(t *testing.T) {
+			checkLeaks(t)
+			ctx := ctxT(t)
+			file := storePath(t)
+			s, err := Open(file, Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.handOff = path.handOff
+
+			// Every fifth write fails with its own error and every fifth
+			// panics, each after a half-done put; the rest store a key.
+			// Writers run at once, so writes meet in batches with
+			// others' failures, and commit as leaders, followers or
+			// through the committer goroutine.
+			const writers, perWriter = 16, 40
+			type outcome struct {
+				w, i int
+				err  error
+				own  error // the error the write failed with, if any
+			}
+			results := make(chan outcome, writers*perWriter)
+			var wg sync.WaitGroup
+			for w := range writers {
+				wg.Go(func() {
+					for i := range perWriter {
+						key := fmt.Sprintf("w%02d-%02d", w, i)
+						var own error
+						apply := putRaw(key)
+						switch i % 5 {
+						case 1:
+							own = fmt.Errorf("write %s refused", key)
+							apply = func(tx *bolt.Tx) error {
+								if err := putRaw("half-" + key)(tx); err != nil {
+									return err
+								}
+								return own
+							}
+						case 3:
+							apply = func(tx *bolt.Tx) error {
+								if err := putRaw("half-" + key)(tx); err != nil {
+									return err
+								}
+								panic("write " + key + " panicked")
+							}
+						}
+						results <- outcome{w, i, s.write(ctx, apply), own}
+					}
+				})
+			}
+			wg.Wait()
+			close(results)
+
+			var want []string
+			for r := range results {
+				key := fmt.Sprintf("w%02d-%02d", r.w, r.i)
+				switch r.i % 5 {
+				case 1:
+					if r.err != r.own {
+						t.Errorf("%s: got %v, want its own error %v", key, r.err, r.own)
+					}
+				case 3:
+					if !errors.Is(r.err, ErrCorrupt) || !strings.Contains(r.err.Error(), "write "+key+" panicked") {
+						t.Errorf("%s: got %v, want ErrCorrupt with its own panic", key, r.err)
+					}
+				default:
+					if r.err != nil {
+						t.Errorf("%s: %v", key, r.err)
+					}
+					want = append(want, key)
+				}
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			s = openT(t, file, Config{})
+			got, err := s.VolumeIDs(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(want)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("after reopen: %d keys stored, want the %d good writes exactly (first stored %q)",
+					len(got), len(want), got[:min(3, len(got))])
+			}
+		})
+	}
+}
+
+func TestStore_Write_LeaderFailsFollowersCommitted(t *testing.T) {
+	boom := errors.New("boom")
+	tests := []struct {
+		name    string
+		fail    func() error // runs at the end of the leader's write
+		wantErr func(error) bool
+	}{
+		{"error", func() error { return boom }, func(err error) bool { return err == boom }},
+		{"panic", func() error { panic("leader panicked") }, func(err error) bool {
+			return errors.Is(err, ErrCorrupt) && strings.Contains(err.Error(), "leader panicked")
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkLeaks(t)
+			ctx := ctxT(t)
+			s := openT(t, storePath(t), Config{MaxBatchDelay: time.Hour})
+
+			// The leader's write holds commitMu until gate closes, so the
+			// followers queue behind it and join its batch.
+			entered, gate := make(chan struct{}), make(chan struct{})
+			leader := make(chan error, 1)
+			go func() {
+				leader <- s.write(ctx, func(tx *bolt.Tx) error {
+					if err := putRaw("leader")(tx); err != nil {
+						return err
+					}
+					select {
+					case <-entered:
+					default:
+						close(entered)
+					}
+					<-gate
+					return tt.fail()
+				})
+			}()
+			<-entered
+			const n = 5
+			followers := make(chan error, n)
+			for i := range n {
+				go func() { followers <- s.write(ctx, putRaw(fmt.Sprintf("f%d", i))) }()
+			}
+			waitQueued(t, s, n)
+			close(gate)
+
+			if err := <-leader; !tt.wantErr(err) {
+				t.Errorf("leader: %v, want its own failure", err)
+			}
+			for range n {
+				if err := <-followers; err != nil {
+					t.Errorf("follower: %v", err)
+				}
+			}
+			got, err := s.VolumeIDs(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := []string{"f0", "f1", "f2", "f3", "f4"}; !reflect.DeepEqual(got, want) {
+				t.Fatalf("stored %v, want %v (the followers only)", got, want)
+			}
+		})
+	}
+}
+
+func TestStore_Write_LeftQueuedCommittedAfterLeader(t *testing.T) {
+	checkLeaks(t)
+	ctx := ctxT(t)
+	reg := prometheus.NewPedanticRegistry()
+	// One write per transaction: the leader's batch is its own write, and
+	// the writes queued behind it are left for the next commits.
+	s := openT(t, storePath(t), Config{MaxBatchSize: 1, Registerer: reg})
+	release := s.blockCommitter(t)
+	const n = 5
+	errs := make(chan error, n)
+	for i := range n {
+		go func() { errs <- s.write(ctx, putRaw(fmt.Sprintf("v%d", i))) }()
+	}
+	waitQueued(t, s, 1) // the queue holds one; the others wait to join it
+	release()
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("write queued behind the leader: %v", err)
+		}
+	}
+	got, err := s.VolumeIDs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"v0", "v1", "v2", "v3", "v4"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("stored %v, want %v", got, want)
+	}
+	// Six transactions of one write each: the blocker's and five more.
+	want := `
+# HELP csiactor_store_commit_batch_size Writes committed together in one store transaction.
+# TYPE csiactor_store_commit_batch_size histogram
+csiactor_store_commit_batch_size_bucket{le="1"} 6
+csiactor_store_commit_batch_size_bucket{le="2"} 6
+csiactor_store_commit_batch_size_bucket{le="4"} 6
+csiactor_store_commit_batch_size_bucket{le="8"} 6
+csiactor_store_commit_batch_size_bucket{le="16"} 6
+csiactor_store_commit_batch_size_bucket{le="32"} 6
+csiactor_store_commit_batch_size_bucket{le="64"} 6
+csiactor_store_commit_batch_size_bucket{le="128"} 6
+csiactor_store_commit_batch_size_bucket{le="256"} 6
+csiactor_store_commit_batch_size_bucket{le="512"} 6
+csiactor_store_commit_batch_size_bucket{le="1024"} 6
+csiactor_store_commit_batch_size_bucket{le="2048"} 6
+csiactor_store_commit_batch_size_bucket{le="+Inf"} 6
+csiactor_store_commit_batch_size_sum 6
+csiactor_store_commit_batch_size_count 6
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "csiactor_store_commit_batch_size"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStore_Close_WhileWriting(t *testing.T) {
+	for _, path := range commitPaths {
+		t.Run(path.name, func(t *testing.T) {
+			checkLeaks(t)
+			ctx := ctxT(t)
+			file := storePath(t)
+			s, err := Open(file, Config{NoSync: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.handOff = path.handOff
+
+			// Writers write new keys until the store is closed under
+			// them. A write that returned nil must survive; one that
+			// returned ErrClosed must not have been applied; no write may
+			// fail otherwise.
+			const writers, minWrites = 8, 200
+			var (
+				mu        sync.Mutex
+				committed []string // guarded by mu
+				refused   []string // guarded by mu
+				other     []error  // guarded by mu
+			)
+			started := make(chan struct{})
+			var once sync.Once
+			var wg sync.WaitGroup
+			for w := range writers {
+				wg.Go(func() {
+					for i := 0; ; i++ {
+						key := fmt.Sprintf("w%d-%05d", w, i)
+						err := s.write(ctx, putRaw(key))
+						mu.Lock()
+						switch {
+						case err == nil:
+							committed = append(committed, key)
+							if len(committed) == minWrites {
+								once.Do(func() { close(started) })
+							}
+						case errors.Is(err, ErrClosed):
+							refused = append(refused, key)
+						default:
+							other = append(other, fmt.Errorf("%s: %w", key, err))
+						}
+						mu.Unlock()
+						if err != nil {
+							return
+						}
+					}
+				})
+			}
+			<-started
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			for _, err := range other {
+				t.Errorf("write during Close: %v, want nil or ErrClosed", err)
+			}
+
+			s = openT(t, file, Config{})
+			got, err := s.VolumeIDs(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(committed)
+			if !reflect.DeepEqual(got, committed) {
+				t.Fatalf("after reopen: %d keys stored, want the %d writes that returned nil", len(got), len(committed))
+			}
+			if len(refused) != writers {
+				t.Fatalf("%d writes refused, want one per writer", len(refused))
+			}
+		})
+	}
+}
+
+func TestStore_PutVolume_IndexUntouchedWhenUnchanged(t *testing.T) {
+	ctx := ctxT(t)
+	s := openT(t, storePath(t), Config{NoSync: true})
+	// Enough volumes that both buckets have pages of their own (not
+	// inline in the root), half of them active.
+	for i := range 1000 {
+		v := Volume{ID: fmt.Sprintf("v%04d", i)}
+		if i%2 == 0 {
+			v = volumeWithClaim(v.ID)
+		}
+		if err := s.PutVolume(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pagesWritten := func(v Volume) int64 {
+		t.Helper()
+		before := s.db.Stats()
+		if err := s.PutVolume(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+		after := s.db.Stats()
+		return after.TxStats.GetWrite() - before.TxStats.GetWrite()
+	}
+	stillActive := pagesWritten(volumeWithClaim("v0500"))
+	stillIdle := pagesWritten(Volume{ID: "v0501"})
+	if stillActive != stillIdle {
+		t.Errorf("rewriting an active volume wrote %d pages, an idle one %d: want the same (index untouched)", stillActive, stillIdle)
+	}
+	if nowIdle := pagesWritten(Volume{ID: "v0500"}); nowIdle <= stillActive {
+		t.Errorf("an active volume becoming idle wrote %d pages, want more than %d (the index changes)", nowIdle, stillActive)
+	}
+	if nowActive := pagesWritten(volumeWithClaim("v0501")); nowActive <= stillActive {
+		t.Errorf("an idle volume becoming active wrote %d pages, want more than %d (the index changes)", nowActive, stillActive)
+	}
+	got := activeIDs(t, s)
+	if !slices.Contains(got, "v0501") || slices.Contains(got, "v0500") || len(got) != 500 {
+		t.Fatalf("ActiveVolumes: %d volumes, v0500 in: %t, v0501 in: %t; want 500, false, true",
+			len(got), slices.Contains(got, "v0500"), slices.Contains(got, "v0501"))
+	}
+}
