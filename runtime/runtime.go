@@ -147,6 +147,15 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 	r.events = newEventLog(RecentEvents)
 	r.system = actorkit.NewSystem(r.log.WithField("component", "actors"))
 
+	// The config file is authoritative for the allocations it lists: the
+	// registry replaces a stored one whose spec changed and removes the
+	// config's former allocations that are no longer listed, before any
+	// plugin process starts.
+	configured := make([]plugin.Spec, 0, len(r.cfg.Allocations))
+	for _, a := range r.cfg.Allocations {
+		configured = append(configured, plugin.Spec{ID: a.ID, Plugin: a.Plugin, Type: plugin.Type(a.Type),
+			Socket: a.Socket, Command: a.Command, Env: a.Env})
+	}
 	pc := r.cfg.Plugins
 	r.registry, err = registry.Start(ctx, r.system, registry.Config{
 		Log:     r.log.WithField("component", "registry"),
@@ -160,11 +169,12 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 			RestartBackoff:    actorBackoff(pc.RestartBackoff),
 			Metrics:           metrics,
 		},
-		Registerer: r.reg,
-		Restarts:   r.restarts,
+		Registerer:        r.reg,
+		Restarts:          r.restarts,
+		ConfigAllocations: configured,
 	})
 	if err != nil {
-		return fmt.Errorf("start registry: %w", err)
+		return fmt.Errorf("start registry: %w", mapErr(err))
 	}
 	r.plugins = newPluginsAdapter(r.registry, pc.HeartbeatInterval)
 	if r.regSub, err = r.registry.Subscribe(RecentEvents); err != nil {
@@ -180,12 +190,6 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 	}
 	for _, a := range restored {
 		r.csiStats.InitRetries(a.Plugin, retriedMethods...)
-	}
-
-	for _, a := range r.cfg.Allocations {
-		if _, err := r.registerAllocation(ctx, a.ID, a.AllocationSpec); err != nil {
-			return fmt.Errorf("allocation %q from config: %w", a.ID, err)
-		}
 	}
 
 	vb := r.cfg.Volumes.Retry
@@ -598,9 +602,6 @@ func (r *Runtime) forwardRegistryEvents(sub *actorkit.Subscription[registry.Even
 			ev.Type = EventSingletonChanged
 			if e.Type == registry.EventActiveChanged {
 				ev.Type = EventActiveChanged
-			}
-			if e.Role != "" {
-				ev.Message = fmt.Sprintf("%s %s", e.Role, e.Message) // "node singleton is now a2"
 			}
 		case registry.EventLagged:
 			ev.Type = EventsDropped

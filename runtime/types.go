@@ -125,6 +125,9 @@ type Allocation struct {
 	Singleton bool `json:"singleton"`
 	// NodeID is what NodeGetInfo returned, for node and monolith types.
 	NodeID string `json:"node_id,omitempty"`
+	// Source is where the allocation was registered: "config" (the config
+	// file, which is authoritative for it on every start) or "api".
+	Source string `json:"source,omitempty"`
 }
 
 // AllocationSpec is the body of a register-allocation request: an attached
@@ -163,6 +166,9 @@ func (s AllocationSpec) Validate() error {
 	}
 	if s.Command[0] == "" {
 		return fieldErr("command[0]", "must not be empty")
+	}
+	if c := s.Command[0]; !filepath.IsAbs(c) && strings.ContainsRune(c, '/') {
+		return fieldErr("command[0]", fmt.Sprintf("%q is a relative path; give an absolute path, or a bare name found in the agent's PATH", c))
 	}
 	for i, a := range s.Command {
 		if strings.ContainsRune(a, 0) {
