@@ -15,9 +15,6 @@ import (
 	"github.com/csiactor/csiactor/csi"
 )
 
-// Register validates a new volume with the plugin before it records it; see
-// Manager.Register for what each answer means.
-
 // validation is the answer of ValidateVolumeCapabilities.
 type validation struct {
 	confirmed bool
@@ -87,7 +84,8 @@ func validate(ctx context.Context, c csi.Client, req *csipb.ValidateVolumeCapabi
 }
 
 // validated finishes a Register after ValidateVolumeCapabilities, or after
-// finding no controller to ask (see the comment at the top of this file).
+// finding no controller to ask; Manager.Register says what each answer
+// means.
 func (a *volumeActor) validated(req *registerRequest, msg *opFinished) {
 	spec := req.spec
 	if err := req.ctx.Err(); err != nil {
