@@ -39,7 +39,7 @@ func TestRuntime_Subscribe_BacklogThenLive(t *testing.T) {
 			if i == total/2 {
 				close(half)
 			}
-			if _, err := e.rt.RegisterVolume(ctx, volID(i), volSpec("single-node-writer")); err != nil {
+			if _, err := e.rt.RegisterVolume(ctx, volID(i), volSpecFor(volID(i), "single-node-writer")); err != nil {
 				errc <- err
 				return
 			}
@@ -119,7 +119,7 @@ func TestRuntime_Subscribe_StuckSubscriber(t *testing.T) {
 		}
 	}()
 	for i := range total {
-		if _, err := e.rt.RegisterVolume(ctx, volID(i), volSpec("single-node-writer")); err != nil {
+		if _, err := e.rt.RegisterVolume(ctx, volID(i), volSpecFor(volID(i), "single-node-writer")); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -202,6 +202,14 @@ func eventually(t testing.TB, what string, cond func() (bool, error)) {
 }
 
 // volSpec is a registered volume of the test plugin with one capability.
+// volSpecFor is volSpec for volume id, with an external ID of its own: one
+// plugin volume can be registered under one ID only.
+func volSpecFor(id, accessMode string) runtime.VolumeSpec {
+	s := volSpec(accessMode)
+	s.ExternalID = "ext-" + id
+	return s
+}
+
 func volSpec(accessMode string) runtime.VolumeSpec {
 	return runtime.VolumeSpec{
 		Plugin:       testPlugin,
