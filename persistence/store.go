@@ -101,7 +101,8 @@ type Store struct {
 	// handOff makes every writer hand its write to the committer goroutine
 	// instead of committing it itself when no commit is running: the
 	// store's earlier behaviour, kept as the baseline of
-	// BenchmarkPutVolumeLone. Set only before the store is used.
+	// BenchmarkPutVolumeLone. Tests and benchmarks change it only while
+	// no write is in flight.
 	handOff bool
 
 	closeOnce sync.Once
