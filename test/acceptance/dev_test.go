@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/csiactor/csiactor/runtime"
+
+	"github.com/csiactor/csiactor/internal/testbin"
 )
 
 // Values that must never appear in a log line, an error or any output.
@@ -131,7 +133,7 @@ func TestAgent_Dev_OperatorTour(t *testing.T) {
 	a.fails(1, "not found", "volume", "status", "data1")
 
 	// --- the plugin killed -----------------------------------------------------
-	pids := processesWith(pluginMarker)
+	pids := testbin.ProcessesWith(pluginMarker)
 	if len(pids) != 1 {
 		t.Fatalf("example plugin processes %v, want one", pids)
 	}
@@ -156,7 +158,7 @@ func TestAgent_Dev_OperatorTour(t *testing.T) {
 		}
 		return false, events.output()
 	})
-	if now := processesWith(pluginMarker); len(now) != 1 || now[0] == pids[0] {
+	if now := testbin.ProcessesWith(pluginMarker); len(now) != 1 || now[0] == pids[0] {
 		t.Errorf("plugin processes after the restart: %v (killed %d)", now, pids[0])
 	}
 
@@ -184,7 +186,7 @@ func TestAgent_Dev_OperatorTour(t *testing.T) {
 	// --- deregister the plugin: its process goes --------------------------------------
 	okOut("alloc", "deregister", "example")
 	h.eventually("the example plugin process is gone", waitDeadline, func() (bool, string) {
-		left := processesWith(pluginMarker)
+		left := testbin.ProcessesWith(pluginMarker)
 		return len(left) == 0, fmt.Sprintf("still running: %v", left)
 	})
 	a.fails(1, "not found", "plugin", "status", "example")
@@ -195,7 +197,7 @@ func TestAgent_Dev_OperatorTour(t *testing.T) {
 	}
 	a.signal(syscall.SIGINT)
 	if code := a.wait(); code != 0 {
-		t.Errorf("agent exit code after SIGINT: %d\n%s", code, tail(a.logs(), 10))
+		t.Errorf("agent exit code after SIGINT: %d\n%s", code, testbin.Tail(a.logs(), 10))
 	}
 	if fileExists(dataDir) {
 		t.Errorf("-dev data dir %s left after exit (mounts: %v); stdout:\n%s", dataDir, mountsUnder(dataDir), readFile(a.stdout))
@@ -203,7 +205,7 @@ func TestAgent_Dev_OperatorTour(t *testing.T) {
 	if m := mountsUnder(h.base); len(m) > 0 {
 		t.Errorf("mounts left after the -dev agent exited: %v", m)
 	}
-	if p := processesWith(dataDir); len(p) > 0 {
+	if p := testbin.ProcessesWith(dataDir); len(p) > 0 {
 		t.Errorf("processes left: %v", p)
 	}
 

@@ -1,7 +1,6 @@
 package acceptance
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,6 +20,9 @@ import (
 	"time"
 
 	"github.com/csiactor/csiactor/internal/leakcheck"
+
+	"github.com/csiactor/csiactor/internal/mountinfo"
+	"github.com/csiactor/csiactor/internal/testbin"
 )
 
 // Deadlines of waits for things that happen on their own (an agent up, a
@@ -54,20 +55,7 @@ func binary(t *testing.T) string {
 		t.Skip("acceptance test: builds and runs the csiactor binary; skipped with -short")
 	}
 	buildOnce.Do(func() {
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-		}
-		if buildDir, buildErr = os.MkdirTemp("", "csiacc-bin-"); buildErr != nil {
-			return
-		}
-		bin := filepath.Join(buildDir, "csiactor")
-		out, err := exec.Command(goBin, "build", "-o", bin, "github.com/csiactor/csiactor/cmd/csiactor").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
-			return
-		}
-		buildBin = bin
+		buildBin, buildDir, buildErr = testbin.Build("csiacc-bin-", false)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -102,7 +90,7 @@ func newHost(t *testing.T) *host {
 		for _, m := range mountsUnder(base) {
 			_ = syscall.Unmount(m, syscall.MNT_DETACH)
 		}
-		for _, pid := range processesWith(base) {
+		for _, pid := range testbin.ProcessesWith(base) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		if err := os.RemoveAll(base); err != nil {
@@ -193,7 +181,7 @@ func (h *host) startAgent(args ...string) *agent {
 	})
 	h.eventually("the agent prints its addresses", startDeadline, func() (bool, string) {
 		if a.exited() {
-			h.t.Fatalf("agent exited early: %s\nstdout:\n%s\nstderr:\n%s", a.state, readFile(a.stdout), tail(readFile(a.stderr), 20))
+			h.t.Fatalf("agent exited early: %s\nstdout:\n%s\nstderr:\n%s", a.state, readFile(a.stdout), testbin.Tail(readFile(a.stderr), 20))
 		}
 		s := readFile(a.stdout)
 		if m := apiLine.FindStringSubmatch(s); m != nil {
@@ -236,7 +224,7 @@ func (a *agent) wait() int {
 	select {
 	case <-a.done:
 	case <-time.After(waitDeadline):
-		a.h.t.Fatalf("agent still running after %s:\n%s", waitDeadline, tail(readFile(a.stderr), 20))
+		a.h.t.Fatalf("agent still running after %s:\n%s", waitDeadline, testbin.Tail(readFile(a.stderr), 20))
 	}
 	return a.state.ExitCode()
 }
@@ -415,62 +403,10 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
 func isRoot() bool { return os.Geteuid() == 0 }
-
-// processesWith returns the pids of processes whose command line contains
-// marker (not this test process).
-func processesWith(marker string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
-			continue // a zombie is dead already
-		}
-		if strings.Contains(strings.ReplaceAll(string(cmdline), "\x00", " "), marker) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
 
 // mountsUnder returns the mount points at or below dir, deepest first.
 func mountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := fields[4]
-		if s, err := strconv.Unquote(`"` + strings.ReplaceAll(mp, `"`, `\"`) + `"`); err == nil {
-			mp = s // \040 and the like
-		}
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append([]string{mp}, out...)
-		}
-	}
-	return out
+	m, _ := mountinfo.Under(dir)
+	return m
 }

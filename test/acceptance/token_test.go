@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/csiactor/csiactor/internal/testbin"
 )
 
 // TestAgent_TokenOverTCP_AuthAndCLI: with api.token_file the TCP listener
@@ -88,7 +90,7 @@ func TestAgent_TokenOverTCP_AuthAndCLI(t *testing.T) {
 
 	a.signal(syscall.SIGINT)
 	if code := a.wait(); code != 0 {
-		t.Errorf("agent exit code after SIGINT: %d\n%s", code, tail(a.logs(), 10))
+		t.Errorf("agent exit code after SIGINT: %d\n%s", code, testbin.Tail(a.logs(), 10))
 	}
 	if strings.Contains(a.logs(), token) {
 		t.Errorf("the agent's log shows the token")

@@ -12,6 +12,9 @@ import (
 
 	"github.com/csiactor/csiactor/internal/leakcheck"
 	"github.com/csiactor/csiactor/runtime"
+
+	"github.com/csiactor/csiactor/internal/mountinfo"
+	"github.com/csiactor/csiactor/internal/testbin"
 )
 
 // TestAgent_KillAndRestart_KeepsClaimsAndMounts is the operator's tour of
@@ -123,7 +126,7 @@ func TestAgent_KillAndRestart_KeepsClaimsAndMounts(t *testing.T) {
 	}
 
 	// --- SIGKILL ---------------------------------------------------------
-	plugins := processesWith(h.stateDir)
+	plugins := testbin.ProcessesWith(h.stateDir)
 	if len(plugins) != 1 {
 		t.Fatalf("want one example plugin process, found %v", plugins)
 	}
@@ -138,14 +141,14 @@ func TestAgent_KillAndRestart_KeepsClaimsAndMounts(t *testing.T) {
 	}
 	// The kernel kills the plugin when the agent dies (Pdeathsig).
 	h.eventually("the plugin process dies with the agent", settleDeadline, func() (bool, string) {
-		left := processesWith(h.stateDir)
+		left := testbin.ProcessesWith(h.stateDir)
 		return len(left) == 0, fmt.Sprintf("still running: %v", left)
 	})
 
 	// With no agent running, the mounts stay and the data is there.
 	if isRoot() {
 		for _, p := range []string{t1, t2} {
-			if !isMounted(p) {
+			if !mountinfo.IsMountPoint(p) {
 				t.Errorf("%s is no longer a mount point after the agent was killed", p)
 			}
 		}
@@ -197,7 +200,7 @@ func TestAgent_KillAndRestart_KeepsClaimsAndMounts(t *testing.T) {
 	if again := strings.TrimSpace(h.ok(claimW("web4", "spill", "single-node-writer")...)); again != t4 {
 		t.Errorf("retrying claim web4 printed %q, want %q", again, t4)
 	}
-	if isRoot() && !isMounted(t4) {
+	if isRoot() && !mountinfo.IsMountPoint(t4) {
 		t.Errorf("web4's target %s is not mounted", t4)
 	}
 
@@ -207,7 +210,7 @@ func TestAgent_KillAndRestart_KeepsClaimsAndMounts(t *testing.T) {
 	if c, ok := claimOf(v, "web1"); !ok || c.State != runtime.ClaimPublished || c.TargetPath != t1 {
 		t.Errorf("after restart data1: %s; want web1 published at %s", describe(v), t1)
 	}
-	if isRoot() && !isMounted(t1) {
+	if isRoot() && !mountinfo.IsMountPoint(t1) {
 		t.Errorf("after restart %s is not mounted", t1)
 	}
 	if b, err := os.ReadFile(filepath.Join(t1, "hello.txt")); err != nil || string(b) != "hello from web1\n" {
@@ -220,7 +223,7 @@ func TestAgent_KillAndRestart_KeepsClaimsAndMounts(t *testing.T) {
 	})
 	if isRoot() {
 		for _, p := range []string{t2, t3} {
-			if isMounted(p) {
+			if mountinfo.IsMountPoint(p) {
 				t.Errorf("after restart and release, %s is still mounted", p)
 			}
 		}
@@ -276,13 +279,13 @@ func TestAgent_KillAndRestart_KeepsClaimsAndMounts(t *testing.T) {
 	// --- SIGTERM ---------------------------------------------------------
 	a2.signal(syscall.SIGTERM)
 	if st := a2.wait(shutdownDeadline); st.ExitCode() != 0 {
-		t.Errorf("agent exit after SIGTERM: %s, want exit status 0\nstderr:\n%s", st, tail(a2.logs(), 30))
+		t.Errorf("agent exit after SIGTERM: %s, want exit status 0\nstderr:\n%s", st, testbin.Tail(a2.logs(), 30))
 	}
 	a2.checkNoRace()
 	if !strings.Contains(a2.logs(), "agent stopped") {
-		t.Errorf("the agent's log does not end with \"agent stopped\":\n%s", tail(a2.logs(), 10))
+		t.Errorf("the agent's log does not end with \"agent stopped\":\n%s", testbin.Tail(a2.logs(), 10))
 	}
-	if left := processesWith(h.stateDir); len(left) > 0 {
+	if left := testbin.ProcessesWith(h.stateDir); len(left) > 0 {
 		t.Errorf("plugin processes left after a clean shutdown: %v", left)
 	}
 	if _, err := os.Lstat(filepath.Join(h.dataDir, runtime.APISocketName)); !errors.Is(err, os.ErrNotExist) {

@@ -23,6 +23,9 @@ import (
 
 	"github.com/csiactor/csiactor/persistence"
 	"github.com/csiactor/csiactor/runtime"
+
+	"github.com/csiactor/csiactor/internal/mountinfo"
+	"github.com/csiactor/csiactor/internal/testbin"
 )
 
 // Deadlines. Each bounds a wait for something that takes milliseconds on
@@ -70,46 +73,12 @@ func binary(t *testing.T) string {
 			buildBin, buildErr = filepath.Abs(p)
 			return
 		}
-		goBin, err := goCommand()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		if buildDir, err = os.MkdirTemp("", "csiae2e-bin-"); err != nil {
-			buildErr = err
-			return
-		}
-		bin := filepath.Join(buildDir, "csiactor")
-		args := []string{"build", "-o", bin}
-		if raceEnabled {
-			args = append(args, "-race")
-		}
-		args = append(args, "github.com/csiactor/csiactor/cmd/csiactor")
-		out, err := exec.Command(goBin, args...).CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
-			return
-		}
-		buildBin = bin
+		buildBin, buildDir, buildErr = testbin.Build("csiae2e-bin-", raceEnabled)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
 	return buildBin
-}
-
-// goCommand finds the go command: in PATH, else in $GOROOT/bin.
-func goCommand() (string, error) {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p, nil
-	}
-	if root := os.Getenv("GOROOT"); root != "" {
-		p := filepath.Join(root, "bin", "go")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	return "", errors.New("the go command is neither in PATH nor in $GOROOT/bin; the e2e tests need it to build csiactor")
 }
 
 // host is one test's machine: a base directory under /tmp (short, since
@@ -146,7 +115,7 @@ func newHost(t *testing.T) *host {
 		killTimeout: "10s",
 	}
 	t.Cleanup(func() {
-		for _, pid := range processesWith(base) {
+		for _, pid := range testbin.ProcessesWith(base) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		mounts := mountsUnder(base)
@@ -270,7 +239,7 @@ func (h *host) startAgent() *agent {
 		}
 		if h.t.Failed() {
 			h.t.Logf("agent run %d stdout:\n%s", n, readFile(a.stdout))
-			h.t.Logf("agent run %d stderr (last 80 lines):\n%s", n, tail(readFile(a.stderr), 80))
+			h.t.Logf("agent run %d stderr (last 80 lines):\n%s", n, testbin.Tail(readFile(a.stderr), 80))
 		}
 	})
 
@@ -278,7 +247,7 @@ func (h *host) startAgent() *agent {
 	tcpRE := regexp.MustCompile(`metrics and health on http://(\S+)`)
 	h.eventually("the agent prints its addresses", readyDeadline, func() (bool, string) {
 		if a.exited() {
-			h.t.Fatalf("agent exited while starting: %s\nstderr:\n%s", a.state, tail(readFile(a.stderr), 40))
+			h.t.Fatalf("agent exited while starting: %s\nstderr:\n%s", a.state, testbin.Tail(readFile(a.stderr), 40))
 		}
 		out := readFile(a.stdout)
 		m := tcpRE.FindStringSubmatch(out)
@@ -318,7 +287,7 @@ func (a *agent) wait(deadline time.Duration) *os.ProcessState {
 	case <-a.done:
 		return a.state
 	case <-time.After(deadline):
-		a.h.t.Fatalf("agent did not exit within %s\nstderr:\n%s", deadline, tail(readFile(a.stderr), 40))
+		a.h.t.Fatalf("agent did not exit within %s\nstderr:\n%s", deadline, testbin.Tail(readFile(a.stderr), 40))
 		return nil
 	}
 }
@@ -533,92 +502,13 @@ func readFile(p string) string {
 	return string(b)
 }
 
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
 // isRoot reports whether the example plugin bind-mounts (it does as root).
 func isRoot() bool { return os.Geteuid() == 0 }
 
-// processesWith returns the live (not zombie) processes whose command line
-// contains marker, other than this one.
-func processesWith(marker string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !bytes.Contains(cmdline, []byte(marker)) {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// The state follows the ")" that ends the command name.
-		if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
-			continue
-		}
-		pids = append(pids, pid)
-	}
-	return pids
-}
-
-// mountsUnder returns the mount points at or below dir, from
-// /proc/self/mountinfo.
+// mountsUnder returns the mount points at or below dir, deepest first.
 func mountsUnder(dir string) []string {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(f[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	return out
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for a space) of
-// /proc/self/mountinfo.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isMounted(path string) bool {
-	for _, m := range mountsUnder(path) {
-		if m == path {
-			return true
-		}
-	}
-	return false
+	m, _ := mountinfo.Under(dir)
+	return m
 }
 
 // sample is one line of the Prometheus text exposition format.

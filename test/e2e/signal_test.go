@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/csiactor/csiactor/internal/leakcheck"
+
+	"github.com/csiactor/csiactor/internal/testbin"
 )
 
 // TestAgent_SecondSignal_ExitsAtOnce stops an agent whose shutdown is
@@ -29,7 +31,7 @@ func TestAgent_SecondSignal_ExitsAtOnce(t *testing.T) {
 
 	a := h.startAgent()
 	h.eventually("the stubborn plugin runs", readyDeadline, func() (bool, string) {
-		return len(processesWith(marker)) > 0, a.logs()
+		return len(testbin.ProcessesWith(marker)) > 0, a.logs()
 	})
 
 	a.signal(syscall.SIGTERM)
@@ -37,7 +39,7 @@ func TestAgent_SecondSignal_ExitsAtOnce(t *testing.T) {
 		if a.exited() {
 			t.Fatalf("the agent exited before the second signal: %s", a.state)
 		}
-		return strings.Contains(a.logs(), "stopping plugin allocations"), tail(a.logs(), 10)
+		return strings.Contains(a.logs(), "stopping plugin allocations"), testbin.Tail(a.logs(), 10)
 	})
 	a.signal(syscall.SIGINT)
 
@@ -52,11 +54,11 @@ func TestAgent_SecondSignal_ExitsAtOnce(t *testing.T) {
 		t.Errorf("agent ended by %s, want exit or SIGINT", ws.Signal())
 	}
 	if !strings.Contains(a.logs(), "again") {
-		t.Errorf("the agent does not say why it exited early:\n%s", tail(a.logs(), 5))
+		t.Errorf("the agent does not say why it exited early:\n%s", testbin.Tail(a.logs(), 5))
 	}
 	a.checkNoRace()
 	h.eventually("the stubborn plugin dies with the agent", settleDeadline, func() (bool, string) {
-		left := processesWith(marker)
+		left := testbin.ProcessesWith(marker)
 		return len(left) == 0, fmt.Sprintf("still running: %v", left)
 	})
 }

@@ -6,21 +6,9 @@ import (
 	"slices"
 	"syscall"
 	"testing"
-)
 
-func TestUnescapeMountinfo(t *testing.T) {
-	for in, want := range map[string]string{
-		`/plain/path`:         "/plain/path",
-		`/with\040space`:      "/with space",
-		`/tab\011and\134back`: "/tab\tand\\back",
-		`/trailing\04`:        `/trailing\04`,
-		`/not\9octal`:         `/not\9octal`,
-	} {
-		if got := unescapeMountinfo(in); got != want {
-			t.Errorf("unescapeMountinfo(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
+	"github.com/csiactor/csiactor/internal/mountinfo"
+)
 
 // A -dev data dir with a live bind mount in it is removed without reaching
 // through the mount: the mount is detached, the volume's files survive.
@@ -45,7 +33,7 @@ func TestRemoveDevDir_DetachesMountsFirst(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(target, syscall.MNT_DETACH); _ = os.RemoveAll(dev) })
 
-	mounts, err := mountsUnder(dev)
+	mounts, err := mountinfo.Under(dev)
 	if err != nil || !slices.Contains(mounts, target) {
 		t.Fatalf("mountsUnder(%s) = %v, %v; want it to list %s", dev, mounts, err, target)
 	}
@@ -58,7 +46,7 @@ func TestRemoveDevDir_DetachesMountsFirst(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(volume, "data.txt")); err != nil || string(got) != "keep me" {
 		t.Errorf("volume file after removeDevDir = %q, %v; want it untouched", got, err)
 	}
-	if left, _ := mountsUnder(filepath.Dir(dev)); slices.Contains(left, target) {
+	if mountinfo.IsMountPoint(target) {
 		t.Errorf("mount %s still there", target)
 	}
 }

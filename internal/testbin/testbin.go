@@ -1,0 +1,87 @@
+// Package testbin holds what the tests that run the built csiactor binary
+// share: building it, and finding the processes it left.
+package testbin
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// GoCommand finds the go command: in PATH, else in $GOROOT/bin.
+func GoCommand() (string, error) {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p, nil
+	}
+	if root := os.Getenv("GOROOT"); root != "" {
+		p := filepath.Join(root, "bin", "go")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("the go command is neither in PATH nor in $GOROOT/bin; it is needed to build csiactor")
+}
+
+// Build builds ./cmd/csiactor into a new directory under os.TempDir named
+// with prefix (with the race detector when race is set). It returns the
+// binary and its directory, which the caller removes.
+func Build(prefix string, race bool) (bin, dir string, err error) {
+	goBin, err := GoCommand()
+	if err != nil {
+		return "", "", err
+	}
+	if dir, err = os.MkdirTemp("", prefix); err != nil {
+		return "", "", err
+	}
+	bin = filepath.Join(dir, "csiactor")
+	args := []string{"build", "-o", bin}
+	if race {
+		args = append(args, "-race")
+	}
+	args = append(args, "github.com/csiactor/csiactor/cmd/csiactor")
+	if out, err := exec.Command(goBin, args...).CombinedOutput(); err != nil {
+		return "", dir, fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return bin, dir, nil
+}
+
+// ProcessesWith returns the live (not zombie or dead) processes whose
+// command line contains marker, other than this one.
+func ProcessesWith(marker string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !bytes.Contains(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}), []byte(marker)) {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// The state follows the ")" that ends the command name.
+		if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// Tail returns the last n lines of s.
+func Tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
