@@ -22,6 +22,7 @@ type client struct {
 	node       csipb.NodeClient
 	path       string
 	opts       options
+	deadlines  *deadlines
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -38,6 +39,7 @@ func newClient(cc *grpc.ClientConn, path string, o options) *client {
 		node:       csipb.NewNodeClient(cc),
 		path:       path,
 		opts:       o,
+		deadlines:  newDeadlines(),
 	}
 }
 
@@ -50,8 +52,8 @@ func invoke[Req, Resp any](ctx context.Context, c *client, method string, timeou
 	if c.closed.Load() {
 		return zero, fmt.Errorf("%s: %w", method, ErrClosed)
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	ctx, done := c.deadlines.start(ctx, timeout)
+	defer done()
 	resp, err := call(ctx, req)
 	if err != nil {
 		if c.closed.Load() {
@@ -262,6 +264,7 @@ func (c *client) Close() error {
 		if err := c.cc.Close(); err != nil {
 			c.closeErr = fmt.Errorf("close %s: %w", c.path, err)
 		}
+		c.deadlines.stop()
 	})
 	return c.closeErr
 }

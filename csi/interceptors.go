@@ -2,11 +2,13 @@ package csi
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -29,7 +31,7 @@ func observeInterceptor(plugin string, log *logrus.Entry, m *Metrics) grpc.Unary
 		invoker grpc.UnaryInvoker, opts ...grpc.CallOption,
 	) error {
 		start := time.Now()
-		err := invoker(ctx, fullMethod, req, reply, cc, opts...)
+		err := timedOut(ctx, invoker(ctx, fullMethod, req, reply, cc, opts...))
 		elapsed := time.Since(start)
 		code := Code(err)
 		method := shortMethod(fullMethod)
@@ -54,6 +56,16 @@ func observeInterceptor(plugin string, log *logrus.Entry, m *Metrics) grpc.Unary
 		}
 		return err
 	}
+}
+
+// timedOut turns the Canceled error of a call that the deadline watchdog
+// ended (see deadlines) into the DeadlineExceeded a timer-based context
+// would have given, so that logs, metrics and Classify see a timeout.
+func timedOut(ctx context.Context, err error) error {
+	if err != nil && status.Code(err) == codes.Canceled && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+		return status.Error(codes.DeadlineExceeded, "context deadline exceeded")
+	}
+	return err
 }
 
 func sanitizeAny(v any) string {
