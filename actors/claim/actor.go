@@ -12,7 +12,7 @@ type Actor struct {
 	cfg     Config
 	log     *logrus.Entry
 	attempt int  // failed attempts of the current step
-	job     *job // the step's RPC, or the pause after a failure
+	job     *Job // the step's RPC, or the pause after a failure
 }
 
 // Receive handles the claim actor's messages.

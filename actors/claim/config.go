@@ -33,7 +33,9 @@ type Config struct {
 func NewProps(cfg Config, opts ...actor.PropsOption) *actor.Props {
 	log := cfg.Logger.WithFields(logrus.Fields{"volume": cfg.Volume, "alloc": cfg.Alloc})
 	if cfg.Pool != nil {
-		opts = append([]actor.PropsOption{actor.WithDispatcher(cfg.Pool)}, opts...)
+		// Inline from the start: a claim actor's messages come from its
+		// volume actor's handlers and its own jobs, none holding a lock.
+		opts = append([]actor.PropsOption{actor.WithDispatcher(cfg.Pool.Dispatcher(true))}, opts...)
 	}
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &Actor{cfg: cfg, log: log}

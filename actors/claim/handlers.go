@@ -21,9 +21,8 @@ func (a *Actor) run(ctx actor.Context, s Step) {
 		return
 	}
 	self, root, runner := ctx.Self(), ctx.ActorSystem().Root, a.cfg.Runner
-	a.job = startJob(a.cfg.Pool, func(jctx context.Context) {
-		res := runner.Run(jctx, s)
-		root.Send(self, &stepFinished{owner: a, step: s, res: res})
+	a.job = StartJob(a.cfg.Pool, root, self, func(jctx context.Context) any {
+		return &stepFinished{owner: a, step: s, res: runner.Run(jctx, s)}
 	})
 }
 
@@ -31,7 +30,7 @@ func (a *Actor) finished(ctx actor.Context, msg *stepFinished) {
 	if msg.owner != a {
 		return // from an incarnation before a restart
 	}
-	a.job.stop()
+	a.job.Stop()
 	a.job = nil
 	if a.cfg.Hook != nil {
 		a.cfg.Hook("claim-done:"+msg.step.Method.String(), a.cfg.Volume)
@@ -56,10 +55,11 @@ func (a *Actor) finished(ctx actor.Context, msg *stepFinished) {
 	}
 	self, root, runner := ctx.Self(), ctx.ActorSystem().Root, a.cfg.Runner
 	plugin, typ := a.cfg.Plugin, msg.step.Method.PluginType()
-	a.job = startJob(a.cfg.Pool, func(jctx context.Context) {
-		if runner.Pause(jctx, plugin, typ, delay) == nil {
-			root.Send(self, &pauseOver{owner: a})
+	a.job = StartJob(a.cfg.Pool, root, self, func(jctx context.Context) any {
+		if runner.Pause(jctx, plugin, typ, delay) != nil {
+			return nil
 		}
+		return &pauseOver{owner: a}
 	})
 }
 
@@ -67,7 +67,7 @@ func (a *Actor) paused(ctx actor.Context, msg *pauseOver) {
 	if msg.owner != a {
 		return
 	}
-	a.job.stop()
+	a.job.Stop()
 	a.job = nil
 	a.askTurn(ctx)
 }
@@ -78,6 +78,6 @@ func (a *Actor) freed(ctx actor.Context) {
 }
 
 func (a *Actor) stopWork() {
-	a.job.stop()
+	a.job.Stop()
 	a.job = nil
 }

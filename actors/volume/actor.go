@@ -24,12 +24,12 @@ type volumeActor struct {
 	rec      *persistence.Volume       // last persisted record, never modified; nil when not registered
 	queue    []any                     // work waiting for the slot, in order
 	slot     slot                      // who holds the volume's one RPC slot
-	job      *job                      // the goroutine of the slot's publish step, create or delete
+	job      *claim.Job                // the goroutine of the slot's publish step, create or delete
 	lookups  map[string]*lookup        // node plugin lookups for new claims, by alloc
-	retries  map[string]*job           // publish steps waiting to retry, by alloc
+	retries  map[string]*claim.Job     // publish steps waiting to retry, by alloc
 	waiters  map[string][]chan<- reply // callers of claims being published, by alloc
 	claimers map[string]*actor.PID     // claim actors, by alloc
-	respawns map[string]*job           // claim actors to start again, by alloc
+	respawns map[string]*claim.Job     // claim actors to start again, by alloc
 	idle     *time.Timer
 	idleGen  uint64
 
@@ -44,10 +44,10 @@ func newVolumeActor(m *Manager, h *handle) *volumeActor {
 		h:        h,
 		log:      m.log.WithField("volume", h.id),
 		lookups:  map[string]*lookup{},
-		retries:  map[string]*job{},
+		retries:  map[string]*claim.Job{},
 		waiters:  map[string][]chan<- reply{},
 		claimers: map[string]*actor.PID{},
-		respawns: map[string]*job{},
+		respawns: map[string]*claim.Job{},
 	}
 }
 

@@ -1,6 +1,7 @@
 package volume
 
 import (
+	"github.com/csiactor/csiactor/actors/claim"
 	"sync"
 	"sync/atomic"
 
@@ -21,8 +22,9 @@ type snapshot struct {
 // volume gets a new handle when it is needed again.
 type handle struct {
 	id      string
-	pid     *actor.PID    // set before the handle is shared
-	stopped chan struct{} // closed when the actor has stopped for good
+	pid     *actor.PID        // set before the handle is shared
+	stopped chan struct{}     // closed when the actor has stopped for good
+	disp    *claim.Dispatcher // the actor's mailbox dispatcher; set before the handle is shared
 
 	snap atomic.Pointer[snapshot]
 

@@ -40,7 +40,7 @@ type turnWork struct{ alloc string }
 // lookup is a node plugin lookup for a new claim, and the requests for that
 // claim that arrived meanwhile.
 type lookup struct {
-	job  *job
+	job  *claim.Job
 	reqs []*claimRequest
 }
 
@@ -77,6 +77,7 @@ func (a *volumeActor) started(ctx actor.Context) {
 		}
 	}
 	a.settle(ctx)
+	a.h.disp.SetInline(true)
 }
 
 // persist writes v (a modified copy of a.rec) and makes it the record and
@@ -207,11 +208,9 @@ func (a *volumeActor) claim(ctx actor.Context, msg *claimRequest) {
 	}
 	plugins, plugin := a.m.plugins, a.rec.Plugin
 	self, root := ctx.Self(), ctx.ActorSystem().Root
-	j := a.m.pool.start(func(jctx context.Context) {
+	j := claim.StartJob(a.m.pool.pool, root, self, func(jctx context.Context) any {
 		_, facts, err := plugins.Client(jctx, plugin, claim.NodePlugin)
-		if jctx.Err() == nil {
-			root.Send(self, &factsResolved{owner: a, alloc: alloc, facts: facts, err: err})
-		}
+		return &factsResolved{owner: a, alloc: alloc, facts: facts, err: err}
 	})
 	a.lookups[alloc] = &lookup{job: j, reqs: []*claimRequest{msg}}
 	a.settle(ctx)
@@ -238,7 +237,7 @@ func (a *volumeActor) reserve(ctx actor.Context, msg *factsResolved) {
 		return
 	}
 	delete(a.lookups, msg.alloc)
-	l.job.stop()
+	l.job.Stop()
 	a.reserveAll(ctx, msg.alloc, l.reqs, msg.facts, msg.err)
 }
 
@@ -292,11 +291,8 @@ func (a *volumeActor) advance(ctx actor.Context, alloc string) {
 	}
 	a.slot = slot{kind: slotPublish, alloc: alloc}
 	runner, self, root := a.m.runner, ctx.Self(), ctx.ActorSystem().Root
-	a.job = a.m.pool.start(func(jctx context.Context) {
-		res := runner.Run(jctx, step)
-		if jctx.Err() == nil {
-			root.Send(self, &stepFinished{owner: a, step: step, res: res})
-		}
+	a.job = claim.StartJob(a.m.pool.pool, root, self, func(jctx context.Context) any {
+		return &stepFinished{owner: a, step: step, res: runner.Run(jctx, step)}
 	})
 }
 
@@ -315,7 +311,7 @@ func (a *volumeActor) stepFinished(ctx actor.Context, msg *stepFinished) {
 	if msg.owner != a {
 		return
 	}
-	a.job.stop()
+	a.job.Stop()
 	a.job = nil
 	a.slot = slot{}
 	alloc := msg.step.Alloc
@@ -354,10 +350,11 @@ func (a *volumeActor) scheduleRetry(ctx actor.Context, step claim.Step, attempts
 	runner.Retrying(plugin, step.Method.String())
 	a.log.WithFields(logrus.Fields{"alloc": alloc, "method": step.Method.String(), "attempt": attempts, "delay": delay}).
 		Info("publish step failed; retrying with backoff")
-	a.retries[alloc] = a.m.pool.start(func(jctx context.Context) {
-		if runner.Pause(jctx, plugin, typ, delay) == nil {
-			root.Send(self, &retryDue{owner: a, alloc: alloc})
+	a.retries[alloc] = claim.StartJob(a.m.pool.pool, root, self, func(jctx context.Context) any {
+		if runner.Pause(jctx, plugin, typ, delay) != nil {
+			return nil
 		}
+		return &retryDue{owner: a, alloc: alloc}
 	})
 }
 
@@ -366,7 +363,7 @@ func (a *volumeActor) retryDue(ctx actor.Context, msg *retryDue) {
 		return
 	}
 	if j := a.retries[msg.alloc]; j != nil {
-		j.stop()
+		j.Stop()
 		delete(a.retries, msg.alloc)
 		a.queue = append(a.queue, &advanceWork{alloc: msg.alloc})
 	}
@@ -407,7 +404,7 @@ func (a *volumeActor) release(ctx actor.Context, msg *releaseRequest) {
 			return
 		}
 		if j := a.retries[msg.alloc]; j != nil {
-			j.stop()
+			j.Stop()
 			delete(a.retries, msg.alloc)
 		}
 		for _, ch := range a.waiters[msg.alloc] {
@@ -524,13 +521,14 @@ func (a *volumeActor) childTerminated(ctx actor.Context, msg *actor.Terminated) 
 		// again later, after the longest backoff.
 		delay := a.m.cfg.Backoff.Delay(1 << 20)
 		self, root := ctx.Self(), ctx.ActorSystem().Root
-		a.respawns[alloc] = a.m.pool.start(func(jctx context.Context) {
+		a.respawns[alloc] = claim.StartJob(a.m.pool.pool, root, self, func(jctx context.Context) any {
 			t := time.NewTimer(delay)
 			defer t.Stop()
 			select {
 			case <-t.C:
-				root.Send(self, &respawnClaimer{owner: a, alloc: alloc})
+				return &respawnClaimer{owner: a, alloc: alloc}
 			case <-jctx.Done():
+				return nil
 			}
 		})
 		break
@@ -548,7 +546,7 @@ func (a *volumeActor) respawnClaimer(ctx actor.Context, msg *respawnClaimer) {
 		return
 	}
 	if j := a.respawns[msg.alloc]; j != nil {
-		j.stop()
+		j.Stop()
 		delete(a.respawns, msg.alloc)
 	}
 	if a.rec != nil && claim.FindClaim(a.rec.PastClaims, msg.alloc) >= 0 {
@@ -646,7 +644,7 @@ func (a *volumeActor) startOp(ctx actor.Context, req any, callerCtx context.Cont
 	retry bool, call func(context.Context, csi.Client) (any, error)) {
 	a.slot = slot{kind: slotOp}
 	runner, backoff, self, root := a.m.runner, a.m.cfg.Backoff, ctx.Self(), ctx.ActorSystem().Root
-	a.job = a.m.pool.start(func(jctx context.Context) {
+	a.job = claim.StartJob(a.m.pool.pool, root, self, func(jctx context.Context) any {
 		octx, cancel := context.WithCancel(jctx)
 		defer cancel()
 		defer context.AfterFunc(callerCtx, cancel)()
@@ -666,9 +664,7 @@ func (a *volumeActor) startOp(ctx actor.Context, req any, callerCtx context.Cont
 				break
 			}
 		}
-		if jctx.Err() == nil {
-			root.Send(self, &opFinished{owner: a, req: req, res: res, out: out})
-		}
+		return &opFinished{owner: a, req: req, res: res, out: out}
 	})
 }
 
@@ -676,7 +672,7 @@ func (a *volumeActor) opFinished(ctx actor.Context, msg *opFinished) {
 	if msg.owner != a {
 		return
 	}
-	a.job.stop()
+	a.job.Stop()
 	a.job = nil
 	a.slot = slot{}
 	switch req := msg.req.(type) {
@@ -758,18 +754,18 @@ func (a *volumeActor) stopWork() {
 		a.idle.Stop()
 		a.idle = nil
 	}
-	a.job.stop()
+	a.job.Stop()
 	a.job = nil
 	for k, l := range a.lookups {
-		l.job.stop()
+		l.job.Stop()
 		delete(a.lookups, k)
 	}
 	for k, j := range a.retries {
-		j.stop()
+		j.Stop()
 		delete(a.retries, k)
 	}
 	for k, j := range a.respawns {
-		j.stop()
+		j.Stop()
 		delete(a.respawns, k)
 	}
 }

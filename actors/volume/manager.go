@@ -248,8 +248,11 @@ func (m *Manager) spawnLocked(id string) *handle {
 		delete(m.orphans, id)
 	}
 	m.countsMu.Unlock()
+	// Not inline until started: the Started message is posted here, under
+	// m.mu, which the actor's start takes.
+	h.disp = m.pool.pool.Dispatcher(false)
 	props := actor.PropsFromProducer(func() actor.Actor { return newVolumeActor(m, h) },
-		actor.WithGuardian(m.volSup), actor.WithSupervisor(m.claimSup), actor.WithDispatcher(m.pool.pool))
+		actor.WithGuardian(m.volSup), actor.WithSupervisor(m.claimSup), actor.WithDispatcher(h.disp))
 	m.actors.Add(1)
 	h.pid = m.root.SpawnPrefix(props, "volume-")
 	m.live[id] = h
