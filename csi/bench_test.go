@@ -5,6 +5,7 @@ import (
 	"io"
 	"path/filepath"
 	"testing"
+	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus"
@@ -110,5 +111,50 @@ func BenchmarkSanitize(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = Sanitize(req)
+	}
+}
+
+// BenchmarkRPCTimeout compares two ways of giving an RPC its timeout, on
+// the same Client (same connection, same interceptors), interleaved in
+// chunks so that both see the same machine load: "timer" is a
+// context.WithTimeout per call (a runtime timer armed and stopped per call,
+// what invoke did before), "watchdog" is the Client's own timeout (the
+// deadlines watchdog). "bare" is a plain gRPC client without any timeout on
+// its own connection: the floor. Each reports µs per call.
+func BenchmarkRPCTimeout(b *testing.B) {
+	c, cc := benchClients(b, false)
+	nc := csipb.NewNodeClient(cc)
+	ctx := context.Background()
+	req := &csipb.NodeUnpublishVolumeRequest{VolumeId: "vol", TargetPath: filepath.Join(b.TempDir(), "target")}
+	variants := []struct {
+		name string
+		call func() error
+	}{
+		{"bare", func() error { _, err := nc.NodeUnpublishVolume(ctx, req); return err }},
+		{"timer", func() error {
+			// Earlier than the Client's RPC timeout: the call runs on this
+			// context's timer and the watchdog stays out of it.
+			tctx, cancel := context.WithTimeout(ctx, DefaultRPCTimeout/2)
+			defer cancel()
+			return c.NodeUnpublishVolume(tctx, req)
+		}},
+		{"watchdog", func() error { return c.NodeUnpublishVolume(ctx, req) }},
+	}
+	spent := make([]time.Duration, len(variants))
+	const chunk = 20
+	for done := 0; done < b.N; done += chunk {
+		for i, v := range variants {
+			t0 := time.Now()
+			for range chunk {
+				if err := v.call(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			spent[i] += time.Since(t0)
+		}
+	}
+	calls := float64((b.N + chunk - 1) / chunk * chunk)
+	for i, v := range variants {
+		b.ReportMetric(float64(spent[i].Microseconds())/calls, v.name+"-us/call")
 	}
 }
