@@ -207,6 +207,9 @@ func TestStore_PutVolume_JSONFallback(t *testing.T) {
 	if err := s.PutVolume(ctx, b); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.checkpoint(); err != nil {
+		t.Fatal(err)
+	}
 	raw := map[string]byte{}
 	if err := s.view(ctx, func(tx *bolt.Tx) error {
 		return tx.Bucket([]byte(bucketVolumes)).ForEach(func(k, v []byte) error {

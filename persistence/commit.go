@@ -186,6 +186,19 @@ func (s *Store) commitLocked() bool {
 
 	applied := 0
 	for _, r := range batch {
+		if r.err == nil && err == nil {
+			applied++
+		}
+	}
+	if err != nil {
+		s.log.WithField("writes", len(batch)).WithError(err).Error("store commit failed")
+	}
+	// Metrics before answers: a caller that got its answer sees them.
+	if applied > 0 {
+		s.m.commitSeconds.Observe(elapsed.Seconds())
+		s.m.batchSize.Observe(float64(applied))
+	}
+	for _, r := range batch {
 		switch {
 		case r.err != nil:
 			if errors.Is(r.err, context.Canceled) || errors.Is(r.err, context.DeadlineExceeded) {
@@ -198,17 +211,9 @@ func (s *Store) commitLocked() bool {
 			s.m.writesError.Inc()
 			r.answer(fmt.Errorf("commit store %s: %w", s.path, err))
 		default:
-			applied++
 			s.m.writesOK.Inc()
 			r.answer(nil)
 		}
-	}
-	if err != nil {
-		s.log.WithField("writes", len(batch)).WithError(err).Error("store commit failed")
-	}
-	if applied > 0 {
-		s.m.commitSeconds.Observe(elapsed.Seconds())
-		s.m.batchSize.Observe(float64(applied))
 	}
 	clear(batch) // drop references to finished requests
 	s.batch = batch[:0]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -92,7 +93,7 @@ func TestStore_Commit_OneBatchEachCallerOwnResult(t *testing.T) {
 	const good = 10
 	results := make(chan error, good+2)
 	for i := range good {
-		go func() { results <- s.PutVolume(ctx, Volume{ID: fmt.Sprintf("v%d", i)}) }()
+		go func() { results <- s.write(ctx, putRaw(fmt.Sprintf("v%d", i))) }()
 	}
 	failed := make(chan error, 1)
 	panicked := make(chan error, 1)
@@ -134,7 +135,7 @@ func TestStore_Commit_OneBatchEachCallerOwnResult(t *testing.T) {
 	// (13 writes, 11 committed): the batch-size histogram has one
 	// observation of 11.
 	want := `
-# HELP csiactor_store_commit_batch_size Writes committed together in one store transaction.
+# HELP csiactor_store_commit_batch_size Writes committed together in one store transaction or journal append.
 # TYPE csiactor_store_commit_batch_size histogram
 csiactor_store_commit_batch_size_bucket{le="1"} 0
 csiactor_store_commit_batch_size_bucket{le="2"} 0
@@ -174,20 +175,60 @@ func TestStore_Commit_CanceledWhileQueuedIsSkipped(t *testing.T) {
 	release := s.blockCommitter(t)
 	wctx, cancel := context.WithCancel(ctx)
 	res := make(chan error, 1)
-	go func() { res <- s.PutVolume(wctx, Volume{ID: "late"}) }()
+	go func() { res <- s.write(wctx, putRaw("late")) }()
 	waitQueued(t, s, 1)
+	cancel()
+	if err := <-res; !errors.Is(err, context.Canceled) {
+		t.Fatalf("write with canceled ctx: %v, want context.Canceled", err)
+	}
+	release()
+	// A write queued after the canceled one proves the batch has been
+	// committed before we look.
+	if err := s.write(ctx, putRaw("after")); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := s.VolumeIDs(ctx); err != nil || slices.Contains(ids, "late") {
+		t.Fatalf("canceled write was applied: VolumeIDs = %v, %v; want no \"late\"", ids, err)
+	}
+}
+
+func TestStore_Journal_CanceledWhileQueuedIsSkipped(t *testing.T) {
+	checkLeaks(t)
+	ctx := ctxT(t)
+	path := storePath(t)
+	s, err := Open(path, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	release := s.blockJournal(t)
+	wctx, cancel := context.WithCancel(ctx)
+	res := make(chan error, 1)
+	go func() { res <- s.PutVolume(wctx, volumeWithClaim("late")) }()
+	waitJournalQueued(t, s, 1)
 	cancel()
 	if err := <-res; !errors.Is(err, context.Canceled) {
 		t.Fatalf("PutVolume with canceled ctx: %v, want context.Canceled", err)
 	}
 	release()
-	// A write queued after the canceled one proves the batch has been
-	// committed before we look.
-	if err := s.PutVolume(ctx, Volume{ID: "after"}); err != nil {
+	// A write queued after the canceled one proves the group has been
+	// appended before we look.
+	if err := s.PutVolume(ctx, volumeWithClaim("after")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Volume(ctx, "late"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("canceled write was applied: Volume(late) = %v, want ErrNotFound", err)
+	}
+	// Nor is it in the journal: a crash and replay do not bring it back.
+	if err := s.close(false); err != nil {
+		t.Fatal(err)
+	}
+	s = openT(t, path, Config{})
+	if _, err := s.Volume(ctx, "late"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("canceled write replayed: Volume(late) = %v, want ErrNotFound", err)
+	}
+	if _, err := s.Volume(ctx, "after"); err != nil {
+		t.Fatalf("Volume(after) after replay: %v", err)
 	}
 }
 

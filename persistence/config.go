@@ -20,6 +20,12 @@ const (
 	// DefaultMaxBatchDelay bounds how long a commit keeps gathering
 	// queued writes into one transaction before it commits.
 	DefaultMaxBatchDelay = 10 * time.Millisecond
+	// DefaultCheckpointBytes is the journal size past which its writes are
+	// checkpointed into the store file.
+	DefaultCheckpointBytes = 4 << 20
+	// DefaultCheckpointDelay is how long after the first write not yet
+	// checkpointed the journal is checkpointed at the latest.
+	DefaultCheckpointDelay = time.Second
 )
 
 // Config configures a Store. Zero fields mean their defaults.
@@ -27,17 +33,28 @@ type Config struct {
 	// LockTimeout is how long Open waits for the file lock held by another
 	// process before it fails with ErrInUse. Zero means DefaultLockTimeout.
 	LockTimeout time.Duration
-	// NoSync skips fsync on commit. A crash may then lose or corrupt
-	// committed writes: for benchmarks and tests only.
+	// NoSync skips fsync on commit: a volume write is then one write(2) to
+	// the journal, which survives a crash of the process but not of the
+	// machine. A power loss may lose or corrupt committed writes: for
+	// benchmarks and tests only.
 	NoSync bool
 	// MaxBatchDelay bounds how long a commit keeps adding writes that are
 	// already queued to the transaction it is building. It never waits
 	// for writes that have not arrived: when the queue is empty it commits
 	// at once. Zero means DefaultMaxBatchDelay.
 	MaxBatchDelay time.Duration
-	// MaxBatchSize is the most writes in one transaction (one fsync). Zero
-	// means DefaultMaxBatchSize; 1 turns group commit off.
+	// MaxBatchSize is the most writes in one transaction or one journal
+	// append (one fsync). Zero means DefaultMaxBatchSize; 1 turns group
+	// commit off.
 	MaxBatchSize int
+	// CheckpointBytes is the journal size, in bytes, past which its
+	// writes are moved into the store file in the background. Zero means
+	// DefaultCheckpointBytes.
+	CheckpointBytes int64
+	// CheckpointDelay bounds how long a volume write stays in the journal
+	// only: a checkpoint runs this long after the first write since the
+	// last one. Zero means DefaultCheckpointDelay.
+	CheckpointDelay time.Duration
 	// VerifyOnOpen runs bbolt's full consistency check of every page when
 	// an existing file is opened. It reads the whole file, so it costs
 	// start-up time on large stores; off by default.
@@ -55,6 +72,9 @@ func DefaultConfig() Config {
 		LockTimeout:   DefaultLockTimeout,
 		MaxBatchDelay: DefaultMaxBatchDelay,
 		MaxBatchSize:  DefaultMaxBatchSize,
+
+		CheckpointBytes: DefaultCheckpointBytes,
+		CheckpointDelay: DefaultCheckpointDelay,
 	}
 }
 
@@ -68,6 +88,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max_batch_delay %s is negative: %w", c.MaxBatchDelay, ErrInvalidConfig)
 	case c.MaxBatchSize < 0:
 		return fmt.Errorf("max_batch_size %d is negative: %w", c.MaxBatchSize, ErrInvalidConfig)
+	case c.CheckpointBytes < 0:
+		return fmt.Errorf("checkpoint_bytes %d is negative: %w", c.CheckpointBytes, ErrInvalidConfig)
+	case c.CheckpointDelay < 0:
+		return fmt.Errorf("checkpoint_delay %s is negative: %w", c.CheckpointDelay, ErrInvalidConfig)
 	}
 	return nil
 }
@@ -83,6 +107,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBatchSize == 0 {
 		c.MaxBatchSize = d.MaxBatchSize
+	}
+	if c.CheckpointBytes == 0 {
+		c.CheckpointBytes = d.CheckpointBytes
+	}
+	if c.CheckpointDelay == 0 {
+		c.CheckpointDelay = d.CheckpointDelay
 	}
 	if c.Logger == nil {
 		l := logrus.New()

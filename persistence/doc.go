@@ -24,21 +24,40 @@
 // field the codec does not know. Every write method blocks until its write
 // is on disk.
 //
+// # Journal
+//
+// Volume writes (PutVolume, DeleteVolume), the ones a volume actor makes
+// after each claim step, do not each cost a bbolt transaction: each is
+// appended as one framed record (length, CRC-32C, op, ID, value) to a
+// write-ahead journal next to the store file, "<file>.journal.<n>", and
+// returns once appended (and fdatasync'd, unless [Config.NoSync]). An
+// in-memory overlay of the writes not yet in bbolt makes every read see
+// every returned write: [Store.Volume] looks there first; the scans
+// ([Store.ForEachVolume], [Store.VolumeIDs], [Store.ActiveVolumes])
+// checkpoint first. A checkpoint moves the journal into bbolt in one
+// transaction, in the background when the journal passes
+// [Config.CheckpointBytes] or [Config.CheckpointDelay] after its first
+// write, on scans, and on Close; it first rotates to a new journal
+// generation and overlay, so writers never wait for bbolt. bbolt stays the
+// store of record: Open replays whatever journal a crash left, in one
+// transaction, and removes it. Allocations are written to bbolt directly.
+//
 // # Group commit
 //
-// Writes from all goroutines join one queue, and one commit runs at a
-// time. A writer that finds no commit running commits the queue itself, in
-// its own goroutine: its own write, and every write already queued behind
-// it (up to [Config.MaxBatchSize], for at most [Config.MaxBatchDelay]), in
-// one bbolt transaction with one fsync, and hands each of the others its
-// result. So a lone write is committed at once, without a hand-off to
-// another goroutine and back. A writer that finds a commit running waits:
-// the writes that queue while one batch is being synced form the next
-// batch, committed by the store's committer goroutine as soon as the
-// running commit ends (or by a writer that arrives first). It never waits
-// for writes that have not arrived. Each caller gets its own result: a
-// write that fails is taken out and the rest of its batch is committed
-// without it.
+// Writes from all goroutines join one queue (volume writes the journal's,
+// others bbolt's), and one commit of each queue runs at a time. A writer
+// that finds no commit running commits the queue itself, in its own
+// goroutine: its own write, and every write already queued behind it (up
+// to [Config.MaxBatchSize], for at most [Config.MaxBatchDelay]), in one
+// journal append or one bbolt transaction, with one fsync, and hands each
+// of the others its result. So a lone write is committed at once, without
+// a hand-off to another goroutine and back. A writer that finds a commit
+// running waits: the writes that queue while one batch is being synced
+// form the next batch, committed by the store's committer goroutine as
+// soon as the running commit ends (or by a writer that arrives first). It
+// never waits for writes that have not arrived. Each caller gets its own
+// result: a write that fails is taken out and the rest of its batch is
+// committed without it.
 //
 // # Caveats
 //
@@ -47,7 +66,12 @@
 //
 // Open never writes to a file it cannot fully read: an existing file is
 // first checked through a read-only handle, and a damaged one is refused
-// with [ErrCorrupt] and left exactly as it was. bbolt reads pages through a
+// with [ErrCorrupt] and left exactly as it was; so is a damaged journal
+// (only a write cut short at its very end, which had not returned, is
+// dropped, with a log line). The journal files belong to the store file:
+// copy, restore or move them aside together. A build older than the
+// journal ignores it, so after a crash open the store once with this one
+// before going back. bbolt reads pages through a
 // memory map, where a truncated file would fault and a damaged page makes
 // bbolt panic; the store turns both into ErrCorrupt errors instead of
 // crashing. [Config.VerifyOnOpen] adds a full page check.

@@ -8,14 +8,16 @@ var (
 	// does not release it within Config.LockTimeout.
 	ErrInUse = errors.New("persistence: store file locked by another process")
 	// ErrCorrupt is returned by Open when the store file is not a valid
-	// csiactor store (garbage, truncated, damaged pages, missing buckets),
-	// and by any method that meets a damaged page later. The file is never
-	// rewritten, truncated or repaired on this error: keep it for inspection
-	// and restore a backup or move it aside.
+	// csiactor store (garbage, truncated, damaged pages, missing buckets)
+	// or its journal is damaged (anywhere but a write cut short at its
+	// end), and by any method that meets a damaged page later. The file
+	// and its journal files ("<file>.journal.<n>") are never rewritten,
+	// truncated or repaired on this error: keep them for inspection and
+	// restore a backup or move them aside, together.
 	ErrCorrupt = errors.New("persistence: store file is corrupt")
-	// ErrSchemaTooNew is returned by Open when the store file was written by
-	// a newer csiactor with a schema version this build does not know. The
-	// file is left untouched.
+	// ErrSchemaTooNew is returned by Open when the store file or its
+	// journal was written by a newer csiactor with a schema or journal
+	// format version this build does not know. Both are left untouched.
 	ErrSchemaTooNew = errors.New("persistence: store schema is newer than this csiactor")
 	// ErrClosed is returned by every method of a Store after Close.
 	ErrClosed = errors.New("persistence: store closed")

@@ -17,6 +17,10 @@ func TestMain(m *testing.M) {
 		holdStore(path)
 		return
 	}
+	if spec := os.Getenv(crashEnv); spec != "" {
+		crashWriter(spec)
+		return
+	}
 	leakcheck.VerifyTestMain(m)
 }
 

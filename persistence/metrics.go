@@ -18,6 +18,10 @@ type metrics struct {
 
 	writesOK, writesError, writesCanceled prometheus.Counter
 
+	checkpointSeconds               prometheus.Histogram
+	checkpoints                     *prometheus.CounterVec
+	checkpointsOK, checkpointsError prometheus.Counter
+
 	registered []prometheus.Collector
 	reg        prometheus.Registerer
 }
@@ -26,13 +30,13 @@ func newMetrics(queueLen func() float64) *metrics {
 	m := &metrics{
 		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "csiactor_store_commit_seconds",
-			Help: "Time to apply and durably commit one batch of store writes (one bbolt transaction, one fsync).",
+			Help: "Time to durably commit one batch of store writes: one journal append (one write, one fdatasync) for volume writes, one bbolt transaction (one fsync) for others.",
 			// 50 µs to ~26 s.
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 20),
 		}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "csiactor_store_commit_batch_size",
-			Help:    "Writes committed together in one store transaction.",
+			Help:    "Writes committed together in one store transaction or journal append.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 12), // 1 … 2048
 		}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -41,9 +45,21 @@ func newMetrics(queueLen func() float64) *metrics {
 		}, []string{"result"}),
 		queued: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "csiactor_store_queued_writes",
-			Help: "Writes queued behind a running commit.",
+			Help: "Writes queued behind a running commit or journal append.",
 		}, queueLen),
+		checkpointSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "csiactor_store_checkpoint_seconds",
+			Help: "Time to move one journal generation's volume writes into the store file (one bbolt transaction, one fsync).",
+			// 100 µs to ~52 s.
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 20),
+		}),
+		checkpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "csiactor_store_checkpoints_total",
+			Help: "Checkpoints of the store journal into the store file by result: ok, or error (the writes stay in the journal and the checkpoint is retried).",
+		}, []string{"result"}),
 	}
+	m.checkpointsOK = m.checkpoints.WithLabelValues("ok")
+	m.checkpointsError = m.checkpoints.WithLabelValues("error")
 	m.writesOK = m.writes.WithLabelValues("ok")
 	m.writesError = m.writes.WithLabelValues("error")
 	m.writesCanceled = m.writes.WithLabelValues("canceled")
@@ -56,7 +72,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 		return nil
 	}
 	m.reg = reg
-	for _, c := range []prometheus.Collector{m.commitSeconds, m.batchSize, m.writes, m.queued} {
+	for _, c := range []prometheus.Collector{m.commitSeconds, m.batchSize, m.writes, m.queued, m.checkpointSeconds, m.checkpoints} {
 		if err := reg.Register(c); err != nil {
 			m.unregister()
 			var already prometheus.AlreadyRegisteredError

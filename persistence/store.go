@@ -37,6 +37,11 @@ const (
 	bucketVolumesWithWork = "volumes_with_work"
 	// keySchemaVersion is the schema version, 8 bytes big-endian.
 	keySchemaVersion = "schema_version"
+	// keyJournalApplied is the newest journal generation whose writes are
+	// all in the file, 8 bytes big-endian, written by the checkpoint (or
+	// replay) that applied it; absent until the first. Open skips journal
+	// files of that generation or older.
+	keyJournalApplied = "journal_applied"
 )
 
 // schema is what Open expects of a file and how to get there from older
@@ -57,16 +62,21 @@ func currentSchema() schema {
 		version: SchemaVersion,
 		buckets: []string{bucketMeta, bucketAllocations, bucketVolumes, bucketVolumesWithWork},
 		// Version 1 is the first; add "1: migrate1to2" here with version 2.
+		// Open replays the journal after migrating, with this build's
+		// layout: a migration that changes how volumes are stored must
+		// say how journal records of the older layout are applied.
 		migrations: map[uint64]func(tx *bolt.Tx) error{},
 	}
 }
 
-// Store is csiactor's durable state in one bbolt file. Its methods are safe
-// for concurrent use. Writes are committed one transaction at a time, many
-// in one transaction when they queue behind a commit (group commit); each
-// write method returns when its write is on disk (or failed). Reads run concurrently with
-// writes and with each other, each in its own read transaction, and see
-// every write that has returned.
+// Store is csiactor's durable state in one bbolt file and its journal. Its
+// methods are safe for concurrent use. Volume writes are appended to the
+// journal, many in one append when they queue behind one (group commit),
+// and moved into bbolt in batches by checkpoints; other writes are
+// committed to bbolt one transaction at a time, many in one transaction
+// when they queue behind a commit. Each write method returns when its
+// write is on disk (or failed). Reads run concurrently with writes and
+// with each other and see every write that has returned.
 type Store struct {
 	path string
 	cfg  Config
@@ -99,25 +109,43 @@ type Store struct {
 	stop chan struct{}
 	done chan struct{}
 	// handOff makes every writer hand its write to the committer goroutine
-	// instead of committing it itself when no commit is running: the
-	// store's earlier behaviour, kept as the baseline of
-	// BenchmarkPutVolumeLone. Tests and benchmarks change it only while
-	// no write is in flight.
+	// (the journal committer, for volume writes) instead of committing it
+	// itself when no commit is running: the store's earlier behaviour,
+	// kept so that tests run both ways a write reaches a commit
+	// (commitPaths). Tests change it only while no write is in flight.
 	handOff bool
+	// directVolumes makes PutVolume and DeleteVolume commit to bbolt as
+	// other writes do, instead of appending to the journal: the store's
+	// earlier behaviour, kept as the baseline of BenchmarkPutVolume and
+	// BenchmarkPutVolumeLone. Tests and benchmarks change it only while
+	// no write is in flight and nothing is journaled (setDirectVolumes).
+	directVolumes bool
+
+	// j is the journal of volume writes (journal.go).
+	j *journal
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
 // Open opens the store file at path, creating it (mode 0600, parent
-// directories 0700) if it does not exist, and starts the committer.
+// directories 0700) if it does not exist, replays its journal and starts
+// the committers.
 //
-// Open fails, without writing to the file, with an error wrapping:
-// ErrInUse if another process holds the file past cfg.LockTimeout;
-// ErrCorrupt if the file is not a readable csiactor store; ErrSchemaTooNew
-// if a newer csiactor wrote it; ErrInvalidConfig for a bad cfg. An existing
-// file of an older schema is migrated in one transaction. An empty (0-byte)
-// file, which a crash during the very first Open can leave, counts as new.
+// Open fails, without writing to the file or its journal, with an error
+// wrapping: ErrInUse if another process holds the file past
+// cfg.LockTimeout (the journal is then not even read); ErrCorrupt if the
+// file is not a readable csiactor store, or its journal is damaged
+// anywhere but at its end, or journal files are next to a new file;
+// ErrSchemaTooNew if a newer csiactor wrote the file or the journal;
+// ErrInvalidConfig for a bad cfg. An existing file of an older schema is
+// migrated in one transaction. An empty (0-byte) file, which a crash
+// during the very first Open can leave, counts as new.
+//
+// The journal files are "<path>.journal.<generation>". Open applies every
+// write they hold to the file in one transaction and removes them; a write
+// cut short by a crash at the journal's end (it had not returned) is
+// dropped with a log line.
 //
 // The caller must Close the store.
 func Open(path string, cfg Config) (*Store, error) {
@@ -147,6 +175,15 @@ func open(path string, cfg Config, sc schema) (*Store, error) {
 		return nil, fmt.Errorf("stat store %s: %w", path, err)
 	}
 
+	// Journal files without a store file belong to one that is gone
+	// (moved aside, say): replaying them into a new one would bring back
+	// part of it. Refused before bbolt creates the file.
+	if !existing {
+		if err := refuseOrphanJournal(path); err != nil {
+			return nil, err
+		}
+	}
+
 	// bbolt may write while opening a file read-write (it rebuilds a
 	// missing freelist, for one) and trusts the pages it finds. So an
 	// existing file is first checked through a read-only handle, which
@@ -171,43 +208,137 @@ func open(path string, cfg Config, sc schema) (*Store, error) {
 		kick:  make(chan struct{}, 1),
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
+		j: &journal{
+			reqs:   make(chan *journalReq, cfg.MaxBatchSize),
+			batch:  make([]*journalReq, 0, cfg.MaxBatchSize),
+			kick:   make(chan struct{}, 1),
+			stop:   make(chan struct{}),
+			done:   make(chan struct{}),
+			cur:    map[string]overlayEntry{},
+			ckKick: make(chan struct{}, 1),
+			ckArm:  make(chan struct{}, 1),
+			ckStop: make(chan struct{}),
+			ckDone: make(chan struct{}),
+		},
 
 		binaryVolumes: volumeCodecCovers(),
 	}
 	if !s.binaryVolumes {
 		s.log.Warn("volume record types differ from the binary codec (codec.go): writing volumes as JSON, which loads slower at start-up")
 	}
-	if err := s.initSchema(sc); err != nil {
+	if err := s.initStore(sc); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
-	s.m = newMetrics(func() float64 { return float64(len(s.reqs)) })
+	s.m = newMetrics(func() float64 { return float64(len(s.reqs) + len(s.j.reqs)) })
 	if err := s.m.register(cfg.Registerer); err != nil {
+		_ = s.closeJournal(true) // nothing is journaled yet: removes the new file
 		_ = db.Close()
 		return nil, err
 	}
 	go s.run()
+	go s.runJournal()
+	go s.runCheckpoints()
 	s.log.WithField("schema_version", sc.version).Debug("store opened")
 	return s, nil
+}
+
+// initStore brings the file, now locked, to sc and replays the journal
+// into it; then it starts the journal's next generation. Everything that
+// could refuse the file or the journal (ErrCorrupt, ErrSchemaTooNew) is
+// checked before anything is written.
+func (s *Store) initStore(sc schema) error {
+	var state fileState
+	var applied uint64
+	err := s.view(context.Background(), func(tx *bolt.Tx) error {
+		var err error
+		if state, err = checkSchema(s.path, tx, sc); err != nil {
+			return err
+		}
+		applied, err = journalApplied(s.path, tx)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	files, err := listJournals(s.path)
+	if err != nil {
+		return err
+	}
+	if state == stateEmpty && len(files) > 0 {
+		return orphanJournalError(s.path, files)
+	}
+	rp, err := s.readJournals(files, applied)
+	if err != nil {
+		return err
+	}
+	if err := s.initSchema(sc, state); err != nil {
+		return err
+	}
+	if err := s.replayJournals(rp); err != nil {
+		return err
+	}
+	gen := rp.lastGen + 1
+	f, err := createJournalFile(journalName(s.path, gen), gen, !s.cfg.NoSync)
+	if err != nil {
+		return fmt.Errorf("store %s: %w", s.path, err)
+	}
+	s.j.f, s.j.gen, s.j.size = f, gen, journalHeaderSize
+	return nil
+}
+
+// refuseOrphanJournal fails if journal files are next to the new store
+// file at path.
+func refuseOrphanJournal(path string) error {
+	files, err := listJournals(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if len(files) > 0 {
+		return orphanJournalError(path, files)
+	}
+	return nil
+}
+
+func orphanJournalError(path string, files []journalFile) error {
+	return fmt.Errorf("store %s is new but %d journal file(s) of an earlier store are next to it (first %s): they belong to a store file that is gone; move them aside: %w",
+		path, len(files), files[0].path, ErrCorrupt)
 }
 
 // Path returns the store file's path.
 func (s *Store) Path() string { return s.path }
 
 // Close waits for the commits under way, commits every write already
-// queued, stops the committer and closes the file. Writes that arrive
+// queued, checkpoints the journal into the store file and removes it,
+// stops the store's goroutines and closes the file. Writes that arrive
 // after Close starts fail with ErrClosed, and so do reads after it
-// returns. Close is idempotent: later calls return the first call's
-// result.
-func (s *Store) Close() error {
+// returns. If the checkpoint fails, Close returns its error and leaves the
+// journal for the next Open to replay. Close is idempotent: later calls
+// return the first call's result.
+func (s *Store) Close() error { return s.close(true) }
+
+// close is Close; without checkpoint it leaves the journal files as a
+// crash would (for tests).
+func (s *Store) close(checkpoint bool) error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true
 		s.mu.Unlock()
 		close(s.stop)
 		<-s.done
+		close(s.j.stop)
+		<-s.j.done
+		close(s.j.ckStop)
+		<-s.j.ckDone
+		var errs []error
+		if err := s.closeJournal(checkpoint); err != nil {
+			errs = append(errs, err)
+		}
 		s.m.unregister()
 		if err := s.db.Close(); err != nil {
+			errs = append(errs, err)
+		}
+		if err := errors.Join(errs...); err != nil {
 			s.closeErr = fmt.Errorf("close store %s: %w", s.path, err)
 		}
 		s.log.Debug("store closed")
@@ -386,17 +517,12 @@ func checkSchema(path string, tx *bolt.Tx, sc schema) (fileState, error) {
 	return stateCurrent, nil
 }
 
-// initSchema creates the buckets of a new file or migrates an older one. A
-// file already at the current version is not written.
-func (s *Store) initSchema(sc schema) error {
-	var state fileState
-	err := s.view(context.Background(), func(tx *bolt.Tx) error {
-		var err error
-		state, err = checkSchema(s.path, tx, sc)
-		return err
-	})
-	if err != nil || state == stateCurrent {
-		return err
+// initSchema creates the buckets of a new file or migrates an older one,
+// as checkSchema found it in state. A file already at the current version
+// is not written.
+func (s *Store) initSchema(sc schema, state fileState) error {
+	if state == stateCurrent {
+		return nil
 	}
 	return s.update(func(tx *bolt.Tx) error {
 		switch state {
@@ -438,7 +564,8 @@ func (s *Store) view(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 }
 
 // update runs fn in one read-write transaction, guarded against damaged
-// pages. Only commitLocked (with commitMu held) and Open call it.
+// pages. Only commitLocked (with commitMu held), checkpoints (with the
+// journal's ckMu held) and Open call it; bbolt runs one at a time.
 func (s *Store) update(fn func(tx *bolt.Tx) error) error {
 	return guard(s.path, func() error { return s.db.Update(fn) })
 }

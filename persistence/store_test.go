@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,8 @@ func TestConfig_Validate(t *testing.T) {
 		{"negative lock timeout", Config{LockTimeout: -time.Second}, "lock_timeout"},
 		{"negative batch delay", Config{MaxBatchDelay: -1}, "max_batch_delay"},
 		{"negative batch size", Config{MaxBatchSize: -1}, "max_batch_size"},
+		{"negative checkpoint bytes", Config{CheckpointBytes: -1}, "checkpoint_bytes"},
+		{"negative checkpoint delay", Config{CheckpointDelay: -time.Second}, "checkpoint_delay"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,12 +172,24 @@ func TestStore_Open_LockedInProcess(t *testing.T) {
 // (see holdStore), like a second agent on the same data dir.
 const holdEnv = "CSIACTOR_TEST_HOLD_STORE"
 
-// holdStore opens path, prints "ready", and closes it when stdin closes.
+// holdVolumesEnv, with holdEnv, makes the helper put that many volumes
+// first, which stay in its journal (no checkpoint runs before Close).
+const holdVolumesEnv = "CSIACTOR_TEST_HOLD_VOLUMES"
+
+// holdStore opens path, puts the volumes holdVolumesEnv asks for, prints
+// "ready", and closes it when stdin closes.
 func holdStore(path string) {
-	s, err := Open(path, Config{})
+	s, err := Open(path, Config{CheckpointBytes: 1 << 40, CheckpointDelay: time.Hour})
 	if err != nil {
 		fmt.Println("error:", err.Error())
 		os.Exit(1)
+	}
+	n, _ := strconv.Atoi(os.Getenv(holdVolumesEnv))
+	for i := range n {
+		if err := s.PutVolume(context.Background(), volumeWithClaim(fmt.Sprintf("held-%d", i))); err != nil {
+			fmt.Println("error:", err.Error())
+			os.Exit(1)
+		}
 	}
 	fmt.Println("ready")
 	_, _ = io.Copy(io.Discard, os.Stdin)
@@ -610,36 +625,53 @@ func TestStore_Close_ThenEveryMethodFails(t *testing.T) {
 }
 
 func TestStore_Close_DrainsQueuedWrites(t *testing.T) {
-	checkLeaks(t)
-	ctx := ctxT(t)
-	path := storePath(t)
-	s, err := Open(path, Config{MaxBatchDelay: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Hold the committer inside a transaction so the writes below queue.
-	release := s.blockCommitter(t)
-	const n = 20
-	errs := make(chan error, n)
-	for i := range n {
-		go func() { errs <- s.PutVolume(ctx, volumeWithClaim(fmt.Sprintf("v%02d", i))) }()
-	}
-	waitQueued(t, s, n)
-	closed := make(chan error, 1)
-	go func() { closed <- s.Close() }()
-	release()
-	for range n {
-		if err := <-errs; err != nil {
-			t.Errorf("queued PutVolume: %v", err)
-		}
-	}
-	if err := <-closed; err != nil {
-		t.Fatal(err)
-	}
-	s = openT(t, path, Config{})
-	ids, err := s.VolumeIDs(ctx)
-	if err != nil || len(ids) != n {
-		t.Fatalf("after Close and reopen: %d volumes (%v), want %d", len(ids), err, n)
+	for _, tt := range []struct {
+		name string
+		// block holds the commit lock of the queue write uses.
+		block func(s *Store, t *testing.T) (release func())
+		wait  func(t *testing.T, s *Store, n int)
+		write func(ctx context.Context, s *Store, id string) error
+	}{
+		{"bbolt", (*Store).blockCommitter, waitQueued, func(ctx context.Context, s *Store, id string) error {
+			return s.write(ctx, putRaw(id))
+		}},
+		{"journal", (*Store).blockJournal, waitJournalQueued, func(ctx context.Context, s *Store, id string) error {
+			return s.PutVolume(ctx, volumeWithClaim(id))
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			checkLeaks(t)
+			ctx := ctxT(t)
+			path := storePath(t)
+			s, err := Open(path, Config{MaxBatchDelay: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Hold the commit lock so the writes below queue.
+			release := tt.block(s, t)
+			const n = 20
+			errs := make(chan error, n)
+			for i := range n {
+				go func() { errs <- tt.write(ctx, s, fmt.Sprintf("v%02d", i)) }()
+			}
+			tt.wait(t, s, n)
+			closed := make(chan error, 1)
+			go func() { closed <- s.Close() }()
+			release()
+			for range n {
+				if err := <-errs; err != nil {
+					t.Errorf("queued write: %v", err)
+				}
+			}
+			if err := <-closed; err != nil {
+				t.Fatal(err)
+			}
+			s = openT(t, path, Config{})
+			ids, err := s.VolumeIDs(ctx)
+			if err != nil || len(ids) != n {
+				t.Fatalf("after Close and reopen: %d volumes (%v), want %d", len(ids), err, n)
+			}
+		})
 	}
 }
 
@@ -669,6 +701,24 @@ func (s *Store) blockCommitter(t *testing.T) (release func()) {
 func waitQueued(t *testing.T, s *Store, n int) {
 	t.Helper()
 	for len(s.reqs) < n {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// blockJournal holds the journal's commit lock, as an append under way
+// does, until the returned function is called, so that volume writes sent
+// meanwhile queue up and form one group.
+func (s *Store) blockJournal(t *testing.T) (release func()) {
+	t.Helper()
+	s.j.commitMu.Lock()
+	return s.unlockAppend
+}
+
+// waitJournalQueued waits until n volume writes are queued behind a
+// blocked journal.
+func waitJournalQueued(t *testing.T, s *Store, n int) {
+	t.Helper()
+	for len(s.j.reqs) < n {
 		time.Sleep(time.Millisecond)
 	}
 }

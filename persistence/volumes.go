@@ -31,59 +31,44 @@ func (v *Volume) Active() bool {
 }
 
 // PutVolume stores v whole, replacing any record with the same ID, and
-// keeps the index of active volumes (see Volume.Active) in the same
-// transaction. It changes nothing in v: Revision, UpdatedAt and the rest
-// are the caller's (the volume actor's) to set.
+// keeps the index of active volumes (see Volume.Active) with it. It
+// changes nothing in v: Revision, UpdatedAt and the rest are the caller's
+// (the volume actor's) to set.
+//
+// The write is appended to the journal and returns when it is there (with
+// Config.NoSync, when it is written; otherwise when it is synced); every
+// read sees it from then on. A checkpoint moves it into the store file
+// later, the record and its index entry in one transaction.
 func (s *Store) PutVolume(ctx context.Context, v Volume) error {
 	if err := checkID("volume id", v.ID); err != nil {
 		return err
 	}
 	// Encode before queueing: the commit is the one serial part of every
-	// write, so it only copies bytes into the tree.
+	// write, so it only copies bytes.
 	data, err := s.encodeVolume(&v)
 	if err != nil {
 		return err
 	}
-	id, key, active := v.ID, []byte(v.ID), v.Active()
-	return s.write(ctx, func(tx *bolt.Tx) error {
-		if err := tx.Bucket([]byte(bucketVolumes)).Put(key, data); err != nil {
-			return fmt.Errorf("put volume %q: %w", id, err)
-		}
-		// Touch the index only when the volume's entry changes: a Put of
-		// an entry already there still rewrites its page (and the pages
-		// above it) on commit. Delete of a missing key writes nothing.
-		idx := tx.Bucket([]byte(bucketVolumesWithWork))
-		var err error
-		switch indexed := idx.Get(key) != nil; {
-		case active && !indexed:
-			err = idx.Put(key, []byte{})
-		case !active && indexed:
-			err = idx.Delete(key)
-		}
-		if err != nil {
-			return fmt.Errorf("index volume %q: %w", id, err)
-		}
-		return nil
-	})
+	if s.directVolumes {
+		id, key, active := v.ID, []byte(v.ID), v.Active()
+		return s.write(ctx, func(tx *bolt.Tx) error { return putVolumeTx(tx, id, key, data, active) })
+	}
+	return s.journalWrite(ctx, journalOpPut, v.ID, data, v.Active())
 }
 
 // DeleteVolume removes the volume with id. Deleting an unknown ID is not an
 // error. The store does not check for claims: refusing to deregister a
-// claimed volume is the volume actor's decision.
+// claimed volume is the volume actor's decision. Like PutVolume, it is
+// journaled.
 func (s *Store) DeleteVolume(ctx context.Context, id string) error {
 	if err := checkID("volume id", id); err != nil {
 		return err
 	}
-	key := []byte(id)
-	return s.write(ctx, func(tx *bolt.Tx) error {
-		if err := tx.Bucket([]byte(bucketVolumes)).Delete(key); err != nil {
-			return fmt.Errorf("delete volume %q: %w", id, err)
-		}
-		if err := tx.Bucket([]byte(bucketVolumesWithWork)).Delete(key); err != nil {
-			return fmt.Errorf("unindex volume %q: %w", id, err)
-		}
-		return nil
-	})
+	if s.directVolumes {
+		key := []byte(id)
+		return s.write(ctx, func(tx *bolt.Tx) error { return deleteVolumeTx(tx, id, key) })
+	}
+	return s.journalWrite(ctx, journalOpDelete, id, nil, false)
 }
 
 // Volume returns the volume with id, or an error wrapping ErrNotFound.
@@ -92,6 +77,23 @@ func (s *Store) Volume(ctx context.Context, id string) (Volume, error) {
 		return Volume{}, err
 	}
 	var v Volume
+	if e, ok := s.j.lookup(id); ok {
+		switch {
+		case ctx.Err() != nil:
+			return Volume{}, ctx.Err()
+		case s.isClosed():
+			return Volume{}, ErrClosed
+		case e.value == nil:
+			return Volume{}, fmt.Errorf("volume %q: %w", id, ErrNotFound)
+		}
+		if err := s.decodeVolume(id, e.value, &v); err != nil {
+			return Volume{}, err
+		}
+		return v, nil
+	}
+	// Not journaled since the last checkpoint: the store file has its
+	// latest write. (An overlay is dropped only after its checkpoint has
+	// committed.)
 	err := s.view(ctx, func(tx *bolt.Tx) error {
 		data := tx.Bucket([]byte(bucketVolumes)).Get([]byte(id))
 		if data == nil {
@@ -105,15 +107,34 @@ func (s *Store) Volume(ctx context.Context, id string) (Volume, error) {
 	return v, nil
 }
 
+// checkpointForScan moves every journaled write into the store file, so
+// that a scan of the file sees every write that returned before it.
+func (s *Store) checkpointForScan(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.isClosed() {
+		return ErrClosed
+	}
+	if !s.j.pending() {
+		return nil
+	}
+	return s.checkpoint()
+}
+
 // ForEachVolume calls fn for every stored volume in ID order and stops at
 // the first error fn returns, which it returns unchanged.
 //
-// Volumes are read in chunks, each in its own read transaction, and fn runs
-// outside any transaction: fn may call the Store (even write), and a long
-// walk does not hold up the committer. Each volume is one consistent
-// record, but the walk is not one snapshot: a volume put or deleted during
-// the walk may or may not be seen.
+// It first checkpoints the journal, so it sees every write that returned
+// before it was called. Volumes are read in chunks, each in its own read
+// transaction, and fn runs outside any transaction: fn may call the Store
+// (even write), and a long walk does not hold up the committer. Each
+// volume is one consistent record, but the walk is not one snapshot: a
+// volume put or deleted during the walk may or may not be seen.
 func (s *Store) ForEachVolume(ctx context.Context, fn func(Volume) error) error {
+	if err := s.checkpointForScan(ctx); err != nil {
+		return err
+	}
 	var after []byte // last key seen, copied out of its transaction
 	chunk := make([]Volume, 0, forEachChunk)
 	for {
@@ -154,8 +175,11 @@ func (s *Store) ForEachVolume(ctx context.Context, fn func(Volume) error) error 
 }
 
 // VolumeIDs returns the IDs of every stored volume, sorted, without
-// decoding the records.
+// decoding the records. It checkpoints the journal first.
 func (s *Store) VolumeIDs(ctx context.Context) ([]string, error) {
+	if err := s.checkpointForScan(ctx); err != nil {
+		return nil, err
+	}
 	var ids []string
 	err := s.view(ctx, func(tx *bolt.Tx) error {
 		return tx.Bucket([]byte(bucketVolumes)).ForEach(func(k, _ []byte) error {
@@ -170,10 +194,14 @@ func (s *Store) VolumeIDs(ctx context.Context) ([]string, error) {
 }
 
 // ActiveVolumes returns every stored volume for which Volume.Active is
-// true, in ID order, in one snapshot: the volumes an agent must hand to
-// volume actors at start-up. It reads them through an index kept with each
-// PutVolume, so idle volumes cost nothing, and decodes them on all CPUs.
+// true, in ID order, in one snapshot of the store file taken after it has
+// checkpointed the journal: the volumes an agent must hand to volume
+// actors at start-up. It reads them through an index kept with each
+// record, so idle volumes cost nothing, and decodes them on all CPUs.
 func (s *Store) ActiveVolumes(ctx context.Context) ([]Volume, error) {
+	if err := s.checkpointForScan(ctx); err != nil {
+		return nil, err
+	}
 	var out []Volume
 	err := s.view(ctx, func(tx *bolt.Tx) error {
 		vols := tx.Bucket([]byte(bucketVolumes)).Cursor()
@@ -254,7 +282,10 @@ func (s *Store) encodeVolume(v *Volume) ([]byte, error) {
 	if s.binaryVolumes {
 		return appendVolume(make([]byte, 0, 512), v), nil
 	}
-	data, err := json.Marshal(v)
+	// A copy, so that only this rare branch puts a Volume on the heap
+	// (json.Marshal makes its argument escape), not every caller's v.
+	cp := *v
+	data, err := json.Marshal(&cp)
 	if err != nil {
 		return nil, fmt.Errorf("encode volume %q: %w", v.ID, err)
 	}

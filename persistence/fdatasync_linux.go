@@ -1,0 +1,30 @@
+package persistence
+
+import (
+	"os"
+	"syscall"
+)
+
+// fdatasync flushes f's data, and the metadata needed to read it back
+// (its size), to disk.
+func fdatasync(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			serr = syscall.Fdatasync(int(fd))
+			if serr != syscall.EINTR {
+				return
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: serr}
+	}
+	return nil
+}

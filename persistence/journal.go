@@ -1,0 +1,707 @@
+package persistence
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Volume writes (PutVolume, DeleteVolume) go to a write-ahead journal next
+// to the bbolt file instead of a bbolt transaction each: one framed record
+// per write, many writes in one write(2) and one fdatasync when they queue
+// behind each other (group commit, leader/follower as in commit.go). An
+// in-memory overlay holds the writes not yet in bbolt, so reads see every
+// write that returned. Checkpoints move the overlay into bbolt in one
+// transaction: the journal is rotated to a new generation with a fresh
+// overlay first, so writers wait only for the rotation, never for bbolt.
+// Open replays what a crash left. journal_format.go has the file format.
+
+// Journal sizes kept between uses.
+const (
+	// maxKeptJournalBuf is the largest append buffer kept for the next
+	// group.
+	maxKeptJournalBuf = 1 << 20
+	// maxKeptOverlay is the most entries of a flushed overlay whose map
+	// is kept for the next generation.
+	maxKeptOverlay = 4096
+)
+
+// overlayEntry is the latest journaled write of one volume.
+type overlayEntry struct {
+	// value is the encoded volume; nil for a delete.
+	value []byte
+	// active is Volume.Active of a put, for the volumes_with_work index.
+	active bool
+}
+
+// journal is the write-ahead journal of volume writes and its overlay.
+type journal struct {
+	// reqs is the queue of appends not yet taken into a group.
+	reqs chan *journalReq
+	// commitMu is held by whoever appends a group (a writer, or the
+	// journal committer goroutine) and by a checkpoint swapping the file.
+	commitMu sync.Mutex
+	f        *os.File      // current generation's file; guarded by commitMu
+	gen      uint64        // its generation; guarded by commitMu, changed with ckMu also held
+	size     int64         // its size; guarded by commitMu
+	group    uint64        // its last group; guarded by commitMu
+	buf      []byte        // reusable append buffer; guarded by commitMu
+	batch    []*journalReq // reusable group; guarded by commitMu
+	broken   error         // set when a failed append could not be undone; guarded by commitMu
+	kick     chan struct{} // wakes the journal committer
+	stop     chan struct{} // tells it to append what is queued and return
+	done     chan struct{} // closed when it has
+
+	// ovMu guards the overlays. cur is changed with commitMu held too,
+	// flushing with ckMu held too, so either lock alone reads its map.
+	ovMu sync.RWMutex
+	// cur holds the writes of the current generation.
+	cur map[string]overlayEntry
+	// flushing holds the writes of the generation being checkpointed (or
+	// whose checkpoint failed); nil when none is.
+	flushing map[string]overlayEntry
+
+	// ckMu is held for a whole checkpoint.
+	ckMu      sync.Mutex
+	flushFile *os.File                // flushing's file; guarded by ckMu
+	flushGen  uint64                  // its generation; guarded by ckMu
+	spare     map[string]overlayEntry // an emptied overlay for the next rotation; guarded by ckMu
+	closed    bool                    // no checkpoint after Close; guarded by ckMu
+
+	ckKick chan struct{} // the journal passed Config.CheckpointBytes
+	ckArm  chan struct{} // the first write of a generation
+	ckStop chan struct{}
+	ckDone chan struct{}
+}
+
+// journalReq is one caller's volume write, queued for whoever appends
+// next. Requests are pooled: one is put back only by the caller that got
+// its answer.
+type journalReq struct {
+	ctx    context.Context
+	op     byte
+	active bool
+	id     string
+	value  []byte
+	// answered is set, with res, by the append that finished this write;
+	// both guarded by journal.commitMu. Before that, res set means the
+	// request was taken out of its group (its ctx ended).
+	answered bool
+	res      error
+	// done receives res once; buffered, so an append never blocks on a
+	// caller that gave up.
+	done chan error
+}
+
+var journalReqs = sync.Pool{New: func() any { return &journalReq{done: make(chan error, 1)} }}
+
+func (r *journalReq) answer(err error) {
+	r.answered = true
+	r.res = err
+	r.done <- err
+}
+
+// release returns an answered request, whose answer its caller has taken
+// from done, to the pool.
+func (r *journalReq) release() {
+	*r = journalReq{done: r.done}
+	journalReqs.Put(r)
+}
+
+// journalWrite appends one volume write to the journal and waits until it
+// is durable (written, and with sync on, fdatasync'd) and in the overlay.
+// It follows Store.write: the caller queues its write and, when no append
+// is running, appends the queue itself, in its own goroutine; otherwise it
+// waits, and whoever holds commitMu sees that the queue is appended after
+// it (see unlockAppend). A ctx that ends while the write is queued skips
+// it; one that ends later leaves it to be appended or not.
+func (s *Store) journalWrite(ctx context.Context, op byte, id string, value []byte, active bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if n := journalBodyFixed + len(id) + len(value); n > journalMaxBody {
+		return fmt.Errorf("volume %q is %d bytes encoded, more than %d: %w", id, n, journalMaxBody, ErrInvalid)
+	}
+	j := s.j
+	r := journalReqs.Get().(*journalReq)
+	r.ctx, r.op, r.id, r.value, r.active = ctx, op, id, value, active
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		r.release()
+		return ErrClosed
+	}
+	select {
+	case j.reqs <- r:
+	case <-ctx.Done():
+		s.mu.RUnlock()
+		r.release()
+		return ctx.Err()
+	}
+	// Still under mu.RLock, so Close waits for an appending caller.
+	if !s.handOff && j.commitMu.TryLock() {
+		defer s.mu.RUnlock()
+		err := s.leadAppend(r)
+		r.release()
+		return err
+	}
+	if s.handOff {
+		kick(j.kick)
+	}
+	s.mu.RUnlock()
+	select {
+	case err := <-r.done:
+		r.release()
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("store write may or may not be committed: %w", ctx.Err())
+	}
+}
+
+// leadAppend appends the queue until r, which is queued, is answered, and
+// returns r's outcome. The caller holds commitMu, which leadAppend
+// releases.
+func (s *Store) leadAppend(r *journalReq) error {
+	defer s.unlockAppend()
+	for !r.answered {
+		if !s.appendLocked() {
+			panic("persistence: a queued journal write left the queue unanswered")
+		}
+	}
+	return <-r.done
+}
+
+// unlockAppend releases commitMu and, if writes are queued, wakes the
+// journal committer to append them.
+func (s *Store) unlockAppend() {
+	s.j.commitMu.Unlock()
+	if len(s.j.reqs) > 0 {
+		kick(s.j.kick)
+	}
+}
+
+// kick sends on a wake-up channel of capacity one without blocking; a
+// wake-up already pending covers this one.
+func kick(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// runJournal is the journal committer goroutine: it appends the queue when
+// kicked and, when Close stops it, appends what is left and returns.
+func (s *Store) runJournal() {
+	j := s.j
+	defer close(j.done)
+	for {
+		select {
+		case <-j.kick:
+		case <-j.stop:
+			j.commitMu.Lock()
+			for s.appendLocked() {
+			}
+			j.commitMu.Unlock()
+			return
+		}
+		j.commitMu.Lock()
+		for s.appendLocked() {
+		}
+		s.unlockAppend()
+	}
+}
+
+// appendLocked appends the first queued write and those queued behind it,
+// up to MaxBatchSize, as one group: one write(2) and, with sync on, one
+// fdatasync. Then it puts them in the overlay, in queue order (the order
+// replay applies them in), and answers each. It reports false when the
+// queue was empty. The caller holds commitMu.
+func (s *Store) appendLocked() bool {
+	j := s.j
+	var first *journalReq
+	select {
+	case first = <-j.reqs:
+	default:
+		return false
+	}
+	start := time.Now()
+	batch := append(j.batch[:0], first)
+gather:
+	for len(batch) < s.cfg.MaxBatchSize {
+		select {
+		case r := <-j.reqs:
+			batch = append(batch, r)
+		default:
+			break gather
+		}
+	}
+	last := -1
+	for i, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			r.res = fmt.Errorf("store write not applied: %w", err)
+			continue
+		}
+		last = i
+	}
+	var err error
+	wasEmpty := j.size <= journalHeaderSize
+	if last >= 0 {
+		err = s.appendGroupLocked(batch[:last+1])
+	}
+	elapsed := time.Since(start)
+	if err == nil && last >= 0 {
+		j.ovMu.Lock()
+		for _, r := range batch[:last+1] {
+			if r.res == nil {
+				e := overlayEntry{active: r.active}
+				if r.op == journalOpPut {
+					e.value = r.value
+				}
+				j.cur[r.id] = e
+			}
+		}
+		j.ovMu.Unlock()
+	}
+	applied := 0
+	if err == nil && last >= 0 {
+		for _, r := range batch[:last+1] {
+			if r.res == nil {
+				applied++
+			}
+		}
+	}
+	if err != nil {
+		s.log.WithField("writes", last+1).WithError(err).Error("store journal append failed")
+	}
+	// Metrics before answers: a caller that got its answer sees them.
+	if applied > 0 {
+		s.m.commitSeconds.Observe(elapsed.Seconds())
+		s.m.batchSize.Observe(float64(applied))
+	}
+	for _, r := range batch {
+		switch {
+		case r.res != nil:
+			s.m.writesCanceled.Inc()
+			r.answer(r.res)
+		case err != nil:
+			s.m.writesError.Inc()
+			r.answer(fmt.Errorf("commit store %s: %w", s.path, err))
+		default:
+			s.m.writesOK.Inc()
+			r.answer(nil)
+		}
+	}
+	if applied > 0 {
+		if wasEmpty {
+			kick(j.ckArm)
+		}
+		if j.size >= s.cfg.CheckpointBytes {
+			kick(j.ckKick)
+		}
+	}
+	clear(batch)
+	j.batch = batch[:0]
+	return true
+}
+
+// appendGroupLocked writes the records of batch (skipping those whose res
+// is set) as the next group. On failure it takes the group back out of
+// the file, so that replay never applies a write that failed; if that
+// fails too, the journal refuses appends until a checkpoint replaces its
+// file. The caller holds commitMu.
+func (s *Store) appendGroupLocked(batch []*journalReq) error {
+	j := s.j
+	if j.broken != nil {
+		return j.broken
+	}
+	group := j.group + 1
+	buf := j.buf[:0]
+	for i, r := range batch {
+		if r.res != nil {
+			continue
+		}
+		var flags byte
+		if r.active {
+			flags |= journalFlagActive
+		}
+		if i == len(batch)-1 {
+			flags |= journalFlagEnd
+		}
+		buf = appendJournalRecord(buf, r.op, flags, group, r.id, r.value)
+	}
+	if cap(buf) <= maxKeptJournalBuf {
+		j.buf = buf[:0]
+	} else {
+		j.buf = nil
+	}
+	n, err := j.f.Write(buf)
+	if err == nil && !s.cfg.NoSync {
+		err = fdatasync(j.f)
+	}
+	if err == nil {
+		j.size += int64(n)
+		j.group = group
+		return nil
+	}
+	undo := j.f.Truncate(j.size)
+	if undo == nil && !s.cfg.NoSync {
+		undo = fdatasync(j.f)
+	}
+	if undo != nil {
+		j.broken = fmt.Errorf("store journal refuses writes until the next checkpoint: a failed append could not be taken back: %w", undo)
+		kick(j.ckKick)
+	}
+	return err
+}
+
+// lookup returns the latest journaled write of id not yet checkpointed:
+// from the current generation, else from the one being checkpointed.
+func (j *journal) lookup(id string) (overlayEntry, bool) {
+	j.ovMu.RLock()
+	defer j.ovMu.RUnlock()
+	if e, ok := j.cur[id]; ok {
+		return e, true
+	}
+	e, ok := j.flushing[id]
+	return e, ok
+}
+
+// pending reports whether any journaled write is not yet in bbolt.
+func (j *journal) pending() bool {
+	j.ovMu.RLock()
+	defer j.ovMu.RUnlock()
+	return len(j.cur) > 0 || j.flushing != nil
+}
+
+// runCheckpoints is the checkpointer goroutine. It checkpoints when the
+// journal passes Config.CheckpointBytes, and Config.CheckpointDelay after
+// the first write of a generation. After a failed checkpoint it waits
+// CheckpointDelay before the next try.
+func (s *Store) runCheckpoints() {
+	j := s.j
+	defer close(j.ckDone)
+	timer := time.NewTimer(s.cfg.CheckpointDelay)
+	timer.Stop()
+	armed := false
+	var failedAt time.Time
+	for {
+		select {
+		case <-j.ckArm:
+			if !armed {
+				timer.Reset(s.cfg.CheckpointDelay)
+				armed = true
+			}
+			continue
+		case <-j.ckKick:
+			if !failedAt.IsZero() && time.Since(failedAt) < s.cfg.CheckpointDelay {
+				continue // the timer retries
+			}
+		case <-timer.C:
+			armed = false
+		case <-j.ckStop:
+			timer.Stop()
+			return
+		}
+		if err := s.checkpoint(); err != nil && !errors.Is(err, ErrClosed) {
+			s.log.WithError(err).Error("store checkpoint failed; journaled writes stay in the journal and are retried")
+			failedAt = time.Now()
+			timer.Reset(s.cfg.CheckpointDelay)
+			armed = true
+		} else {
+			failedAt = time.Time{}
+		}
+	}
+}
+
+// checkpoint moves every journaled write into bbolt.
+func (s *Store) checkpoint() error {
+	s.j.ckMu.Lock()
+	defer s.j.ckMu.Unlock()
+	return s.checkpointLocked(false)
+}
+
+// checkpointLocked flushes the generation left by a failed checkpoint, if
+// any, then rotates the current generation out and flushes it. Writers
+// wait only for the rotation (a pointer swap under commitMu; the new file
+// is created before). final is Close's last checkpoint: no writer is left,
+// so the current generation is flushed without a new file. The caller
+// holds ckMu.
+func (s *Store) checkpointLocked(final bool) error {
+	j := s.j
+	if j.closed {
+		return ErrClosed
+	}
+	if j.flushing != nil {
+		if err := s.flushLocked(); err != nil {
+			return err
+		}
+	}
+	j.commitMu.Lock()
+	need := len(j.cur) > 0 || j.broken != nil
+	gen := j.gen
+	j.commitMu.Unlock()
+	if !need {
+		return nil
+	}
+	var next *os.File
+	if !final {
+		var err error
+		next, err = createJournalFile(journalName(s.path, gen+1), gen+1, !s.cfg.NoSync)
+		if err != nil {
+			return fmt.Errorf("checkpoint store: rotate journal: %w", err)
+		}
+	}
+	fresh := j.spare
+	if fresh == nil {
+		fresh = make(map[string]overlayEntry)
+	}
+	j.spare = nil
+	j.commitMu.Lock()
+	j.flushFile, j.flushGen = j.f, j.gen
+	j.f, j.size, j.group, j.broken = next, journalHeaderSize, 0, nil
+	if next != nil {
+		j.gen++
+	}
+	j.ovMu.Lock()
+	j.flushing, j.cur = j.cur, fresh
+	j.ovMu.Unlock()
+	s.unlockAppend()
+	return s.flushLocked()
+}
+
+// flushLocked applies the flushing overlay to bbolt in one transaction
+// (synced unless NoSync), which also records its generation as applied,
+// and then drops the overlay and removes the generation's file. On
+// failure both stay, and reads keep finding the writes in the overlay.
+// The caller holds ckMu.
+func (s *Store) flushLocked() error {
+	j := s.j
+	start := time.Now()
+	ids := slices.Sorted(maps.Keys(j.flushing))
+	err := s.update(func(tx *bolt.Tx) error {
+		for _, id := range ids {
+			if err := applyVolumeEntry(tx, id, j.flushing[id]); err != nil {
+				return err
+			}
+		}
+		return setJournalApplied(tx, j.flushGen)
+	})
+	s.m.checkpointSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		s.m.checkpointsError.Inc()
+		return fmt.Errorf("checkpoint store %s: %w", s.path, err)
+	}
+	s.m.checkpointsOK.Inc()
+	j.ovMu.Lock()
+	flushed := j.flushing
+	j.flushing = nil
+	j.ovMu.Unlock()
+	if len(flushed) <= maxKeptOverlay {
+		clear(flushed)
+		j.spare = flushed
+	}
+	if f := j.flushFile; f != nil {
+		j.flushFile = nil
+		_ = f.Close()
+		// A file whose removal is lost is skipped at Open: its generation
+		// is recorded as applied.
+		if err := os.Remove(f.Name()); err != nil {
+			s.log.WithError(err).Warn("cannot remove a checkpointed store journal file; Open skips it")
+		}
+	}
+	return nil
+}
+
+// closeJournal ends the journal for Close. With checkpoint, every
+// journaled write is moved into bbolt and the journal files are removed;
+// if that fails (or without checkpoint, which tests use to leave the files
+// as a crash would), they stay for the next Open to replay. The journal
+// committer and checkpointer have stopped.
+func (s *Store) closeJournal(checkpoint bool) error {
+	j := s.j
+	j.ckMu.Lock()
+	defer j.ckMu.Unlock()
+	var err error
+	if checkpoint {
+		err = s.checkpointLocked(true)
+	}
+	j.closed = true
+	j.commitMu.Lock()
+	defer j.commitMu.Unlock()
+	if j.flushFile != nil {
+		_ = j.flushFile.Close()
+	}
+	if j.f != nil {
+		_ = j.f.Close()
+		if checkpoint && err == nil {
+			// Its generation holds nothing: every write is in bbolt.
+			if rerr := os.Remove(j.f.Name()); rerr != nil {
+				s.log.WithError(rerr).Warn("cannot remove the empty store journal file")
+			}
+		}
+	}
+	return err
+}
+
+// applyVolumeEntry writes one volume's latest journaled write into tx.
+func applyVolumeEntry(tx *bolt.Tx, id string, e overlayEntry) error {
+	if e.value == nil {
+		return deleteVolumeTx(tx, id, []byte(id))
+	}
+	return putVolumeTx(tx, id, []byte(id), e.value, e.active)
+}
+
+// putVolumeTx stores an encoded volume and keeps the index of active
+// volumes, touching the index only when the volume's entry changes: a Put
+// of an entry already there still rewrites its page (and the pages above
+// it) on commit. Delete of a missing key writes nothing.
+func putVolumeTx(tx *bolt.Tx, id string, key, data []byte, active bool) error {
+	if err := tx.Bucket([]byte(bucketVolumes)).Put(key, data); err != nil {
+		return fmt.Errorf("put volume %q: %w", id, err)
+	}
+	idx := tx.Bucket([]byte(bucketVolumesWithWork))
+	var err error
+	switch indexed := idx.Get(key) != nil; {
+	case active && !indexed:
+		err = idx.Put(key, []byte{})
+	case !active && indexed:
+		err = idx.Delete(key)
+	}
+	if err != nil {
+		return fmt.Errorf("index volume %q: %w", id, err)
+	}
+	return nil
+}
+
+// deleteVolumeTx removes a volume and its index entry.
+func deleteVolumeTx(tx *bolt.Tx, id string, key []byte) error {
+	if err := tx.Bucket([]byte(bucketVolumes)).Delete(key); err != nil {
+		return fmt.Errorf("delete volume %q: %w", id, err)
+	}
+	if err := tx.Bucket([]byte(bucketVolumesWithWork)).Delete(key); err != nil {
+		return fmt.Errorf("unindex volume %q: %w", id, err)
+	}
+	return nil
+}
+
+// journalApplied returns the last journal generation recorded as applied
+// to the file, 0 if none is.
+func journalApplied(path string, tx *bolt.Tx) (uint64, error) {
+	meta := tx.Bucket([]byte(bucketMeta))
+	if meta == nil {
+		return 0, nil
+	}
+	raw := meta.Get([]byte(keyJournalApplied))
+	switch len(raw) {
+	case 0:
+		return 0, nil
+	case 8:
+		return binary.BigEndian.Uint64(raw), nil
+	}
+	return 0, fmt.Errorf("store %s: applied journal generation is %d bytes, want 8: %w", path, len(raw), ErrCorrupt)
+}
+
+func setJournalApplied(tx *bolt.Tx, gen uint64) error {
+	var raw [8]byte
+	binary.BigEndian.PutUint64(raw[:], gen)
+	if err := tx.Bucket([]byte(bucketMeta)).Put([]byte(keyJournalApplied), raw[:]); err != nil {
+		return fmt.Errorf("record applied journal generation: %w", err)
+	}
+	return nil
+}
+
+// journalReplay is what Open found in the journal files.
+type journalReplay struct {
+	// files are every journal file found, removed once replayed.
+	files []journalFile
+	// entries is the last write per volume in the generations not yet
+	// applied, in the order they were written.
+	entries map[string]overlayEntry
+	records int
+	// lastGen is the newest generation found or recorded as applied.
+	lastGen uint64
+}
+
+// readJournals reads and checks every journal generation after applied
+// without writing anything. A generation may end unfinished (a crash
+// during an append) only if no later one holds a write: its unfinished
+// last group is dropped with a log line.
+func (s *Store) readJournals(files []journalFile, applied uint64) (journalReplay, error) {
+	rp := journalReplay{files: files, entries: map[string]overlayEntry{}, lastGen: applied}
+	var todo []journalFile
+	var raws [][]byte
+	for _, jf := range files {
+		rp.lastGen = max(rp.lastGen, jf.gen)
+		if jf.gen <= applied {
+			continue // its checkpoint finished; the file's removal was lost
+		}
+		raw, err := readJournalFile(jf)
+		if err != nil {
+			return rp, err
+		}
+		todo, raws = append(todo, jf), append(raws, raw)
+	}
+	contents := make([]journalContent, len(todo))
+	laterWritten := false
+	for i := len(todo) - 1; i >= 0; i-- {
+		c, err := parseJournal(todo[i], raws[i], !laterWritten)
+		if err != nil {
+			return rp, err
+		}
+		if c.dropped != "" {
+			s.log.WithField("journal", todo[i].path).Warn("store journal ends in a write cut short by a crash (it had not returned); dropped: " + c.dropped)
+		}
+		contents[i] = c
+		laterWritten = laterWritten || len(raws[i]) > journalHeaderSize
+	}
+	for _, c := range contents {
+		for _, r := range c.records {
+			e := overlayEntry{active: r.flags&journalFlagActive != 0}
+			if r.op == journalOpPut {
+				e.value = r.value
+			}
+			rp.entries[string(r.id)] = e
+			rp.records++
+		}
+	}
+	return rp, nil
+}
+
+// replayJournals applies what readJournals found to bbolt in one
+// transaction (synced unless NoSync), recording the newest generation as
+// applied, and removes the journal files.
+func (s *Store) replayJournals(rp journalReplay) error {
+	if len(rp.files) == 0 {
+		return nil
+	}
+	ids := slices.Sorted(maps.Keys(rp.entries))
+	err := s.update(func(tx *bolt.Tx) error {
+		for _, id := range ids {
+			if err := applyVolumeEntry(tx, id, rp.entries[id]); err != nil {
+				return err
+			}
+		}
+		return setJournalApplied(tx, rp.lastGen)
+	})
+	if err != nil {
+		return fmt.Errorf("store %s: replay journal: %w", s.path, err)
+	}
+	for _, jf := range rp.files {
+		if err := os.Remove(jf.path); err != nil {
+			s.log.WithError(err).Warn("cannot remove a replayed store journal file; the next Open skips it")
+		}
+	}
+	if rp.records > 0 {
+		s.log.WithField("records", rp.records).WithField("volumes", len(rp.entries)).WithField("files", len(rp.files)).
+			Info("replayed store journal")
+	}
+	return nil
+}
