@@ -19,23 +19,27 @@ const benchWriters = 64
 // benchVolumes is how many distinct volumes the writers cycle through.
 const benchVolumes = 10_000
 
-// BenchmarkPutVolume compares, for the same records, fsync on, 64
-// writers: PutVolume through the journal (group appends, one fdatasync
-// each; "journal"), through bbolt group commit as before the journal
-// ("group-commit", Store.directVolumes), and one bbolt transaction (and
-// one fsync) per write ("update-per-write").
+// BenchmarkPutVolume compares, for the same records, 64 writers, fsync
+// on and off: PutVolume through the journal (group appends copied into
+// its mapped segment, with one fdatasync each when synced; "journal"),
+// through the journal appended with write(2) as before it was mapped
+// ("journal-write", Store.plainJournal), through bbolt group commit as
+// before the journal ("group-commit", Store.directVolumes), and one bbolt
+// transaction (and one fsync) per write ("update-per-write").
 func BenchmarkPutVolume(b *testing.B) {
 	vols := make([]Volume, benchVolumes)
 	for i := range vols {
 		vols[i] = volumeWithClaim(fmt.Sprintf("vol-%05d", i))
 	}
-	run := func(b *testing.B, direct bool, put func(ctx context.Context, s *Store, v Volume) error) {
-		s, err := Open(filepath.Join(b.TempDir(), "state.db"), Config{})
+	type path struct{ direct, plain bool }
+	run := func(b *testing.B, noSync bool, p path, put func(ctx context.Context, s *Store, v Volume) error) {
+		s, err := Open(filepath.Join(b.TempDir(), "state.db"), Config{NoSync: noSync})
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer s.Close()
-		s.setDirectVolumes(b, direct)
+		s.setPlainJournal(b, p.plain)
+		s.setDirectVolumes(b, p.direct)
 		ctx := context.Background()
 		var next atomic.Int64
 		b.SetParallelism(max(1, benchWriters/max(1, testingProcs())))
@@ -53,32 +57,37 @@ func BenchmarkPutVolume(b *testing.B) {
 		})
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "writes/s")
 	}
-	b.Run("journal", func(b *testing.B) {
-		run(b, false, func(ctx context.Context, s *Store, v Volume) error { return s.PutVolume(ctx, v) })
-	})
-	b.Run("group-commit", func(b *testing.B) {
-		run(b, true, func(ctx context.Context, s *Store, v Volume) error { return s.PutVolume(ctx, v) })
-	})
-	b.Run("update-per-write", func(b *testing.B) {
-		// The baseline: what PutVolume does, in its own db.Update.
-		run(b, true, func(_ context.Context, s *Store, v Volume) error {
-			data, err := s.encodeVolume(&v)
-			if err != nil {
-				return err
-			}
-			key := []byte(v.ID)
-			active := v.Active()
-			return s.db.Update(func(tx *bolt.Tx) error {
-				if err := tx.Bucket([]byte(bucketVolumes)).Put(key, data); err != nil {
-					return err
-				}
-				if active {
-					return tx.Bucket([]byte(bucketVolumesWithWork)).Put(key, []byte{})
-				}
-				return tx.Bucket([]byte(bucketVolumesWithWork)).Delete(key)
+	putVolume := func(ctx context.Context, s *Store, v Volume) error { return s.PutVolume(ctx, v) }
+	for _, mode := range []struct {
+		name   string
+		noSync bool
+	}{{"sync", false}, {"nosync", true}} {
+		b.Run(mode.name, func(b *testing.B) {
+			b.Run("journal", func(b *testing.B) { run(b, mode.noSync, path{}, putVolume) })
+			b.Run("journal-write", func(b *testing.B) { run(b, mode.noSync, path{plain: true}, putVolume) })
+			b.Run("group-commit", func(b *testing.B) { run(b, mode.noSync, path{direct: true}, putVolume) })
+			b.Run("update-per-write", func(b *testing.B) {
+				// The baseline: what PutVolume does, in its own db.Update.
+				run(b, mode.noSync, path{direct: true}, func(_ context.Context, s *Store, v Volume) error {
+					data, err := s.encodeVolume(&v)
+					if err != nil {
+						return err
+					}
+					key := []byte(v.ID)
+					active := v.Active()
+					return s.db.Update(func(tx *bolt.Tx) error {
+						if err := tx.Bucket([]byte(bucketVolumes)).Put(key, data); err != nil {
+							return err
+						}
+						if active {
+							return tx.Bucket([]byte(bucketVolumesWithWork)).Put(key, []byte{})
+						}
+						return tx.Bucket([]byte(bucketVolumesWithWork)).Delete(key)
+					})
+				})
 			})
 		})
-	})
+	}
 }
 
 // writeVolumes fills a new store file at path with n volumes, one claim

@@ -30,7 +30,12 @@
 // after each claim step, do not each cost a bbolt transaction: each is
 // appended as one framed record (length, CRC-32C, op, ID, value) to a
 // write-ahead journal next to the store file, "<file>.journal.<n>", and
-// returns once appended (and fdatasync'd, unless [Config.NoSync]). An
+// returns once appended (and fdatasync'd, unless [Config.NoSync]). On
+// Linux a journal file is preallocated (up to 8 MiB; its unwritten rest is
+// zeros) and mapped shared, and a write is appended by copying it into
+// the mapping: into the page cache, where it survives a crash of the
+// process, without a syscall; a file that is full is followed by the next
+// generation. Elsewhere it is appended with write(2). An
 // in-memory overlay of the writes not yet in bbolt makes every read see
 // every returned write: [Store.Volume] looks there first; the scans
 // ([Store.ForEachVolume], [Store.VolumeIDs], [Store.ActiveVolumes])
@@ -63,6 +68,11 @@
 //
 // The file is locked while open: a second Open of the same file, from this
 // or another process, fails with [ErrInUse] after [Config.LockTimeout].
+//
+// A journal file is preallocated when it is started, so a full disk fails
+// that write (or checkpoint), never a later copy into the mapping. Never
+// truncate a journal file of an open store: the store's next write then
+// fails, and it refuses writes until its next checkpoint.
 //
 // Open never writes to a file it cannot fully read: an existing file is
 // first checked through a read-only handle, and a damaged one is refused

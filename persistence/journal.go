@@ -16,13 +16,15 @@ import (
 
 // Volume writes (PutVolume, DeleteVolume) go to a write-ahead journal next
 // to the bbolt file instead of a bbolt transaction each: one framed record
-// per write, many writes in one write(2) and one fdatasync when they queue
-// behind each other (group commit, leader/follower as in commit.go). An
-// in-memory overlay holds the writes not yet in bbolt, so reads see every
-// write that returned. Checkpoints move the overlay into bbolt in one
-// transaction: the journal is rotated to a new generation with a fresh
-// overlay first, so writers wait only for the rotation, never for bbolt.
-// Open replays what a crash left. journal_format.go has the file format.
+// per write, copied into the shared mapping of a preallocated generation
+// file (journal_segment.go), many writes in one copy and one fdatasync
+// when they queue behind each other (group commit, leader/follower as in
+// commit.go). An in-memory overlay holds the writes not yet in bbolt, so
+// reads see every write that returned. Checkpoints move the overlay into
+// bbolt in one transaction: the journal is rotated to a new generation
+// with a fresh overlay first, so writers wait only for the rotation, never
+// for bbolt. Open replays what a crash left. journal_format.go has the
+// file format.
 
 // Journal sizes kept between uses.
 const (
@@ -47,39 +49,50 @@ type journal struct {
 	// reqs is the queue of appends not yet taken into a group.
 	reqs chan *journalReq
 	// commitMu is held by whoever appends a group (a writer, or the
-	// journal committer goroutine) and by a checkpoint swapping the file.
+	// journal committer goroutine) and by a checkpoint swapping segments.
 	commitMu sync.Mutex
-	f        *os.File      // current generation's file; guarded by commitMu
-	gen      uint64        // its generation; guarded by commitMu, changed with ckMu also held
-	size     int64         // its size; guarded by commitMu
-	group    uint64        // its last group; guarded by commitMu
-	buf      []byte        // reusable append buffer; guarded by commitMu
+	seg      *segment      // current generation's segment; nil after Close's checkpoint; guarded by commitMu
+	full     []*segment    // earlier generations of cur, filled (full rotations); guarded by commitMu
+	curBytes int64         // bytes of records appended for cur, in seg and full; guarded by commitMu
+	group    uint64        // seg's last group; guarded by commitMu
+	buf      []byte        // reusable append buffer of plain segments; guarded by commitMu
 	batch    []*journalReq // reusable group; guarded by commitMu
 	broken   error         // set when a failed append could not be undone; guarded by commitMu
 	kick     chan struct{} // wakes the journal committer
 	stop     chan struct{} // tells it to append what is queued and return
 	done     chan struct{} // closed when it has
 
+	// rotMu guards the making of segments: which generation is next, and
+	// a spare made ready ahead of a rotation. Taken after commitMu.
+	rotMu       sync.Mutex
+	lastGen     uint64   // the newest generation made; guarded by rotMu
+	spare       *segment // generation lastGen, made and not yet installed; guarded by rotMu
+	segBytes    int64    // size of a new mapped segment; guarded by rotMu
+	warnedPlain bool     // guarded by rotMu
+
 	// ovMu guards the overlays. cur is changed with commitMu held too,
 	// flushing with ckMu held too, so either lock alone reads its map.
 	ovMu sync.RWMutex
-	// cur holds the writes of the current generation.
+	// cur holds the writes of the current generations (seg and full).
 	cur map[string]overlayEntry
-	// flushing holds the writes of the generation being checkpointed (or
+	// flushing holds the writes of the generations being checkpointed (or
 	// whose checkpoint failed); nil when none is.
 	flushing map[string]overlayEntry
 
-	// ckMu is held for a whole checkpoint.
+	// ckMu is held for a whole checkpoint, and while the current segment
+	// is prefaulted: a segment that was ever current is unmapped only
+	// with ckMu held.
 	ckMu      sync.Mutex
-	flushFile *os.File                // flushing's file; guarded by ckMu
-	flushGen  uint64                  // its generation; guarded by ckMu
-	spare     map[string]overlayEntry // an emptied overlay for the next rotation; guarded by ckMu
+	flushSegs []*segment              // flushing's segments, oldest first; guarded by ckMu
+	flushGen  uint64                  // the newest of them; guarded by ckMu
+	spareOv   map[string]overlayEntry // an emptied overlay for the next rotation; guarded by ckMu
 	closed    bool                    // no checkpoint after Close; guarded by ckMu
 
-	ckKick chan struct{} // the journal passed Config.CheckpointBytes
-	ckArm  chan struct{} // the first write of a generation
-	ckStop chan struct{}
-	ckDone chan struct{}
+	ckKick  chan struct{} // the journal passed Config.CheckpointBytes, or refuses writes
+	ckArm   chan struct{} // the first write of a generation
+	popKick chan struct{} // the current segment wants prefaulting
+	ckStop  chan struct{}
+	ckDone  chan struct{}
 }
 
 // journalReq is one caller's volume write, queued for whoever appends
@@ -220,10 +233,11 @@ func (s *Store) runJournal() {
 }
 
 // appendLocked appends the first queued write and those queued behind it,
-// up to MaxBatchSize, as one group: one write(2) and, with sync on, one
-// fdatasync. Then it puts them in the overlay, in queue order (the order
-// replay applies them in), and answers each. It reports false when the
-// queue was empty. The caller holds commitMu.
+// up to MaxBatchSize, as one group: encoded into the mapped segment (one
+// write(2) to a plain one) and, with sync on, one fdatasync. Then it puts
+// them in the overlay, in queue order (the order replay applies them in),
+// and answers each. It reports false when the queue was empty. The caller
+// holds commitMu.
 func (s *Store) appendLocked() bool {
 	j := s.j
 	var first *journalReq
@@ -252,7 +266,7 @@ gather:
 		last = i
 	}
 	var err error
-	wasEmpty := j.size <= journalHeaderSize
+	wasEmpty := j.curBytes == 0
 	if last >= 0 {
 		err = s.appendGroupLocked(batch[:last+1])
 	}
@@ -303,7 +317,7 @@ gather:
 		if wasEmpty {
 			kick(j.ckArm)
 		}
-		if j.size >= s.cfg.CheckpointBytes {
+		if journalHeaderSize+j.curBytes >= s.cfg.CheckpointBytes {
 			kick(j.ckKick)
 		}
 	}
@@ -313,17 +327,103 @@ gather:
 }
 
 // appendGroupLocked writes the records of batch (skipping those whose res
-// is set) as the next group. On failure it takes the group back out of
-// the file, so that replay never applies a write that failed; if that
-// fails too, the journal refuses appends until a checkpoint replaces its
-// file. The caller holds commitMu.
+// is set) as the next group, in the current segment or, when they do not
+// fit there, in the next generation's. On failure it takes the group back
+// out of the file, so that replay never applies a write that failed; if
+// that fails too, the journal refuses appends until a checkpoint replaces
+// its segment. The caller holds commitMu.
 func (s *Store) appendGroupLocked(batch []*journalReq) error {
 	j := s.j
 	if j.broken != nil {
 		return j.broken
 	}
+	var need int64
+	for _, r := range batch {
+		if r.res == nil {
+			need += journalFrameSize + journalBodyFixed + int64(len(r.id)+len(r.value))
+		}
+	}
+	if !j.seg.fits(need) {
+		next, err := s.takeSegmentLocked(need)
+		if err != nil {
+			return fmt.Errorf("store journal generation %d is full and the next cannot be started: %w", j.seg.gen, err)
+		}
+		j.full = append(j.full, j.seg)
+		j.seg, j.group = next, 0
+	}
+	seg := j.seg
 	group := j.group + 1
-	buf := j.buf[:0]
+	if seg.data != nil {
+		return s.appendMappedLocked(seg, batch, group, need)
+	}
+	buf := appendGroup(j.buf[:0], batch, group)
+	if cap(buf) <= maxKeptJournalBuf {
+		j.buf = buf[:0]
+	} else {
+		j.buf = nil
+	}
+	n, err := seg.f.WriteAt(buf, seg.size)
+	if err == nil && !s.cfg.NoSync {
+		err = fdatasync(seg.f)
+	}
+	if err == nil {
+		seg.size += int64(n)
+		j.curBytes += int64(n)
+		j.group = group
+		return nil
+	}
+	undo := seg.f.Truncate(seg.size)
+	if undo == nil && !s.cfg.NoSync {
+		undo = fdatasync(seg.f)
+	}
+	if undo != nil {
+		j.broken = fmt.Errorf("store journal refuses writes until the next checkpoint: a failed append could not be taken back: %w", undo)
+		kick(j.ckKick)
+	}
+	return err
+}
+
+// appendMappedLocked encodes the group of need bytes straight into seg's
+// mapping, where it fits, and with sync on fdatasyncs it. A failed
+// fdatasync is taken back by zeroing the group. The caller holds
+// commitMu.
+func (s *Store) appendMappedLocked(seg *segment, batch []*journalReq, group uint64, need int64) error {
+	j := s.j
+	at := seg.data[seg.size : seg.size+need : seg.size+need]
+	err := encodeMapped(at, batch, group)
+	if err == nil && !s.cfg.NoSync {
+		err = fdatasync(seg.f)
+		if err != nil {
+			undo := clearMapped(at)
+			if undo == nil {
+				undo = fdatasync(seg.f)
+			}
+			if undo != nil {
+				j.broken = fmt.Errorf("store journal refuses writes until the next checkpoint: a failed append could not be taken back: %w", undo)
+				kick(j.ckKick)
+			}
+			return err
+		}
+	}
+	if err != nil {
+		// The mapping faulted: its file is not what it was.
+		j.broken = fmt.Errorf("store journal refuses writes until the next checkpoint: %w", err)
+		kick(j.ckKick)
+		return err
+	}
+	seg.size += need
+	j.curBytes += need
+	j.group = group
+	if !seg.prefaulting && seg.populated < int64(len(seg.data)) && seg.size+prefaultBytes/2 > seg.populated {
+		seg.prefaulting = true
+		kick(j.popKick)
+	}
+	return nil
+}
+
+// appendGroup appends the records of batch (skipping those whose res is
+// set) to dst as group; the last one ends it.
+func appendGroup(dst []byte, batch []*journalReq, group uint64) []byte {
 	for i, r := range batch {
 		if r.res != nil {
 			continue
@@ -335,31 +435,9 @@ func (s *Store) appendGroupLocked(batch []*journalReq) error {
 		if i == len(batch)-1 {
 			flags |= journalFlagEnd
 		}
-		buf = appendJournalRecord(buf, r.op, flags, group, r.id, r.value)
+		dst = appendJournalRecord(dst, r.op, flags, group, r.id, r.value)
 	}
-	if cap(buf) <= maxKeptJournalBuf {
-		j.buf = buf[:0]
-	} else {
-		j.buf = nil
-	}
-	n, err := j.f.Write(buf)
-	if err == nil && !s.cfg.NoSync {
-		err = fdatasync(j.f)
-	}
-	if err == nil {
-		j.size += int64(n)
-		j.group = group
-		return nil
-	}
-	undo := j.f.Truncate(j.size)
-	if undo == nil && !s.cfg.NoSync {
-		undo = fdatasync(j.f)
-	}
-	if undo != nil {
-		j.broken = fmt.Errorf("store journal refuses writes until the next checkpoint: a failed append could not be taken back: %w", undo)
-		kick(j.ckKick)
-	}
-	return err
+	return dst
 }
 
 // lookup returns the latest journaled write of id not yet checkpointed:
@@ -406,6 +484,9 @@ func (s *Store) runCheckpoints() {
 			}
 		case <-timer.C:
 			armed = false
+		case <-j.popKick:
+			s.prefault()
+			continue
 		case <-j.ckStop:
 			timer.Stop()
 			return
@@ -428,12 +509,12 @@ func (s *Store) checkpoint() error {
 	return s.checkpointLocked(false)
 }
 
-// checkpointLocked flushes the generation left by a failed checkpoint, if
-// any, then rotates the current generation out and flushes it. Writers
-// wait only for the rotation (a pointer swap under commitMu; the new file
-// is created before). final is Close's last checkpoint: no writer is left,
-// so the current generation is flushed without a new file. The caller
-// holds ckMu.
+// checkpointLocked flushes the generations left by a failed checkpoint,
+// if any, then rotates the current generations out and flushes them.
+// Writers wait only for the rotation (a pointer swap under commitMu; the
+// next segment is made before). final is Close's last checkpoint: no
+// writer is left, so the current generations are flushed without a new
+// segment. The caller holds ckMu.
 func (s *Store) checkpointLocked(final bool) error {
 	j := s.j
 	if j.closed {
@@ -445,31 +526,35 @@ func (s *Store) checkpointLocked(final bool) error {
 		}
 	}
 	j.commitMu.Lock()
-	need := len(j.cur) > 0 || j.broken != nil
-	gen := j.gen
+	need := len(j.cur) > 0 || len(j.full) > 0 || j.broken != nil
 	j.commitMu.Unlock()
 	if !need {
 		return nil
 	}
-	var next *os.File
 	if !final {
-		var err error
-		next, err = createJournalFile(journalName(s.path, gen+1), gen+1, !s.cfg.NoSync)
-		if err != nil {
+		if err := s.prepareSpare(); err != nil {
 			return fmt.Errorf("checkpoint store: rotate journal: %w", err)
 		}
 	}
-	fresh := j.spare
+	fresh := j.spareOv
 	if fresh == nil {
 		fresh = make(map[string]overlayEntry)
 	}
-	j.spare = nil
+	j.spareOv = nil
 	j.commitMu.Lock()
-	j.flushFile, j.flushGen = j.f, j.gen
-	j.f, j.size, j.group, j.broken = next, journalHeaderSize, 0, nil
-	if next != nil {
-		j.gen++
+	var next *segment
+	if !final {
+		// The spare, unless a full rotation took it meanwhile.
+		var err error
+		if next, err = s.takeSegmentLocked(0); err != nil {
+			j.spareOv = fresh
+			s.unlockAppend()
+			return fmt.Errorf("checkpoint store: rotate journal: %w", err)
+		}
 	}
+	j.flushSegs = append(j.full, j.seg)
+	j.flushGen = j.seg.gen
+	j.seg, j.full, j.curBytes, j.group, j.broken = next, nil, 0, 0, nil
 	j.ovMu.Lock()
 	j.flushing, j.cur = j.cur, fresh
 	j.ovMu.Unlock()
@@ -478,9 +563,9 @@ func (s *Store) checkpointLocked(final bool) error {
 }
 
 // flushLocked applies the flushing overlay to bbolt in one transaction
-// (synced unless NoSync), which also records its generation as applied,
-// and then drops the overlay and removes the generation's file. On
-// failure both stay, and reads keep finding the writes in the overlay.
+// (synced unless NoSync), which also records its newest generation as
+// applied, and then drops the overlay and removes the generations' files.
+// On failure both stay, and reads keep finding the writes in the overlay.
 // The caller holds ckMu.
 func (s *Store) flushLocked() error {
 	j := s.j
@@ -506,25 +591,25 @@ func (s *Store) flushLocked() error {
 	j.ovMu.Unlock()
 	if len(flushed) <= maxKeptOverlay {
 		clear(flushed)
-		j.spare = flushed
+		j.spareOv = flushed
 	}
-	if f := j.flushFile; f != nil {
-		j.flushFile = nil
-		_ = f.Close()
+	for _, seg := range j.flushSegs {
 		// A file whose removal is lost is skipped at Open: its generation
 		// is recorded as applied.
-		if err := os.Remove(f.Name()); err != nil {
+		if err := seg.remove(); err != nil {
 			s.log.WithError(err).Warn("cannot remove a checkpointed store journal file; Open skips it")
 		}
 	}
+	clear(j.flushSegs)
+	j.flushSegs = j.flushSegs[:0]
 	return nil
 }
 
 // closeJournal ends the journal for Close. With checkpoint, every
 // journaled write is moved into bbolt and the journal files are removed;
 // if that fails (or without checkpoint, which tests use to leave the files
-// as a crash would), they stay for the next Open to replay. The journal
-// committer and checkpointer have stopped.
+// as a crash would), they stay for the next Open to replay. Every segment
+// is unmapped. The journal committer and checkpointer have stopped.
 func (s *Store) closeJournal(checkpoint bool) error {
 	j := s.j
 	j.ckMu.Lock()
@@ -534,18 +619,22 @@ func (s *Store) closeJournal(checkpoint bool) error {
 		err = s.checkpointLocked(true)
 	}
 	j.closed = true
+	s.dropSpare()
 	j.commitMu.Lock()
 	defer j.commitMu.Unlock()
-	if j.flushFile != nil {
-		_ = j.flushFile.Close()
+	for _, seg := range slices.Concat(j.flushSegs, j.full) {
+		_ = seg.close()
 	}
-	if j.f != nil {
-		_ = j.f.Close()
+	j.flushSegs, j.full = nil, nil
+	if seg := j.seg; seg != nil {
+		j.seg = nil
 		if checkpoint && err == nil {
 			// Its generation holds nothing: every write is in bbolt.
-			if rerr := os.Remove(j.f.Name()); rerr != nil {
+			if rerr := seg.remove(); rerr != nil {
 				s.log.WithError(rerr).Warn("cannot remove the empty store journal file")
 			}
+		} else {
+			_ = seg.close()
 		}
 	}
 	return err
@@ -660,7 +749,7 @@ func (s *Store) readJournals(files []journalFile, applied uint64) (journalReplay
 			s.log.WithField("journal", todo[i].path).Warn("store journal ends in a write cut short by a crash (it had not returned); dropped: " + c.dropped)
 		}
 		contents[i] = c
-		laterWritten = laterWritten || len(raws[i]) > journalHeaderSize
+		laterWritten = laterWritten || journalWritten(raws[i])
 	}
 	for _, c := range contents {
 		for _, r := range c.records {

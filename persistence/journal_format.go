@@ -15,7 +15,10 @@ import (
 
 // The journal is a sequence of generations, each one file next to the
 // store file named "<store file>.journal.<generation>" (decimal). A file is
-// a header and then records, appended one group (one write(2)) at a time.
+// a header and then records, appended one group at a time, and then, in a
+// preallocated file (journal_segment.go), zeros up to its size: the
+// journal's end, in every generation. A record never starts with zeros
+// (its length is at least journalBodyFixed).
 //
 // Header, journalHeaderSize bytes, little-endian:
 //
@@ -38,7 +41,10 @@ import (
 //
 // Every group's last record has journalFlagEnd, so replay knows whether a
 // group is complete: a crash during an append leaves at most the file's
-// last group incomplete or torn, and replay drops that group whole.
+// last group incomplete or torn, and replay drops that group whole. A
+// header of zeros in a file of zeros is a preallocated file whose header
+// a crash (of the machine, during its creation) lost: like a header cut
+// short, it is dropped in the last generation.
 const (
 	journalMagic          = "csiajrnl"
 	journalVersion uint32 = 1
@@ -214,12 +220,22 @@ func parseJournal(jf journalFile, raw []byte, last bool) (journalContent, error)
 		return fmt.Errorf("store journal %s: %s: %w", jf.path, fmt.Sprintf(format, args...), ErrCorrupt)
 	}
 	var out journalContent
-	if len(raw) < journalHeaderSize {
-		if last {
-			out.dropped = fmt.Sprintf("header cut short (%d of %d bytes)", len(raw), journalHeaderSize)
-			return out, nil
-		}
+	// end is where the zeros at the file's end start.
+	end := len(raw)
+	for end > 0 && raw[end-1] == 0 {
+		end--
+	}
+	switch {
+	case len(raw) < journalHeaderSize && last:
+		out.dropped = fmt.Sprintf("header cut short (%d of %d bytes)", len(raw), journalHeaderSize)
+		return out, nil
+	case len(raw) < journalHeaderSize:
 		return out, corrupt("header cut short (%d of %d bytes) in a generation that is not the last", len(raw), journalHeaderSize)
+	case end == 0 && last:
+		out.dropped = fmt.Sprintf("header of zeros in a file of %d zero bytes", len(raw))
+		return out, nil
+	case end == 0:
+		return out, corrupt("header of zeros in a generation that is not the last")
 	}
 	if string(raw[:8]) != journalMagic {
 		return out, corrupt("no journal header (bad magic)")
@@ -244,7 +260,7 @@ func parseJournal(jf journalFile, raw []byte, last bool) (journalContent, error)
 		groupStart = 0    // index in out.records after the last record that ended a group
 	)
 	off := journalHeaderSize
-	for off < len(raw) {
+	for off < end {
 		r, n, err := decodeJournalRecord(raw[off:])
 		if err != nil && !errors.Is(err, errBadFrame) {
 			return out, corrupt("record at offset %d: %s", off, err.Error())
@@ -259,7 +275,7 @@ func parseJournal(jf journalFile, raw []byte, last bool) (journalContent, error)
 			if ended {
 				torn = group + 1
 			}
-			if at, later, found := findLaterGroup(raw, off+1, torn); found {
+			if at, later, found := findLaterGroup(raw, off+1, end, torn); found {
 				return out, corrupt("bad record at offset %d (%s) followed by a good record of group %d at offset %d",
 					off, err.Error(), later, at)
 			}
@@ -267,7 +283,7 @@ func parseJournal(jf journalFile, raw []byte, last bool) (journalContent, error)
 				return out, corrupt("bad record at offset %d (%s) at the end of a generation that is not the last", off, err.Error())
 			}
 			out.dropped = fmt.Sprintf("group %d torn at offset %d (%s): %d complete records of it and %d bytes dropped",
-				torn, off, err.Error(), len(out.records)-groupStart, len(raw)-off)
+				torn, off, err.Error(), len(out.records)-groupStart, end-off)
 			out.records = out.records[:groupStart]
 			return out, nil
 		}
@@ -294,10 +310,12 @@ func parseJournal(jf journalFile, raw []byte, last bool) (journalContent, error)
 	return out, nil
 }
 
-// findLaterGroup looks at every offset from from on for a good record of
-// a group after torn, and returns its offset and group.
-func findLaterGroup(raw []byte, from int, torn uint64) (int, uint64, bool) {
-	for off := from; off+journalFrameSize+journalBodyFixed <= len(raw); off++ {
+// findLaterGroup looks at every offset from from up to end, where the
+// file's zeros start (a record starts with a length that is not zero),
+// for a good record of a group after torn, and returns its offset and
+// group.
+func findLaterGroup(raw []byte, from, end int, torn uint64) (int, uint64, bool) {
+	for off := from; off < end && off+journalFrameSize+journalBodyFixed <= len(raw); off++ {
 		r, _, err := decodeJournalRecord(raw[off:])
 		if err == nil && r.group > torn {
 			return off, r.group, true
@@ -315,30 +333,10 @@ func readJournalFile(jf journalFile) ([]byte, error) {
 	return raw, nil
 }
 
-// createJournalFile creates generation gen's file with its header. With
-// sync, the file and its directory entry are on disk when it returns.
-func createJournalFile(path string, gen uint64, sync bool) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("create store journal: %w", err)
-	}
-	fail := func(err error) (*os.File, error) {
-		_ = f.Close()
-		_ = os.Remove(path)
-		return nil, err
-	}
-	if _, err := f.Write(appendJournalHeader(make([]byte, 0, journalHeaderSize), gen)); err != nil {
-		return fail(fmt.Errorf("write store journal header: %w", err))
-	}
-	if sync {
-		if err := f.Sync(); err != nil {
-			return fail(fmt.Errorf("sync store journal: %w", err))
-		}
-		if err := syncDir(filepath.Dir(path)); err != nil {
-			return fail(err)
-		}
-	}
-	return f, nil
+// journalWritten reports whether a journal file's bytes hold anything
+// after the header: a write began in its generation.
+func journalWritten(raw []byte) bool {
+	return len(raw) > journalHeaderSize && slices.ContainsFunc(raw[journalHeaderSize:], func(b byte) bool { return b != 0 })
 }
 
 // syncDir makes the entries of dir durable.

@@ -120,6 +120,12 @@ type Store struct {
 	// BenchmarkPutVolumeLone. Tests and benchmarks change it only while
 	// no write is in flight and nothing is journaled (setDirectVolumes).
 	directVolumes bool
+	// plainJournal makes every new journal segment plain: appended with
+	// write(2), not through a mapping, as the journal was first written
+	// (and still is where files cannot be mapped); kept as the baseline of
+	// BenchmarkPutVolume and BenchmarkPutVolumeLone. Guarded by j.rotMu;
+	// it takes effect at the next rotation (setPlainJournal).
+	plainJournal bool
 
 	// j is the journal of volume writes (journal.go).
 	j *journal
@@ -209,16 +215,17 @@ func open(path string, cfg Config, sc schema) (*Store, error) {
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 		j: &journal{
-			reqs:   make(chan *journalReq, cfg.MaxBatchSize),
-			batch:  make([]*journalReq, 0, cfg.MaxBatchSize),
-			kick:   make(chan struct{}, 1),
-			stop:   make(chan struct{}),
-			done:   make(chan struct{}),
-			cur:    map[string]overlayEntry{},
-			ckKick: make(chan struct{}, 1),
-			ckArm:  make(chan struct{}, 1),
-			ckStop: make(chan struct{}),
-			ckDone: make(chan struct{}),
+			reqs:    make(chan *journalReq, cfg.MaxBatchSize),
+			batch:   make([]*journalReq, 0, cfg.MaxBatchSize),
+			kick:    make(chan struct{}, 1),
+			stop:    make(chan struct{}),
+			done:    make(chan struct{}),
+			cur:     map[string]overlayEntry{},
+			ckKick:  make(chan struct{}, 1),
+			ckArm:   make(chan struct{}, 1),
+			popKick: make(chan struct{}, 1),
+			ckStop:  make(chan struct{}),
+			ckDone:  make(chan struct{}),
 		},
 
 		binaryVolumes: volumeCodecCovers(),
@@ -278,12 +285,15 @@ func (s *Store) initStore(sc schema) error {
 	if err := s.replayJournals(rp); err != nil {
 		return err
 	}
-	gen := rp.lastGen + 1
-	f, err := createJournalFile(journalName(s.path, gen), gen, !s.cfg.NoSync)
+	s.j.lastGen = rp.lastGen
+	s.j.segBytes = segmentBytes(s.cfg)
+	s.j.commitMu.Lock()
+	defer s.j.commitMu.Unlock()
+	seg, err := s.takeSegmentLocked(0)
 	if err != nil {
 		return fmt.Errorf("store %s: %w", s.path, err)
 	}
-	s.j.f, s.j.gen, s.j.size = f, gen, journalHeaderSize
+	s.j.seg = seg
 	return nil
 }
 

@@ -1,0 +1,408 @@
+package persistence
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+)
+
+// setSegments checkpoints the journal and then appends to plain segments
+// (write(2)) or mapped ones, of segBytes each when segBytes > 0, from a
+// new segment on, which replaces the current one if that is of another
+// kind or size. No write may be in flight.
+func (s *Store) setSegments(plain bool, segBytes int64) error {
+	if err := s.checkpoint(); err != nil {
+		return err
+	}
+	j := s.j
+	j.ckMu.Lock()
+	defer j.ckMu.Unlock()
+	j.commitMu.Lock()
+	defer j.commitMu.Unlock()
+	j.rotMu.Lock()
+	s.plainJournal = plain
+	if segBytes > 0 {
+		j.segBytes = segBytes
+	}
+	if j.spare != nil {
+		if err := j.spare.remove(); err != nil {
+			j.rotMu.Unlock()
+			return err
+		}
+		j.spare = nil
+	}
+	want := j.segBytes
+	j.rotMu.Unlock()
+	if plain || !mmapJournal {
+		if j.seg.data == nil {
+			return nil
+		}
+	} else if int64(len(j.seg.data)) == want {
+		return nil
+	}
+	// The checkpoint left nothing in the segment: replace it.
+	next, err := s.takeSegmentLocked(0)
+	if err != nil {
+		return err
+	}
+	old := j.seg
+	j.seg, j.group = next, 0
+	return old.remove()
+}
+
+// setPlainJournal makes the journal append with write(2) (plain) or
+// through mappings, from a new segment on. No write may be in flight.
+func (s *Store) setPlainJournal(tb testing.TB, plain bool) {
+	tb.Helper()
+	if err := s.setSegments(plain, 0); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// setSegmentBytes makes every new mapped segment n bytes, from a new one
+// on. No write may be in flight.
+func (s *Store) setSegmentBytes(tb testing.TB, n int64) {
+	tb.Helper()
+	if err := s.setSegments(false, n); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// skipUnmapped skips tests of mapped segments where there are none.
+func skipUnmapped(t *testing.T) {
+	t.Helper()
+	if !mmapJournal {
+		t.Skip("journal segments are not mapped on this system")
+	}
+}
+
+// TestParseJournal_ZeroTailIsTheEnd pads a journal, cut at every length,
+// with the zeros of a preallocated file: cut between groups it parses as
+// those groups, nothing dropped, in any generation; cut inside a group it
+// parses as a torn tail in the last generation (the group dropped) and as
+// damage in an earlier one. A file of zeros is a lost header.
+func TestParseJournal_ZeroTailIsTheEnd(t *testing.T) {
+	raw, starts, recs := testJournal(1, 3, 2, 1)
+	zeros := make([]byte, 3*4096)
+	for cut := journalHeaderSize; cut <= len(raw); cut++ {
+		whole := 0 // groups wholly before cut
+		for whole+1 < len(starts) && starts[whole+1] <= cut {
+			whole++
+		}
+		wantRecs := 0
+		for _, r := range recs {
+			if r.group <= uint64(whole) {
+				wantRecs++
+			}
+		}
+		atBoundary := cut == journalHeaderSize || cut == starts[whole]
+		// A record's own trailing zeros, cut off, are not a cut.
+		trimmed := cut
+		for trimmed > 0 && raw[trimmed-1] == 0 {
+			trimmed--
+		}
+		padded := append(slices.Clone(raw[:trimmed]), zeros...)
+		for _, last := range []bool{true, false} {
+			c, err := parseJournal(testJournalFile, padded, last)
+			switch {
+			case atBoundary && (err != nil || c.dropped != "" || !sameRecords(c.records, recs[:wantRecs])):
+				t.Fatalf("cut at %d between groups, zeros after (last generation: %t): %d records, dropped %q, %v; want the %d records of the %d whole groups",
+					cut, last, len(c.records), c.dropped, err, wantRecs, whole)
+			case !atBoundary && last && (err != nil || c.dropped == "" || !sameRecords(c.records, recs[:wantRecs])):
+				t.Fatalf("cut at %d inside a group, zeros after: %d records, dropped %q, %v; want the %d records of the %d whole groups and a drop",
+					cut, len(c.records), c.dropped, err, wantRecs, whole)
+			case !atBoundary && !last && !errors.Is(err, ErrCorrupt):
+				t.Fatalf("cut at %d inside a group of an earlier generation, zeros after: %v, want ErrCorrupt", cut, err)
+			}
+		}
+	}
+	c, err := parseJournal(testJournalFile, zeros, true)
+	if err != nil || c.dropped == "" || len(c.records) != 0 {
+		t.Fatalf("a file of zeros as the last generation: %d records, dropped %q, %v; want a dropped header", len(c.records), c.dropped, err)
+	}
+	if _, err := parseJournal(testJournalFile, zeros, false); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a file of zeros as an earlier generation: %v, want ErrCorrupt", err)
+	}
+	// Zeros, then a good record: the zeros are damage, not the end.
+	bad := append(append(slices.Clone(raw[:starts[1]]), make([]byte, 100)...), raw[starts[1]:]...)
+	if _, err := parseJournal(testJournalFile, bad, true); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("zeros followed by a good record: %v, want ErrCorrupt", err)
+	}
+}
+
+// TestStore_Journal_ZeroTailAfterCrash checks that a crash leaves a mapped
+// segment at its preallocated size, its unwritten tail zeros, and that
+// Open reads that as the journal's end: every write there, nothing
+// reported dropped.
+func TestStore_Journal_ZeroTailAfterCrash(t *testing.T) {
+	skipUnmapped(t)
+	checkLeaks(t)
+	path := storePath(t)
+	jf := journaledStore(t, path, 5)
+	raw := readFile(t, jf)
+	offs := recordOffsets(t, readFile(t, jf))
+	if int64(len(raw)) != segmentBytes(noAutoCheckpoint) || len(offs) != 6 || !allZero(raw[offs[5]:]) {
+		t.Fatalf("journal file of %d bytes, records end at %d; want %d bytes, 5 records, zeros after them",
+			len(raw), offs[len(offs)-1], segmentBytes(noAutoCheckpoint))
+	}
+	cfg, hook := hookedConfig()
+	s := openT(t, path, cfg)
+	for _, e := range hook.AllEntries() {
+		if e.Level <= logrus.WarnLevel {
+			t.Errorf("Open logged %q", e.Message)
+		}
+	}
+	m := newModel()
+	for i := range 5 {
+		id := fmt.Sprintf("v%d", i)
+		m.ids[id], m.vols[id] = true, volumeWithClaim(id)
+	}
+	m.checkReads(t, s)
+	m.checkScans(t, s)
+}
+
+// TestStore_Journal_GenerationFull writes far more than a segment holds,
+// with no checkpoint running: each writer that finds its group does not
+// fit starts the next generation. Reads see every write, a checkpoint
+// moves every generation into bbolt and removes their files, and replay
+// after a crash applies every generation in order, down to the last of
+// many writes of one volume spread over all of them.
+func TestStore_Journal_GenerationFull(t *testing.T) {
+	skipUnmapped(t)
+	for _, synced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sync=%t", synced), func(t *testing.T) {
+			checkLeaks(t)
+			ctx := ctxT(t)
+			path := storePath(t)
+			cfg := noAutoCheckpoint
+			cfg.NoSync = !synced
+			s, err := Open(path, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const segBytes = 2 * pageBytes
+			s.setSegmentBytes(t, segBytes)
+			m := newModel()
+			write := func(round int) {
+				// Sequential writes, each its own group, and concurrent
+				// ones that form groups; "same" is rewritten all along.
+				for i := range 40 {
+					v := volumeWithClaim(fmt.Sprintf("r%d-v%02d", round, i))
+					if i%3 == 0 {
+						v = Volume{ID: v.ID, Plugin: "p", Revision: uint64(i)}
+					}
+					m.put(t, s, v)
+					same := volumeWithClaim("same")
+					same.Revision = uint64(round*1000 + i)
+					m.put(t, s, same)
+					if i%5 == 4 {
+						m.del(t, s, fmt.Sprintf("r%d-v%02d", round, i-2))
+					}
+				}
+				var wg sync.WaitGroup
+				vols := make([]Volume, 32)
+				for w := range vols {
+					vols[w] = volumeWithClaim(fmt.Sprintf("r%d-c%02d", round, w))
+					wg.Go(func() {
+						if err := s.PutVolume(ctx, vols[w]); err != nil {
+							t.Error(err)
+						}
+					})
+				}
+				wg.Wait()
+				for _, v := range vols {
+					m.vols[v.ID], m.ids[v.ID] = v, true
+				}
+			}
+			write(0)
+			files := journalPaths(t, path)
+			s.j.commitMu.Lock()
+			full := len(s.j.full)
+			s.j.commitMu.Unlock()
+			if len(files) < 5 || full != len(files)-1 {
+				t.Fatalf("%d journal files, %d full generations in the overlay; want many, all but the current one full", len(files), full)
+			}
+			for _, f := range files {
+				// A group of concurrent writes may be bigger than a
+				// segment, and get one sized for it.
+				if fi, err := os.Stat(f); err != nil || fi.Size() < segBytes || fi.Size()%pageBytes != 0 {
+					t.Fatalf("journal file %s: %v; want %d bytes or more, whole pages", f, err, segBytes)
+				}
+			}
+			m.checkReads(t, s)
+
+			// A checkpoint takes every generation.
+			if err := s.checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+			if files := journalPaths(t, path); len(files) != 1 {
+				t.Fatalf("journal files after a checkpoint: %v, want the new generation only", files)
+			}
+			m.checkReads(t, s)
+			m.checkScans(t, s)
+
+			// A crash, then replay of many generations.
+			write(1)
+			if n := len(journalPaths(t, path)); n < 5 {
+				t.Fatalf("%d journal files, want many", n)
+			}
+			crash(t, s)
+			cfg2, hook := hookedConfig()
+			s = openT(t, path, cfg2)
+			if !logged(hook, logrus.InfoLevel, "replayed store journal") || logged(hook, logrus.WarnLevel, "") {
+				t.Errorf("Open logged %v; want a replay and no warning", hook.AllEntries())
+			}
+			m.checkReads(t, s)
+			m.checkScans(t, s)
+		})
+	}
+}
+
+// TestStore_Journal_RecordBiggerThanGeneration writes volumes far bigger
+// than a segment, alone and in a group with small ones: each group gets a
+// segment sized to fit it, and survives a checkpoint and a crash.
+func TestStore_Journal_RecordBiggerThanGeneration(t *testing.T) {
+	skipUnmapped(t)
+	checkLeaks(t)
+	ctx := ctxT(t)
+	path := storePath(t)
+	s, err := Open(path, noAutoCheckpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const segBytes = 2 * pageBytes
+	s.setSegmentBytes(t, segBytes)
+	big := func(id string, kib int) Volume {
+		v := volumeWithClaim(id)
+		v.Parameters = map[string]string{"blob": strings.Repeat(id[:1], kib<<10)}
+		return v
+	}
+	m := newModel()
+	m.put(t, s, volumeWithClaim("small-0"))
+	m.put(t, s, big("big-1", 40))
+	m.put(t, s, volumeWithClaim("small-1"))
+	// A group of a big one and small ones.
+	release := s.blockJournal(t)
+	vols := []Volume{volumeWithClaim("small-2"), big("big-2", 100), volumeWithClaim("small-3")}
+	errs := make(chan error, len(vols))
+	for _, v := range vols {
+		go func() { errs <- s.PutVolume(ctx, v) }()
+	}
+	waitJournalQueued(t, s, len(vols))
+	release()
+	for range vols {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, v := range vols {
+		m.vols[v.ID], m.ids[v.ID] = v, true
+	}
+	m.checkReads(t, s)
+	var sizes []int64
+	for _, f := range journalPaths(t, path) {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes = append(sizes, fi.Size())
+	}
+	if len(sizes) < 3 || slices.Max(sizes) < 100<<10 || slices.Min(sizes) != segBytes {
+		t.Fatalf("journal file sizes %v: want segments of %d and ones sized for the big groups", sizes, segBytes)
+	}
+	crash(t, s)
+	s, err = Open(path, noAutoCheckpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.checkReads(t, s)
+	m.checkScans(t, s)
+	m.put(t, s, big("big-3", 64))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openT(t, path, Config{})
+	m.checkReads(t, s)
+}
+
+// TestStore_Journal_FileTruncatedUnderMapping has another program truncate
+// the mapped journal file under an open store: the next write through the
+// mapping faults, which must fail that write (not kill the process with
+// SIGBUS) and nothing else; the journal then refuses writes until a
+// checkpoint replaces its segment, after which writes work again.
+func TestStore_Journal_FileTruncatedUnderMapping(t *testing.T) {
+	skipUnmapped(t)
+	checkLeaks(t)
+	ctx := ctxT(t)
+	path := storePath(t)
+	s := openT(t, path, noAutoCheckpoint)
+	m := newModel()
+	m.put(t, s, volumeWithClaim("before"))
+	files := journalPaths(t, path)
+	if len(files) != 1 {
+		t.Fatalf("journal files %v, want one", files)
+	}
+	truncate(t, files[0], 0)
+	err := s.PutVolume(ctx, volumeWithClaim("lost"))
+	if err == nil || errors.Is(err, ErrClosed) {
+		t.Fatalf("PutVolume into a truncated mapping: %v, want an error", err)
+	}
+	t.Logf("PutVolume: %v", err)
+	m.ids["lost"] = true
+	m.checkReads(t, s)
+	if err := s.checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	m.put(t, s, volumeWithClaim("after"))
+	m.checkReads(t, s)
+	m.checkScans(t, s)
+}
+
+// TestStore_Journal_PlainSegments runs the journal on plain segments
+// (write(2), as on systems without mappings) through writes, a crash and
+// replay, and a switch back to mapped ones.
+func TestStore_Journal_PlainSegments(t *testing.T) {
+	checkLeaks(t)
+	path := storePath(t)
+	s, err := Open(path, noAutoCheckpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.setPlainJournal(t, true)
+	m := newModel()
+	for i := range 20 {
+		m.put(t, s, volumeWithClaim(fmt.Sprintf("v%02d", i)))
+	}
+	m.del(t, s, "v03")
+	files := journalPaths(t, path)
+	raw := readFile(t, files[len(files)-1])
+	if offs := recordOffsets(t, raw); len(offs) != 22 || offs[21] != len(raw) {
+		t.Fatalf("plain journal file of %d bytes, records end at %d: want it to end with its 21 records", len(raw), offs[len(offs)-1])
+	}
+	crash(t, s)
+	s, err = Open(path, noAutoCheckpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.checkReads(t, s)
+	s.setPlainJournal(t, true)
+	m.put(t, s, volumeWithClaim("plain"))
+	s.setPlainJournal(t, false)
+	m.put(t, s, volumeWithClaim("mapped"))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openT(t, path, Config{})
+	m.checkReads(t, s)
+	m.checkScans(t, s)
+	if _, err := os.Stat(filepath.Dir(path)); err != nil {
+		t.Fatal(err)
+	}
+}
