@@ -20,26 +20,28 @@ const benchWriters = 64
 const benchVolumes = 10_000
 
 // BenchmarkPutVolume compares, for the same records, 64 writers, fsync
-// on and off: PutVolume through the journal (group appends copied into
-// its mapped segment, with one fdatasync each when synced; "journal"),
-// through the journal appended with write(2) as before it was mapped
-// ("journal-write", Store.plainJournal), through bbolt group commit as
-// before the journal ("group-commit", Store.directVolumes), and one bbolt
-// transaction (and one fsync) per write ("update-per-write").
+// on and off: PutVolume through the journal as it is ("journal": group
+// appends to a preallocated segment, copied into its mapping with fsync
+// off, one pwrite(2) and one fdatasync each with it on), through the
+// journal appended the other way ("journal-pwrite" with fsync off,
+// "journal-mapped" with it on), through the journal appended with
+// write(2) to a file that grows, as before it was preallocated
+// ("journal-write"), through bbolt group commit as before the journal
+// ("group-commit", Store.directVolumes), and one bbolt transaction (and
+// one fsync) per write ("update-per-write").
 func BenchmarkPutVolume(b *testing.B) {
 	vols := make([]Volume, benchVolumes)
 	for i := range vols {
 		vols[i] = volumeWithClaim(fmt.Sprintf("vol-%05d", i))
 	}
-	type path struct{ direct, plain bool }
-	run := func(b *testing.B, noSync bool, p path, put func(ctx context.Context, s *Store, v Volume) error) {
+	run := func(b *testing.B, noSync, direct bool, kind segmentKind, put func(ctx context.Context, s *Store, v Volume) error) {
 		s, err := Open(filepath.Join(b.TempDir(), "state.db"), Config{NoSync: noSync})
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer s.Close()
-		s.setPlainJournal(b, p.plain)
-		s.setDirectVolumes(b, p.direct)
+		s.setSegmentKind(b, kind)
+		s.setDirectVolumes(b, direct)
 		ctx := context.Background()
 		var next atomic.Int64
 		b.SetParallelism(max(1, benchWriters/max(1, testingProcs())))
@@ -61,14 +63,16 @@ func BenchmarkPutVolume(b *testing.B) {
 	for _, mode := range []struct {
 		name   string
 		noSync bool
-	}{{"sync", false}, {"nosync", true}} {
+		alt    segmentKind
+	}{{"sync", false, segmentMapped}, {"nosync", true, segmentPwrite}} {
 		b.Run(mode.name, func(b *testing.B) {
-			b.Run("journal", func(b *testing.B) { run(b, mode.noSync, path{}, putVolume) })
-			b.Run("journal-write", func(b *testing.B) { run(b, mode.noSync, path{plain: true}, putVolume) })
-			b.Run("group-commit", func(b *testing.B) { run(b, mode.noSync, path{direct: true}, putVolume) })
+			b.Run("journal", func(b *testing.B) { run(b, mode.noSync, false, segmentAuto, putVolume) })
+			b.Run("journal-"+mode.alt.String(), func(b *testing.B) { run(b, mode.noSync, false, mode.alt, putVolume) })
+			b.Run("journal-write", func(b *testing.B) { run(b, mode.noSync, false, segmentPlain, putVolume) })
+			b.Run("group-commit", func(b *testing.B) { run(b, mode.noSync, true, segmentAuto, putVolume) })
 			b.Run("update-per-write", func(b *testing.B) {
 				// The baseline: what PutVolume does, in its own db.Update.
-				run(b, mode.noSync, path{direct: true}, func(_ context.Context, s *Store, v Volume) error {
+				run(b, mode.noSync, true, segmentAuto, func(_ context.Context, s *Store, v Volume) error {
 					data, err := s.encodeVolume(&v)
 					if err != nil {
 						return err

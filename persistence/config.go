@@ -34,10 +34,10 @@ type Config struct {
 	// process before it fails with ErrInUse. Zero means DefaultLockTimeout.
 	LockTimeout time.Duration
 	// NoSync skips fsync on commit: a volume write is then a copy into the
-	// journal's shared file mapping (the page cache; one write(2) where
-	// files are not mapped), which survives a crash of the process but not
-	// of the machine. A power loss may lose or corrupt committed writes:
-	// for benchmarks and tests only.
+	// journal's shared file mapping (the page cache; one write(2) on
+	// systems other than Linux), which survives a crash of the process but
+	// not of the machine. A power loss may lose or corrupt committed
+	// writes: for benchmarks and tests only.
 	NoSync bool
 	// MaxBatchDelay bounds how long a commit keeps adding writes that are
 	// already queued to the transaction it is building. It never waits

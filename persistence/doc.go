@@ -32,10 +32,12 @@
 // write-ahead journal next to the store file, "<file>.journal.<n>", and
 // returns once appended (and fdatasync'd, unless [Config.NoSync]). On
 // Linux a journal file is preallocated (up to 8 MiB; its unwritten rest is
-// zeros) and mapped shared, and a write is appended by copying it into
-// the mapping: into the page cache, where it survives a crash of the
-// process, without a syscall; a file that is full is followed by the next
-// generation. Elsewhere it is appended with write(2). An
+// zeros, and its size never changes, so an fdatasync writes data only),
+// and a file that is full is followed by the next generation. With
+// NoSync the file is mapped shared and a write is appended by copying it
+// into the mapping: into the page cache, where it survives a crash of the
+// process, without a syscall; with sync on it is appended with one
+// pwrite(2). Elsewhere the file grows with each write(2). An
 // in-memory overlay of the writes not yet in bbolt makes every read see
 // every returned write: [Store.Volume] looks there first; the scans
 // ([Store.ForEachVolume], [Store.VolumeIDs], [Store.ActiveVolumes])

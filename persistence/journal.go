@@ -16,10 +16,10 @@ import (
 
 // Volume writes (PutVolume, DeleteVolume) go to a write-ahead journal next
 // to the bbolt file instead of a bbolt transaction each: one framed record
-// per write, copied into the shared mapping of a preallocated generation
-// file (journal_segment.go), many writes in one copy and one fdatasync
-// when they queue behind each other (group commit, leader/follower as in
-// commit.go). An in-memory overlay holds the writes not yet in bbolt, so
+// per write, appended to a preallocated generation file
+// (journal_segment.go; copied into its shared mapping when sync is off),
+// many writes in one append and one fdatasync when they queue behind each
+// other (group commit, leader/follower as in commit.go). An in-memory overlay holds the writes not yet in bbolt, so
 // reads see every write that returned. Checkpoints move the overlay into
 // bbolt in one transaction: the journal is rotated to a new generation
 // with a fresh overlay first, so writers wait only for the rotation, never
@@ -233,8 +233,8 @@ func (s *Store) runJournal() {
 }
 
 // appendLocked appends the first queued write and those queued behind it,
-// up to MaxBatchSize, as one group: encoded into the mapped segment (one
-// write(2) to a plain one) and, with sync on, one fdatasync. Then it puts
+// up to MaxBatchSize, as one group: encoded into the mapped segment, or
+// one pwrite(2), and with sync on, one fdatasync. Then it puts
 // them in the overlay, in queue order (the order replay applies them in),
 // and answers each. It reports false when the queue was empty. The caller
 // holds commitMu.
@@ -372,7 +372,14 @@ func (s *Store) appendGroupLocked(batch []*journalReq) error {
 		j.group = group
 		return nil
 	}
-	undo := seg.f.Truncate(seg.size)
+	var undo error
+	if seg.prealloc > 0 {
+		// Keep the preallocated size: zeros are the journal's end.
+		clear(buf)
+		_, undo = seg.f.WriteAt(buf, seg.size)
+	} else {
+		undo = seg.f.Truncate(seg.size)
+	}
 	if undo == nil && !s.cfg.NoSync {
 		undo = fdatasync(seg.f)
 	}

@@ -71,7 +71,7 @@ func crashWriter(spec string) {
 		os.Exit(1)
 	}
 	if strings.HasSuffix(parts[1], "-full") {
-		if err := s.setSegments(false, crashSegmentBytes); err != nil {
+		if err := s.setSegments(segmentAuto, crashSegmentBytes); err != nil {
 			fmt.Println("error:", err.Error())
 			os.Exit(1)
 		}

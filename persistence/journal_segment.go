@@ -9,27 +9,34 @@ import (
 )
 
 // A journal generation's file is a segment. On Linux it is preallocated
-// to a fixed size (fallocate) and mapped MAP_SHARED: a group is appended
-// by encoding its records straight into the mapping, which is the page
-// cache, so that a write survives a crash of the process without a
-// syscall; with sync on, one fdatasync then writes the group's pages to
-// disk (the file's size never changes, so it commits no size update).
-// The part of the file not yet appended to is zeros: the end of the
-// journal, for replay as for the append offset. When a group does not fit
-// in what is left, the writer that appends it starts the next generation
-// (a full rotation): the current overlay then spans several segments, all
-// moved into bbolt by the next checkpoint. A group bigger than a segment
-// gets a segment sized to fit it.
+// to a fixed size (fallocate), so that appends never change its size (an
+// fdatasync commits no size change; the file system still records which
+// preallocated blocks now hold data) and a full disk fails when a segment
+// is made, not on a later write. The part of the file not yet appended to is
+// zeros: the end of the journal, for replay as for the append offset.
+// When a group does not fit in what is left, the writer that appends it
+// starts the next generation (a full rotation): the current overlay then
+// spans several segments, all moved into bbolt by the next checkpoint. A
+// group bigger than a segment gets a segment sized to fit it.
 //
-// Elsewhere (and where the file system cannot preallocate or the file
-// cannot be mapped), a segment is plain: a file appended with pwrite(2)
-// that grows with each group, as the journal was first written; it is
-// never full. Store.plainJournal makes every new segment plain, the
-// baseline of the benchmarks.
+// With sync off, a preallocated segment is also mapped MAP_SHARED and a
+// group is appended by encoding its records straight into the mapping,
+// which is the page cache: a write survives a crash of the process
+// without a syscall. With sync on, it is appended with one pwrite(2) and
+// fdatasync'd: measured, that beats the mapping there (each fdatasync
+// writes the pages back and write-protects them, so every group then
+// takes a write fault per page, and the writeback walks the mappings);
+// against the fdatasync, the syscall saved by the mapping is small.
+// segmentKind forces either way, for benchmarks.
 //
-// Nothing truncates a mapped file: an append that fails is taken back by
-// zeroing its bytes, and a segment is unmapped before its file is closed
-// or removed. A write to a mapping that faults anyway (another program
+// Elsewhere (and where the file system cannot preallocate), a segment is
+// plain: a file appended with pwrite(2) that grows with each group, as the
+// journal was first written; it is never full. segmentPlain makes every
+// new segment plain, the baseline of the benchmarks.
+//
+// Nothing truncates a preallocated file: an append that fails is taken
+// back by zeroing its bytes, and a segment is unmapped before its file is
+// closed or removed. A write to a mapping that faults anyway (another program
 // truncated the file) becomes an error, not a SIGBUS.
 
 // Segment sizes.
@@ -41,8 +48,8 @@ const (
 	minSegmentBytes = 16 << 10
 	maxSegmentBytes = 8 << 20
 	// maxMappedBytes is the largest segment mapped; a group bigger than
-	// that (only possible with MaxBatchSize huge volumes) gets a plain
-	// segment.
+	// that (only possible with MaxBatchSize huge volumes) gets a segment
+	// appended with pwrite.
 	maxMappedBytes = 1 << 30
 	// prefaultBytes is how far ahead of the append offset the pages of a
 	// mapped segment are read into the page cache and mapped (off the
@@ -51,6 +58,22 @@ const (
 	prefaultBytes = 256 << 10
 	// pageBytes rounds segment sizes.
 	pageBytes = 4096
+)
+
+// segmentKind is how new segments are made and appended to.
+type segmentKind int
+
+const (
+	// segmentAuto: preallocated, and mapped when Config.NoSync is set.
+	segmentAuto segmentKind = iota
+	// segmentPlain: not preallocated, appended with pwrite, as the journal
+	// was first written.
+	segmentPlain
+	// segmentMapped: preallocated and mapped, also with sync on.
+	segmentMapped
+	// segmentPwrite: preallocated and appended with pwrite, also with
+	// sync off.
+	segmentPwrite
 )
 
 // segmentBytes returns the size of a new segment for cfg.
@@ -64,8 +87,10 @@ func roundUp(n, to int64) int64 { return (n + to - 1) / to * to }
 type segment struct {
 	f   *os.File
 	gen uint64
-	// data is the file mapped MAP_SHARED, as long as the file's
-	// preallocated size; nil for a plain segment.
+	// prealloc is the file's preallocated size, 0 for a plain segment.
+	prealloc int64
+	// data is the file mapped MAP_SHARED, prealloc bytes; nil when the
+	// segment is appended with pwrite.
 	data []byte
 	// size is the append offset: the header and every group appended.
 	size int64
@@ -78,7 +103,7 @@ type segment struct {
 
 // fits reports whether a group of n bytes fits in s.
 func (s *segment) fits(n int64) bool {
-	return s.data == nil || s.size+n <= int64(len(s.data))
+	return s.prealloc == 0 || s.size+n <= s.prealloc
 }
 
 // close unmaps s and closes its file, leaving the file on disk.
@@ -105,12 +130,12 @@ func (s *segment) remove() error {
 	return cerr
 }
 
-// createSegment creates generation gen's file with its header, big enough
-// for a group of minBytes, and maps it unless plain. With sync, the file
-// (its header and size) and its directory entry are on disk when it
-// returns. A full disk fails here, not when a write fault would have to
-// allocate a block.
-func (s *Store) createSegment(gen uint64, minBytes int64, plain bool) (*segment, error) {
+// createSegment creates generation gen's file with its header, of kind,
+// preallocated big enough for a group of minBytes unless plain. With
+// sync, the file (its header and size) and its directory entry are on
+// disk when it returns. A full disk fails here, not when a write would
+// have to allocate a block.
+func (s *Store) createSegment(gen uint64, minBytes int64, kind segmentKind) (*segment, error) {
 	path := journalName(s.path, gen)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -125,22 +150,24 @@ func (s *Store) createSegment(gen uint64, minBytes int64, plain bool) (*segment,
 	if _, err := f.WriteAt(appendJournalHeader(make([]byte, 0, journalHeaderSize), gen), 0); err != nil {
 		return fail(fmt.Errorf("write store journal header: %w", err))
 	}
-	if !plain && mmapJournal {
+	if kind != segmentPlain && mmapJournal {
 		n := max(s.j.segBytes, roundUp(journalHeaderSize+minBytes, pageBytes))
 		switch err := preallocate(f, n); {
 		case errors.Is(err, errNoPreallocate):
 			s.warnPlainLocked(err)
 		case err != nil:
 			return fail(fmt.Errorf("preallocate store journal: %w", err))
-		case n > maxMappedBytes:
-			// Appended with pwrite; the preallocated zeros read as the end.
 		default:
+			seg.prealloc = n
+		}
+		mapped := kind == segmentMapped || (kind == segmentAuto && s.cfg.NoSync)
+		if mapped && seg.prealloc > 0 && n <= maxMappedBytes {
 			data, err := mapFile(f, n)
 			if err != nil {
 				s.warnPlainLocked(err)
-				break
+			} else {
+				seg.data = data
 			}
-			seg.data = data
 		}
 	}
 	if !s.cfg.NoSync {
@@ -165,7 +192,7 @@ func (s *Store) warnPlainLocked(err error) {
 		return
 	}
 	s.j.warnedPlain = true
-	s.log.WithError(err).Warn("store journal files cannot be preallocated and mapped here; appending with write(2), which costs a syscall per write")
+	s.log.WithError(err).Warn("store journal files cannot be preallocated or mapped here; appending with write(2), which costs a syscall per write")
 }
 
 // takeSegmentLocked returns the segment of the next generation, big
@@ -177,7 +204,7 @@ func (s *Store) takeSegmentLocked(minBytes int64) (*segment, error) {
 	defer j.rotMu.Unlock()
 	if sp := j.spare; sp != nil {
 		j.spare = nil
-		if sp.fits(journalHeaderSize + minBytes) {
+		if sp.fits(minBytes) {
 			return sp, nil
 		}
 		// Too small for this group: its generation gets a bigger file.
@@ -186,7 +213,7 @@ func (s *Store) takeSegmentLocked(minBytes int64) (*segment, error) {
 		}
 		j.lastGen = sp.gen - 1
 	}
-	seg, err := s.createSegment(j.lastGen+1, minBytes, s.plainJournal)
+	seg, err := s.createSegment(j.lastGen+1, minBytes, s.segmentKind)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +231,7 @@ func (s *Store) prepareSpare() error {
 	if j.spare != nil {
 		return nil
 	}
-	seg, err := s.createSegment(j.lastGen+1, 0, s.plainJournal)
+	seg, err := s.createSegment(j.lastGen+1, 0, s.segmentKind)
 	if err != nil {
 		return err
 	}

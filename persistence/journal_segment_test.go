@@ -13,11 +13,11 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// setSegments checkpoints the journal and then appends to plain segments
-// (write(2)) or mapped ones, of segBytes each when segBytes > 0, from a
-// new segment on, which replaces the current one if that is of another
-// kind or size. No write may be in flight.
-func (s *Store) setSegments(plain bool, segBytes int64) error {
+// setSegments checkpoints the journal and replaces its segment (empty
+// then) with one of kind, of segBytes when segBytes > 0 and the kind is
+// preallocated; later segments are made the same way. No write may be in
+// flight.
+func (s *Store) setSegments(kind segmentKind, segBytes int64) error {
 	if err := s.checkpoint(); err != nil {
 		return err
 	}
@@ -27,7 +27,7 @@ func (s *Store) setSegments(plain bool, segBytes int64) error {
 	j.commitMu.Lock()
 	defer j.commitMu.Unlock()
 	j.rotMu.Lock()
-	s.plainJournal = plain
+	s.segmentKind = kind
 	if segBytes > 0 {
 		j.segBytes = segBytes
 	}
@@ -38,16 +38,7 @@ func (s *Store) setSegments(plain bool, segBytes int64) error {
 		}
 		j.spare = nil
 	}
-	want := j.segBytes
 	j.rotMu.Unlock()
-	if plain || !mmapJournal {
-		if j.seg.data == nil {
-			return nil
-		}
-	} else if int64(len(j.seg.data)) == want {
-		return nil
-	}
-	// The checkpoint left nothing in the segment: replace it.
 	next, err := s.takeSegmentLocked(0)
 	if err != nil {
 		return err
@@ -57,22 +48,27 @@ func (s *Store) setSegments(plain bool, segBytes int64) error {
 	return old.remove()
 }
 
-// setPlainJournal makes the journal append with write(2) (plain) or
-// through mappings, from a new segment on. No write may be in flight.
-func (s *Store) setPlainJournal(tb testing.TB, plain bool) {
+// setSegmentKind makes the journal append to segments of kind, from a
+// new one on. No write may be in flight.
+func (s *Store) setSegmentKind(tb testing.TB, kind segmentKind) {
 	tb.Helper()
-	if err := s.setSegments(plain, 0); err != nil {
+	if err := s.setSegments(kind, 0); err != nil {
 		tb.Fatal(err)
 	}
 }
 
-// setSegmentBytes makes every new mapped segment n bytes, from a new one
-// on. No write may be in flight.
-func (s *Store) setSegmentBytes(tb testing.TB, n int64) {
-	tb.Helper()
-	if err := s.setSegments(false, n); err != nil {
-		tb.Fatal(err)
+func (k segmentKind) String() string {
+	switch k {
+	case segmentAuto:
+		return "auto"
+	case segmentPlain:
+		return "plain"
+	case segmentMapped:
+		return "mapped"
+	case segmentPwrite:
+		return "pwrite"
 	}
+	return fmt.Sprintf("segmentKind(%d)", int(k))
 }
 
 // skipUnmapped skips tests of mapped segments where there are none.
@@ -143,26 +139,37 @@ func TestParseJournal_ZeroTailIsTheEnd(t *testing.T) {
 // reported dropped.
 func TestStore_Journal_ZeroTailAfterCrash(t *testing.T) {
 	skipUnmapped(t)
+	for _, kind := range []segmentKind{segmentMapped, segmentPwrite} {
+		t.Run(kind.String(), func(t *testing.T) { testZeroTailAfterCrash(t, kind) })
+	}
+}
+
+func testZeroTailAfterCrash(t *testing.T, kind segmentKind) {
 	checkLeaks(t)
 	path := storePath(t)
-	jf := journaledStore(t, path, 5)
-	raw := readFile(t, jf)
-	offs := recordOffsets(t, readFile(t, jf))
+	s, err := Open(path, noAutoCheckpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.setSegmentKind(t, kind)
+	m := newModel()
+	for i := range 5 {
+		m.put(t, s, volumeWithClaim(fmt.Sprintf("v%d", i)))
+	}
+	crash(t, s)
+	files := journalPaths(t, path)
+	raw := readFile(t, files[len(files)-1])
+	offs := recordOffsets(t, raw)
 	if int64(len(raw)) != segmentBytes(noAutoCheckpoint) || len(offs) != 6 || !allZero(raw[offs[5]:]) {
 		t.Fatalf("journal file of %d bytes, records end at %d; want %d bytes, 5 records, zeros after them",
 			len(raw), offs[len(offs)-1], segmentBytes(noAutoCheckpoint))
 	}
 	cfg, hook := hookedConfig()
-	s := openT(t, path, cfg)
+	s = openT(t, path, cfg)
 	for _, e := range hook.AllEntries() {
 		if e.Level <= logrus.WarnLevel {
 			t.Errorf("Open logged %q", e.Message)
 		}
-	}
-	m := newModel()
-	for i := range 5 {
-		id := fmt.Sprintf("v%d", i)
-		m.ids[id], m.vols[id] = true, volumeWithClaim(id)
 	}
 	m.checkReads(t, s)
 	m.checkScans(t, s)
@@ -176,19 +183,24 @@ func TestStore_Journal_ZeroTailAfterCrash(t *testing.T) {
 // many writes of one volume spread over all of them.
 func TestStore_Journal_GenerationFull(t *testing.T) {
 	skipUnmapped(t)
-	for _, synced := range []bool{false, true} {
-		t.Run(fmt.Sprintf("sync=%t", synced), func(t *testing.T) {
+	for _, tt := range []struct {
+		synced bool
+		kind   segmentKind
+	}{{false, segmentAuto}, {true, segmentAuto}, {false, segmentPwrite}, {true, segmentMapped}} {
+		t.Run(fmt.Sprintf("sync=%t/%s", tt.synced, tt.kind), func(t *testing.T) {
 			checkLeaks(t)
 			ctx := ctxT(t)
 			path := storePath(t)
 			cfg := noAutoCheckpoint
-			cfg.NoSync = !synced
+			cfg.NoSync = !tt.synced
 			s, err := Open(path, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			const segBytes = 2 * pageBytes
-			s.setSegmentBytes(t, segBytes)
+			if err := s.setSegments(tt.kind, segBytes); err != nil {
+				t.Fatal(err)
+			}
 			m := newModel()
 			write := func(round int) {
 				// Sequential writes, each its own group, and concurrent
@@ -270,6 +282,12 @@ func TestStore_Journal_GenerationFull(t *testing.T) {
 // segment sized to fit it, and survives a checkpoint and a crash.
 func TestStore_Journal_RecordBiggerThanGeneration(t *testing.T) {
 	skipUnmapped(t)
+	for _, kind := range []segmentKind{segmentMapped, segmentPwrite} {
+		t.Run(kind.String(), func(t *testing.T) { testRecordBiggerThanGeneration(t, kind) })
+	}
+}
+
+func testRecordBiggerThanGeneration(t *testing.T, kind segmentKind) {
 	checkLeaks(t)
 	ctx := ctxT(t)
 	path := storePath(t)
@@ -278,7 +296,9 @@ func TestStore_Journal_RecordBiggerThanGeneration(t *testing.T) {
 		t.Fatal(err)
 	}
 	const segBytes = 2 * pageBytes
-	s.setSegmentBytes(t, segBytes)
+	if err := s.setSegments(kind, segBytes); err != nil {
+		t.Fatal(err)
+	}
 	big := func(id string, kib int) Volume {
 		v := volumeWithClaim(id)
 		v.Parameters = map[string]string{"blob": strings.Repeat(id[:1], kib<<10)}
@@ -343,6 +363,7 @@ func TestStore_Journal_FileTruncatedUnderMapping(t *testing.T) {
 	ctx := ctxT(t)
 	path := storePath(t)
 	s := openT(t, path, noAutoCheckpoint)
+	s.setSegmentKind(t, segmentMapped)
 	m := newModel()
 	m.put(t, s, volumeWithClaim("before"))
 	files := journalPaths(t, path)
@@ -375,7 +396,7 @@ func TestStore_Journal_PlainSegments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.setPlainJournal(t, true)
+	s.setSegmentKind(t, segmentPlain)
 	m := newModel()
 	for i := range 20 {
 		m.put(t, s, volumeWithClaim(fmt.Sprintf("v%02d", i)))
@@ -392,10 +413,10 @@ func TestStore_Journal_PlainSegments(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.checkReads(t, s)
-	s.setPlainJournal(t, true)
-	m.put(t, s, volumeWithClaim("plain"))
-	s.setPlainJournal(t, false)
-	m.put(t, s, volumeWithClaim("mapped"))
+	for _, kind := range []segmentKind{segmentPlain, segmentMapped, segmentPwrite, segmentAuto} {
+		s.setSegmentKind(t, kind)
+		m.put(t, s, volumeWithClaim(fmt.Sprintf("kind-%d", kind)))
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -23,24 +23,28 @@ const loneChunk = 100
 // else writes: one goroutine rewrites one volume (as a volume actor does
 // after each claim step, waiting for each write before the next), in a
 // store of loneVolumes volumes, with fsync off and on. One op is one
-// write through the journal, copied into its mapped segment by the writer
-// itself when no append is running; reported as µs/write. Checkpoints run
-// in the background as they would in an agent, and count.
+// write through the journal, appended by the writer itself when no append
+// is running: copied into its mapped preallocated segment with fsync off,
+// one pwrite(2) into it and an fdatasync with fsync on; reported as
+// µs/write. Checkpoints run in the background as they would in an agent,
+// and count.
 //
-// The same run also makes as many writes the two ways the store made them
-// before: through the journal appended with write(2) (plain segments,
-// Store.plainJournal; write-µs/write), and one bbolt transaction each
-// (Store.directVolumes; bbolt-µs/write), committed by the writer itself.
-// The three are interleaved in chunks on the same store (the baseline
-// writes, and the checkpoint and rotation before each switch, outside the
-// timer), so all see the same machine load. ratio is mapped journal time
-// over write(2) journal time; bbolt-ratio is mapped journal time over
-// bbolt time.
+// The same run also makes as many writes the ways the store made them
+// before: through the journal appended with write(2) to a file that grows
+// (plain segments, write-µs/write), and one bbolt transaction each
+// (Store.directVolumes, bbolt-µs/write), committed by the writer itself;
+// and the other way to append to a preallocated segment (pwrite-µs/write
+// with fsync off, mapped-µs/write with it on). All are interleaved in
+// chunks on the same store (the other paths' writes, and the checkpoint
+// and new segment before each switch, outside the timer), so all see the
+// same machine load. ratio is journal time over write(2) journal time;
+// bbolt-ratio is journal time over bbolt time.
 func BenchmarkPutVolumeLone(b *testing.B) {
 	for _, mode := range []struct {
 		name   string
 		noSync bool
-	}{{"nosync", true}, {"sync", false}} {
+		alt    segmentKind
+	}{{"nosync", true, segmentPwrite}, {"sync", false, segmentMapped}} {
 		b.Run(mode.name, func(b *testing.B) {
 			s, err := Open(filepath.Join(b.TempDir(), "state.db"), Config{NoSync: mode.noSync})
 			if err != nil {
@@ -67,32 +71,36 @@ func BenchmarkPutVolumeLone(b *testing.B) {
 				s.setDirectVolumes(b, false)
 				return d
 			}
-			plain := func(n int) time.Duration {
-				s.setPlainJournal(b, true)
+			kind := func(k segmentKind, n int) time.Duration {
+				s.setSegmentKind(b, k)
 				d := put(n)
-				s.setPlainJournal(b, false)
+				s.setSegmentKind(b, segmentAuto)
 				return d
 			}
 			direct(loneChunk) // warm every path
-			plain(loneChunk)
+			kind(segmentPlain, loneChunk)
+			kind(mode.alt, loneChunk)
 			put(loneChunk)
-			var mapped, written, bbolt time.Duration
+			var journal, written, alt, bbolt time.Duration
 			b.ReportAllocs()
 			b.ResetTimer()
 			for done := 0; done < b.N; {
 				n := min(loneChunk, b.N-done)
 				b.StopTimer()
 				bbolt += direct(n)
-				written += plain(n)
+				written += kind(segmentPlain, n)
+				alt += kind(mode.alt, n)
 				b.StartTimer()
-				mapped += put(n)
+				journal += put(n)
 				done += n
 			}
-			b.ReportMetric(float64(mapped.Nanoseconds())/1e3/float64(b.N), "µs/write")
-			b.ReportMetric(float64(written.Nanoseconds())/1e3/float64(b.N), "write-µs/write")
-			b.ReportMetric(float64(bbolt.Nanoseconds())/1e3/float64(b.N), "bbolt-µs/write")
-			b.ReportMetric(float64(mapped)/float64(written), "ratio")
-			b.ReportMetric(float64(mapped)/float64(bbolt), "bbolt-ratio")
+			perWrite := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(b.N) }
+			b.ReportMetric(perWrite(journal), "µs/write")
+			b.ReportMetric(perWrite(written), "write-µs/write")
+			b.ReportMetric(perWrite(alt), mode.alt.String()+"-µs/write")
+			b.ReportMetric(perWrite(bbolt), "bbolt-µs/write")
+			b.ReportMetric(float64(journal)/float64(written), "ratio")
+			b.ReportMetric(float64(journal)/float64(bbolt), "bbolt-ratio")
 		})
 	}
 }

@@ -120,12 +120,13 @@ type Store struct {
 	// BenchmarkPutVolumeLone. Tests and benchmarks change it only while
 	// no write is in flight and nothing is journaled (setDirectVolumes).
 	directVolumes bool
-	// plainJournal makes every new journal segment plain: appended with
-	// write(2), not through a mapping, as the journal was first written
-	// (and still is where files cannot be mapped); kept as the baseline of
-	// BenchmarkPutVolume and BenchmarkPutVolumeLone. Guarded by j.rotMu;
-	// it takes effect at the next rotation (setPlainJournal).
-	plainJournal bool
+	// segmentKind is how new journal segments are made: segmentAuto, or
+	// for benchmarks segmentPlain (appended with write(2) as the journal
+	// was first written, the baseline of BenchmarkPutVolume and
+	// BenchmarkPutVolumeLone) or one path of the two segmentAuto chooses
+	// between. Guarded by j.rotMu; it takes effect at the next rotation
+	// (setSegments).
+	segmentKind segmentKind
 
 	// j is the journal of volume writes (journal.go).
 	j *journal
