@@ -193,7 +193,10 @@ func (s *Store) leadAppend(r *journalReq) error {
 }
 
 // unlockAppend releases commitMu and, if writes are queued, wakes the
-// journal committer to append them.
+// journal committer to append them. Every holder of commitMu releases it
+// here while writers may be about (Close's last steps and Open's first
+// need not): a writer that queued while commitMu was held, and so did not
+// append itself, is then always appended by someone.
 func (s *Store) unlockAppend() {
 	s.j.commitMu.Unlock()
 	if len(s.j.reqs) > 0 {
@@ -534,7 +537,7 @@ func (s *Store) checkpointLocked(final bool) error {
 	}
 	j.commitMu.Lock()
 	need := len(j.cur) > 0 || len(j.full) > 0 || j.broken != nil
-	j.commitMu.Unlock()
+	s.unlockAppend()
 	if !need {
 		return nil
 	}

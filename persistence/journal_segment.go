@@ -270,7 +270,7 @@ func (s *Store) prefault() {
 	if seg != nil && seg.data != nil {
 		lo, hi = seg.populated, min(int64(len(seg.data)), seg.size+prefaultBytes)
 	}
-	j.commitMu.Unlock()
+	s.unlockAppend()
 	if hi > lo {
 		populate(seg.data[lo:hi])
 	}
@@ -278,7 +278,7 @@ func (s *Store) prefault() {
 		j.commitMu.Lock()
 		seg.populated = max(seg.populated, hi)
 		seg.prefaulting = false
-		j.commitMu.Unlock()
+		s.unlockAppend()
 	}
 }
 

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sirupsen/logrus"
 )
@@ -425,5 +428,28 @@ func TestStore_Journal_PlainSegments(t *testing.T) {
 	m.checkScans(t, s)
 	if _, err := os.Stat(filepath.Dir(path)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStore_Journal_LoneWriterNeverLeftWaiting has one writer write for a
+// long while, waiting for each write, while the checkpointer prefaults
+// segments and checkpoints by size: each of those holds commitMu for a
+// moment. A write that finds commitMu held queues and waits for the
+// holder to append it or wake the journal committer; with no other
+// writer and no timed checkpoint, a holder that released commitMu without
+// doing either would leave it waiting for good (until ctx ends).
+func TestStore_Journal_LoneWriterNeverLeftWaiting(t *testing.T) {
+	checkLeaks(t)
+	ctx := ctxT(t)
+	s := openT(t, storePath(t), Config{NoSync: true, CheckpointBytes: 1 << 20, CheckpointDelay: time.Hour})
+	v := volumeWithClaim("v")
+	for i := range 30_000 {
+		v.Revision = uint64(i)
+		if err := s.PutVolume(ctx, v); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	if got := testutil.ToFloat64(s.m.checkpointsOK); got < 5 {
+		t.Fatalf("%v checkpoints ran, want many", got)
 	}
 }
