@@ -68,8 +68,7 @@ func (d *deadlines) start(parent context.Context, timeout time.Duration) (contex
 	deadline := time.Now().Add(timeout)
 	if pd, ok := parent.Deadline(); ok && !pd.After(deadline) {
 		// The caller's deadline comes first: nothing to watch.
-		ctx, cancel := context.WithCancel(parent)
-		return ctx, cancel
+		return parent, func() {}
 	}
 	inner, cancel := context.WithCancelCause(parent)
 	w := &watched{deadline: deadline, cancel: cancel}

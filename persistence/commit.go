@@ -66,7 +66,7 @@ func (s *Store) write(ctx context.Context, apply func(tx *bolt.Tx) error) error 
 		return s.lead(r)
 	}
 	if s.handOff {
-		s.kickCommitter()
+		kick(s.kick)
 	}
 	s.mu.RUnlock()
 	select {
@@ -98,16 +98,7 @@ func (s *Store) lead(r *writeReq) error {
 func (s *Store) unlockCommit() {
 	s.commitMu.Unlock()
 	if len(s.reqs) > 0 {
-		s.kickCommitter()
-	}
-}
-
-// kickCommitter wakes the committer goroutine without blocking; a wake-up
-// already pending covers this one.
-func (s *Store) kickCommitter() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
+		kick(s.kick)
 	}
 }
 
