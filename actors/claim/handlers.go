@@ -20,9 +20,8 @@ func (a *Actor) run(ctx actor.Context, s Step) {
 		a.log.WithField("method", s.Method.String()).Warn("turn granted while a step is running; ignoring it")
 		return
 	}
-	self, root, runner := ctx.Self(), ctx.ActorSystem().Root, a.cfg.Runner
-	a.job = StartJob(a.cfg.Pool, root, self, func(jctx context.Context) any {
-		return &stepFinished{owner: a, step: s, res: runner.Run(jctx, s)}
+	a.job = a.cfg.Runner.StartStep(a.cfg.Pool, ctx.ActorSystem().Root, ctx.Self(), s, func(res Result) any {
+		return &stepFinished{owner: a, step: s, res: res}
 	})
 }
 

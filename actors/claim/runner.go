@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
@@ -44,8 +45,8 @@ type Runner struct {
 	retries  *csi.Metrics
 	log      *logrus.Entry
 
-	mu   sync.Mutex
-	sems map[string]chan struct{} // guarded by mu; one per plugin
+	mu    sync.Mutex
+	gates map[string]*gate // guarded by mu; one per plugin
 }
 
 // NewRunner returns a Runner that finds clients through plugins.
@@ -65,7 +66,7 @@ func NewRunner(plugins Plugins, cfg RunnerConfig) *Runner {
 		inflight: cfg.InFlight,
 		retries:  cfg.RetryMetrics,
 		log:      log,
-		sems:     map[string]chan struct{}{},
+		gates:    map[string]*gate{},
 	}
 }
 
@@ -73,30 +74,37 @@ type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
-func (r *Runner) sem(plugin string) chan struct{} {
+func (r *Runner) gate(plugin string) *gate {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s, ok := r.sems[plugin]
+	g, ok := r.gates[plugin]
 	if !ok {
-		s = make(chan struct{}, r.max)
-		r.sems[plugin] = s
+		g = newGate(r.max)
+		r.gates[plugin] = g
 	}
-	return s
+	return g
 }
 
-// Do takes one of plugin's in-flight places (waiting for one under ctx),
-// gets the client of plugin and typ, and calls fn with it. The result is
-// classified for kind. When no client can be had, the result is Unavailable
-// with outcome Retry: nothing was sent.
+// Do takes one of plugin's in-flight places (waiting for one, in turn,
+// under ctx), gets the client of plugin and typ, and calls fn with it. The
+// result is classified for kind. When no client can be had, the result is
+// Unavailable with outcome Retry: nothing was sent.
 func (r *Runner) Do(ctx context.Context, plugin string, typ PluginType, kind csi.RPCKind, fn func(context.Context, csi.Client) error) Result {
-	sem := r.sem(plugin)
-	select {
-	case sem <- struct{}{}:
-	case <-ctx.Done():
-		return Result{Err: ctx.Err(), Outcome: csi.Retry, Unavailable: true}
-	}
-	defer func() { <-sem }()
+	return r.holding(ctx, plugin, func() Result { return r.call(ctx, plugin, typ, kind, fn) })
+}
 
+// holding runs fn holding one of plugin's in-flight places.
+func (r *Runner) holding(ctx context.Context, plugin string, fn func() Result) Result {
+	g := r.gate(plugin)
+	if err := g.acquire(ctx); err != nil {
+		return Result{Err: err, Outcome: csi.Retry, Unavailable: true}
+	}
+	defer g.release()
+	return fn()
+}
+
+// call is Do for a caller that holds a place.
+func (r *Runner) call(ctx context.Context, plugin string, typ PluginType, kind csi.RPCKind, fn func(context.Context, csi.Client) error) Result {
 	client, _, err := r.plugins.Client(ctx, plugin, typ)
 	if err != nil {
 		return Result{Err: fmt.Errorf("%w: %s %s: %w", ErrPluginUnavailable, plugin, typ, err), Outcome: csi.Retry, Unavailable: true}
@@ -109,13 +117,38 @@ func (r *Runner) Do(ctx context.Context, plugin string, typ PluginType, kind csi
 	return Result{Err: err, Outcome: csi.Classify(kind, err)}
 }
 
+// StartStep runs s as Run does, in a job of pid's (see StartJob), and sends
+// pid what msg makes of the result. While the plugin has no free in-flight
+// place the job waits in line without a goroutine of its own; Stop takes it
+// out of the line. The place is given back before the message is sent.
+func (r *Runner) StartStep(pool *Pool, root *actor.RootContext, pid *actor.PID, s Step, msg func(Result) any) *Job {
+	g := r.gate(s.Plugin)
+	j, run := newJob(root, pid, func(ctx context.Context) any {
+		defer g.release()
+		if ctx.Err() != nil {
+			return nil // stopped as it got its place
+		}
+		return msg(r.step(ctx, s))
+	})
+	j.start = func() { goOn(pool, run) }
+	if g.admit(j) {
+		j.start()
+	}
+	return j
+}
+
 // Run sends s to its plugin and returns the classified result. It creates
 // the staging directory before NodeStageVolume and the target's parent
 // before NodePublishVolume (the CO's job, by the CSI spec), and removes them
 // when empty after a successful unpublish or unstage.
 func (r *Runner) Run(ctx context.Context, s Step) Result {
+	return r.holding(ctx, s.Plugin, func() Result { return r.step(ctx, s) })
+}
+
+// step is Run for a caller that holds a place.
+func (r *Runner) step(ctx context.Context, s Step) Result {
 	var pubCtx map[string]string
-	res := r.Do(ctx, s.Plugin, s.Method.PluginType(), s.Method.Kind(), func(ctx context.Context, c csi.Client) error {
+	res := r.call(ctx, s.Plugin, s.Method.PluginType(), s.Method.Kind(), func(ctx context.Context, c csi.Client) error {
 		switch s.Method {
 		case ControllerPublish:
 			resp, err := c.ControllerPublishVolume(ctx, &csipb.ControllerPublishVolumeRequest{

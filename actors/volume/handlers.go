@@ -290,9 +290,8 @@ func (a *volumeActor) advance(ctx actor.Context, alloc string) {
 		return
 	}
 	a.slot = slot{kind: slotPublish, alloc: alloc}
-	runner, self, root := a.m.runner, ctx.Self(), ctx.ActorSystem().Root
-	a.job = claim.StartJob(a.m.pool.pool, root, self, func(jctx context.Context) any {
-		return &stepFinished{owner: a, step: step, res: runner.Run(jctx, step)}
+	a.job = a.m.runner.StartStep(a.m.pool.pool, ctx.ActorSystem().Root, ctx.Self(), step, func(res claim.Result) any {
+		return &stepFinished{owner: a, step: step, res: res}
 	})
 }
 
