@@ -257,8 +257,9 @@ func Unfinished(v *persistence.Volume) bool {
 	return false
 }
 
-// stepFor builds the request of method m for claim c of volume v. Maps are
-// copied, so the step stays valid whatever happens to v later.
+// stepFor builds the request of method m for claim c of volume v. It shares
+// v's maps: a record is never changed in place (see CloneVolume), and
+// neither is a step.
 func stepFor(v *persistence.Volume, c *persistence.Claim, m Method) Step {
 	capab := CapabilityOf(v, c)
 	s := Step{
@@ -272,17 +273,17 @@ func stepFor(v *persistence.Volume, c *persistence.Claim, m Method) Step {
 		Capability:    capab,
 		StagingPath:   c.StagingPath,
 		TargetPath:    c.TargetPath,
-		VolumeContext: maps.Clone(v.Context),
-		Secrets:       maps.Clone(v.Secrets),
+		VolumeContext: v.Context,
+		Secrets:       v.Secrets,
 	}
 	switch m {
 	case ControllerPublish:
 		s.Readonly = capab.AccessMode.ReadOnly()
 	case NodePublish:
 		s.Readonly = c.Mode == string(ModeRead) || capab.AccessMode.ReadOnly()
-		s.PublishContext = maps.Clone(v.PublishContext)
+		s.PublishContext = v.PublishContext
 	case NodeStage:
-		s.PublishContext = maps.Clone(v.PublishContext)
+		s.PublishContext = v.PublishContext
 	}
 	return s
 }
@@ -293,31 +294,23 @@ func CapabilityOf(v *persistence.Volume, c *persistence.Claim) csi.VolumeCapabil
 	// Both names were checked when the claim was admitted.
 	vc, _ := csi.ParseVolumeCapability(c.AccessMode, c.AttachmentMode)
 	if vc.AttachmentMode == csi.AttachmentModeFileSystem && v.MountOptions != nil {
-		vc.MountOptions = &csi.MountOptions{
-			FSType:     v.MountOptions.FSType,
-			MountFlags: slices.Clone(v.MountOptions.MountFlags),
-		}
+		vc.MountOptions = &csi.MountOptions{FSType: v.MountOptions.FSType, MountFlags: v.MountOptions.MountFlags}
 	}
 	return vc
 }
 
-// CloneVolume returns a deep copy of v: the volume actor changes a copy and
-// keeps every record it has persisted or published unchanged.
+// CloneVolume returns a copy of v for the volume actor to change: it keeps
+// every record it has persisted or published unchanged. The claims and
+// stagings, which the plan functions change in place, are copied. The rest
+// is shared: the definition (capabilities, mount options, parameters,
+// context, secrets) never changes after registration, and the publish
+// context is only ever replaced, never changed in place. Copying those maps
+// at every step was most of what a step allocated.
 func CloneVolume(v *persistence.Volume) *persistence.Volume {
 	if v == nil {
 		return nil
 	}
 	c := *v
-	c.Capabilities = slices.Clone(v.Capabilities)
-	if v.MountOptions != nil {
-		mo := *v.MountOptions
-		mo.MountFlags = slices.Clone(mo.MountFlags)
-		c.MountOptions = &mo
-	}
-	c.Parameters = maps.Clone(v.Parameters)
-	c.Context = maps.Clone(v.Context)
-	c.Secrets = maps.Clone(v.Secrets)
-	c.PublishContext = maps.Clone(v.PublishContext)
 	c.Claims = slices.Clone(v.Claims)
 	c.PastClaims = slices.Clone(v.PastClaims)
 	if v.Stagings != nil {

@@ -2,6 +2,7 @@ package claim
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -251,20 +252,77 @@ func TestSteps_FailedStageStillTornDown(t *testing.T) {
 	}
 }
 
-func TestCloneVolume_Deep(t *testing.T) {
-	snw := fsCap(csi.AccessModeSingleNodeWriter)
-	v := vol(snw)
-	Reserve(v, Request{"a", ModeWrite, snw}, Facts{StageUnstage: true}, "/d", now)
-	c := CloneVolume(v)
-	c.Claims[0].State = "x"
-	c.Stagings[0].Users[0] = "x"
-	c.Secrets["k"] = "x"
-	c.MountOptions.MountFlags[0] = "x"
-	c.Capabilities[0].AccessMode = "x"
-	if v.Claims[0].State == "x" || v.Stagings[0].Users[0] == "x" || v.Secrets["k"] == "x" ||
-		v.MountOptions.MountFlags[0] == "x" || v.Capabilities[0].AccessMode == "x" {
-		t.Errorf("clone shares memory with the original: %+v", v)
+// The volume actor changes a CloneVolume of its record at every step and
+// keeps the record it had: no plan function may change a record it was not
+// given, through the parts a clone shares.
+func TestCloneVolume_PlansLeaveTheOriginal(t *testing.T) {
+	mnmw := fsCap(csi.AccessModeMultiNodeMultiWriter)
+	v := vol(mnmw)
+	v.Context = map[string]string{"c": "1"}
+	v.Parameters = map[string]string{"p": "1"}
+	f := Facts{NodeID: "n1", ControllerRequired: true, StageUnstage: true}
+	// Each step changes a clone, as the actor does; every earlier record
+	// must read as it did when it was made.
+	var records []*persistence.Volume
+	var frozen []string
+	step := func(change func(*persistence.Volume)) {
+		t.Helper()
+		c := CloneVolume(v)
+		change(c)
+		records, frozen = append(records, v), append(frozen, fmt.Sprintf("%#v", *v)+dump(v))
+		v = c
+		for k, r := range records {
+			if got := fmt.Sprintf("%#v", *r) + dump(r); got != frozen[k] {
+				t.Fatalf("record %d changed after it was cloned:\n%s\nwant\n%s", k, got, frozen[k])
+			}
+		}
 	}
+	for _, alloc := range []string{"w", "r"} {
+		mode := ModeWrite
+		if alloc == "r" {
+			mode = ModeRead
+		}
+		step(func(c *persistence.Volume) { Reserve(c, Request{alloc, mode, mnmw}, f, "/d", now) })
+		for {
+			s, ok := NextPublish(v, alloc)
+			if !ok {
+				break
+			}
+			step(func(c *persistence.Volume) {
+				ApplyPublish(c, s, Result{PublishContext: map[string]string{"dev": "/dev/" + alloc}}, now)
+			})
+		}
+	}
+	for _, alloc := range []string{"w", "r"} {
+		step(func(c *persistence.Volume) { Retire(c, alloc, "", now) })
+		for {
+			var s Step
+			var run bool
+			step(func(c *persistence.Volume) { s, run, _ = AdvanceRelease(c, alloc, now) })
+			if !run {
+				break
+			}
+			step(func(c *persistence.Volume) { ApplyRelease(c, s, now) })
+		}
+	}
+	if len(v.Claims)+len(v.PastClaims)+len(v.Stagings) != 0 || v.PublishContext != nil {
+		t.Errorf("after both lifecycles: %+v", v)
+	}
+}
+
+// dump shows what %#v leaves behind pointers and inside slices of structs.
+func dump(v *persistence.Volume) string {
+	s := fmt.Sprintf("%v %v %v %v %v %v", v.Capabilities, v.Parameters, v.Context, v.Secrets, v.PublishContext, v.PastClaims)
+	if v.MountOptions != nil {
+		s += fmt.Sprintf(" %#v", *v.MountOptions)
+	}
+	for _, st := range v.Stagings {
+		s += fmt.Sprintf(" %#v", st)
+	}
+	for _, c := range v.Claims {
+		s += fmt.Sprintf(" %#v", c)
+	}
+	return s
 }
 
 func TestReserve_OneStagingPerVolume(t *testing.T) {

@@ -54,27 +54,17 @@ func (m *Manager) recordEvents(old, cur *persistence.Volume) {
 		}
 		old = &persistence.Volume{}
 	}
-	oldClaims := make(map[string]string, len(old.Claims))
-	for _, c := range old.Claims {
-		oldClaims[c.Alloc] = c.State
-	}
+	oldClaims, oldPast, curPast := indexClaims(old.Claims), indexClaims(old.PastClaims), indexClaims(cur.PastClaims)
 	for _, c := range cur.Claims {
-		if c.State == claim.StatePublished && oldClaims[c.Alloc] != claim.StatePublished {
+		if c.State == claim.StatePublished && oldClaims.state(c.Alloc) != claim.StatePublished {
 			ev(EventClaimPublished, c.Alloc, c.Mode+" claim published at "+c.TargetPath)
 		}
 	}
-	oldPast := make(map[string]string, len(old.PastClaims))
-	for _, c := range old.PastClaims {
-		oldPast[c.Alloc] = c.State
-	}
-	curPast := make(map[string]bool, len(cur.PastClaims))
 	for _, c := range cur.PastClaims {
-		curPast[c.Alloc] = true
-		if _, was := oldPast[c.Alloc]; was {
+		if oldPast.find(c.Alloc) >= 0 {
 			continue
 		}
-		prev, hadClaim := oldClaims[c.Alloc]
-		if hadClaim && prev != claim.StatePublished {
+		if prev := oldClaims.state(c.Alloc); prev != "" && prev != claim.StatePublished {
 			msg := "claim failed in state " + prev + "; tearing down"
 			if c.LastError != "" {
 				msg += ": " + c.LastError
@@ -85,10 +75,47 @@ func (m *Manager) recordEvents(old, cur *persistence.Volume) {
 		}
 	}
 	for _, c := range old.PastClaims {
-		if !curPast[c.Alloc] {
+		if curPast.find(c.Alloc) < 0 {
 			ev(EventClaimFreed, c.Alloc, "past claim freed")
 		}
 	}
+}
+
+// claimIndex finds claims by alloc: by scanning when there are few, as in
+// almost every record (no allocation at each persisted step), through a map
+// when there are many.
+type claimIndex struct {
+	claims []persistence.Claim
+	byID   map[string]int
+}
+
+func indexClaims(claims []persistence.Claim) claimIndex {
+	x := claimIndex{claims: claims}
+	if len(claims) > 16 {
+		x.byID = make(map[string]int, len(claims))
+		for i := range claims {
+			x.byID[claims[i].Alloc] = i
+		}
+	}
+	return x
+}
+
+func (x claimIndex) find(alloc string) int {
+	if x.byID == nil {
+		return claim.FindClaim(x.claims, alloc)
+	}
+	if i, ok := x.byID[alloc]; ok {
+		return i
+	}
+	return -1
+}
+
+// state returns the state of alloc's claim, "" when it has none.
+func (x claimIndex) state(alloc string) string {
+	if i := x.find(alloc); i >= 0 {
+		return x.claims[i].State
+	}
+	return ""
 }
 
 // recordRemoved reports a deregistered volume; deleted says it was deleted

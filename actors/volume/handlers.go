@@ -88,7 +88,7 @@ func (a *volumeActor) persist(v *persistence.Volume, point string) error {
 		v.Revision = a.rec.Revision + 1
 	}
 	v.UpdatedAt = time.Now()
-	a.m.faultPoint("persist:"+point, a.h.id)
+	a.m.faultPoint("persist:", point, a.h.id)
 	if err := a.m.store.PutVolume(context.Background(), *v); err != nil {
 		return fmt.Errorf("persist volume %q: %w", a.h.id, err)
 	}
@@ -96,7 +96,7 @@ func (a *volumeActor) persist(v *persistence.Volume, point string) error {
 	a.rec = v
 	a.m.publish(a.h, v)
 	a.m.recordEvents(old, v)
-	a.m.faultPoint("persisted:"+point, a.h.id)
+	a.m.faultPoint("persisted:", point, a.h.id)
 	return nil
 }
 
@@ -731,7 +731,7 @@ func opError(method, id string, res claim.Result) error {
 
 // remove deletes the record, answers, and stops the actor.
 func (a *volumeActor) remove(ctx actor.Context, req *deregisterRequest) {
-	a.m.faultPoint("persist:deregister", a.h.id)
+	a.m.faultPoint("persist:", "deregister", a.h.id)
 	if err := a.m.store.DeleteVolume(context.Background(), a.h.id); err != nil {
 		answer(req.reply, reply{err: fmt.Errorf("delete volume %q: %w", a.h.id, err)})
 		return

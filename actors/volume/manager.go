@@ -455,9 +455,11 @@ func (m *Manager) publish(h *handle, rec *persistence.Volume) {
 	h.counted, h.baselined = rec, true
 }
 
-func (m *Manager) faultPoint(point, volume string) {
+// faultPoint calls the test hook with the point prefix+name; the name is
+// only put together when there is a hook.
+func (m *Manager) faultPoint(prefix, name, volume string) {
 	if m.hook != nil {
-		m.hook(point, volume)
+		m.hook(prefix+name, volume)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/examples/csiplugin"
 	"github.com/csiactor/csiactor/internal/fakeplugin"
+	"github.com/csiactor/csiactor/persistence"
 )
 
 func TestManager_Register_SamePluginVolumeConflicts(t *testing.T) {
@@ -600,5 +602,52 @@ func TestConfig_MaxClaimAttempts(t *testing.T) {
 	cfg.MaxClaimAttempts = 0
 	if got := cfg.withDefaults().MaxClaimAttempts; got != 0 {
 		t.Errorf("withDefaults made 0 into %d", got)
+	}
+}
+
+// recordEvents reports the same events whether a record holds a few claims
+// (found by scanning) or many (found through a map).
+func TestRecordEvents_FewAndManyClaims(t *testing.T) {
+	for _, n := range []int{3, 40} {
+		var events eventLog
+		m := &Manager{cfg: Config{OnEvent: events.add}}
+		old := &persistence.Volume{ID: "v", Plugin: "p"}
+		cur := &persistence.Volume{ID: "v", Plugin: "p"}
+		for i := range n {
+			alloc := fmt.Sprintf("a%02d", i)
+			switch i % 4 {
+			case 0: // published now
+				old.Claims = append(old.Claims, persistence.Claim{Alloc: alloc, State: claim.StateStaged})
+				cur.Claims = append(cur.Claims, persistence.Claim{Alloc: alloc, State: claim.StatePublished})
+			case 1: // released
+				old.Claims = append(old.Claims, persistence.Claim{Alloc: alloc, State: claim.StatePublished})
+				cur.PastClaims = append(cur.PastClaims, persistence.Claim{Alloc: alloc, State: claim.StateTaken})
+			case 2: // failed before it was published
+				old.Claims = append(old.Claims, persistence.Claim{Alloc: alloc, State: claim.StateReserved})
+				cur.PastClaims = append(cur.PastClaims, persistence.Claim{Alloc: alloc, State: claim.StateTaken, LastError: "boom"})
+			case 3: // freed
+				old.PastClaims = append(old.PastClaims, persistence.Claim{Alloc: alloc, State: claim.StateNodeDetached})
+			}
+		}
+		// An unchanged published claim and past claim report nothing.
+		same := []persistence.Claim{{Alloc: "same", State: claim.StatePublished}}
+		old.Claims, cur.Claims = append(old.Claims, same...), append(cur.Claims, same...)
+		past := []persistence.Claim{{Alloc: "past", State: claim.StateTaken}}
+		old.PastClaims, cur.PastClaims = append(old.PastClaims, past...), append(cur.PastClaims, past...)
+		m.recordEvents(old, cur)
+
+		var got []string
+		for _, e := range events.evs {
+			got = append(got, e.Alloc+":"+e.Type)
+		}
+		slices.Sort(got)
+		var want []string
+		for i := range n {
+			typ := []string{EventClaimPublished, EventClaimReleased, EventClaimFailed, EventClaimFreed}[i%4]
+			want = append(want, fmt.Sprintf("a%02d:%s", i, typ))
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%d claims: events %v, want %v", n, got, want)
+		}
 	}
 }
