@@ -260,6 +260,43 @@ func (tp *testPlugin) detach(ctx context.Context, id, staging, target string) {
 	mustOK(tp.t, "ControllerUnpublishVolume", err)
 }
 
+// attachedVolume is a volume that startAttached created and attached.
+type attachedVolume struct {
+	*testPlugin
+	base, id, staging, target string
+}
+
+// startAttached serves a plugin in mode, then creates the volume name and
+// attaches it (see attach) under a fresh test dir. Bind mode skips the test
+// unless it runs as root. It checks for leaks, so call it first.
+func startAttached(t *testing.T, mode csiplugin.MountMode, name string, readonly bool) attachedVolume {
+	t.Helper()
+	if mode == csiplugin.MountModeBind {
+		requireRoot(t)
+	}
+	checkLeaks(t)
+	ctx := context.Background()
+	a := attachedVolume{base: newTestDir(t)}
+	a.testPlugin = startPlugin(t, csiplugin.Config{MountMode: mode})
+	a.id = a.createVolume(ctx, name).GetVolumeId()
+	a.staging, a.target = a.attach(ctx, a.base, a.id, readonly)
+	return a
+}
+
+// wantMounts reports each path that is not a mount point exactly n times,
+// what being the moment checked, and returns whether all were.
+func wantMounts(t *testing.T, what string, n int, paths ...string) bool {
+	t.Helper()
+	ok := true
+	for _, p := range paths {
+		if got := mountCount(t, p); got != n {
+			t.Errorf("%s: %s is mounted %d times, want %d", what, p, got, n)
+			ok = false
+		}
+	}
+	return ok
+}
+
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {

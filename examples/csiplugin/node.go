@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"syscall"
 
@@ -48,25 +47,17 @@ func (s *nodeServer) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*c
 // bookkeeping only in symlink mode. The volume must be controller-published
 // to this node first (FailedPrecondition otherwise).
 func (s *nodeServer) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolumeRequest) (*csipb.NodeStageVolumeResponse, error) {
-	if err := requireVolumeID(req.GetVolumeId()); err != nil {
-		return nil, err
-	}
 	p := s.p
-	if err := p.checkHostPath("staging_target_path", req.GetStagingTargetPath()); err != nil {
-		return nil, err
-	}
-	flags, err := checkCapability("volume_capability", req.GetVolumeCapability())
+	staging, flags, err := p.checkAttach(stagingRole, req.GetVolumeId(), req.GetStagingTargetPath(), req.GetVolumeCapability())
 	if err != nil {
 		return nil, err
 	}
-	staging := filepath.Clean(req.GetStagingTargetPath())
 
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	v, err := p.volumeLocked(req.GetVolumeId())
+	v, err := p.lockVolume(req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
+	defer p.mu.Unlock()
 	pub, ok := v.Published[p.cfg.NodeID]
 	if !ok {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not controller-published to node %q", v.ID, p.cfg.NodeID)
@@ -79,77 +70,13 @@ func (s *nodeServer) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolu
 		MountFlags: flags,
 		Readonly:   pub.Readonly,
 	}
-	if old, ok := v.Staged[staging]; ok {
-		if old != att {
-			return nil, status.Errorf(codes.AlreadyExists, "volume %s is already staged at %s with another capability", v.ID, staging)
-		}
-		// Same request again: make sure the mount is still there (it is
-		// gone after a reboot, or after a crash between record and mount).
-		if err := p.mnt.stage(p.volDir(v.ID), staging, flags); err != nil {
-			return nil, mountStatus("stage", err)
-		}
-		return &csipb.NodeStageVolumeResponse{}, nil
-	}
-	if other := p.userLocked(staging, true); other != "" {
-		return nil, status.Errorf(codes.FailedPrecondition, "staging_target_path %s is in use by volume %s", staging, other)
-	}
-	if err := os.MkdirAll(staging, 0o750); err != nil {
-		return nil, status.Errorf(codes.Internal, "create staging_target_path: %s", err.Error())
-	}
-
-	// Record first, then mount: after a crash in between, a retried stage
-	// or unstage finds the record and finishes the job.
-	if v.Staged == nil {
-		v.Staged = map[string]attachment{}
-	}
-	v.Staged[staging] = att
-	if err := p.saveLocked(); err != nil {
-		delete(v.Staged, staging)
-		return nil, err
-	}
-	if err := p.mnt.stage(p.volDir(v.ID), staging, flags); err != nil {
-		if uerr := p.mnt.unstage(staging); uerr == nil {
-			delete(v.Staged, staging)
-			_ = p.saveLocked() // if this fails too, the record makes unstage clean up
-		}
-		return nil, mountStatus("stage", err)
-	}
-	p.log.WithField("volume", v.ID).Info("volume staged")
-	return &csipb.NodeStageVolumeResponse{}, nil
+	return reply(&csipb.NodeStageVolumeResponse{}, p.attachLocked(stagingRole, v, staging, att))
 }
 
 // NodeUnstageVolume undoes NodeStageVolume. It leaves the staging
 // directory, which belongs to the CO. A volume not staged there succeeds.
 func (s *nodeServer) NodeUnstageVolume(_ context.Context, req *csipb.NodeUnstageVolumeRequest) (*csipb.NodeUnstageVolumeResponse, error) {
-	if err := requireVolumeID(req.GetVolumeId()); err != nil {
-		return nil, err
-	}
-	p := s.p
-	if err := p.checkHostPath("staging_target_path", req.GetStagingTargetPath()); err != nil {
-		return nil, err
-	}
-	staging := filepath.Clean(req.GetStagingTargetPath())
-
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	v, err := p.volumeLocked(req.GetVolumeId())
-	if err != nil {
-		return nil, err
-	}
-	att, ok := v.Staged[staging]
-	if !ok {
-		return &csipb.NodeUnstageVolumeResponse{}, nil
-	}
-	if err := p.mnt.unstage(staging); err != nil {
-		return nil, mountStatus("unstage", err)
-	}
-	delete(v.Staged, staging)
-	if err := p.saveLocked(); err != nil {
-		v.Staged[staging] = att
-		return nil, err
-	}
-	p.log.WithField("volume", v.ID).Info("volume unstaged")
-	return &csipb.NodeUnstageVolumeResponse{}, nil
+	return reply(&csipb.NodeUnstageVolumeResponse{}, s.p.detach(stagingRole, req.GetVolumeId(), req.GetStagingTargetPath()))
 }
 
 // NodePublishVolume makes the staged volume available at the target path,
@@ -157,30 +84,22 @@ func (s *nodeServer) NodeUnstageVolume(_ context.Context, req *csipb.NodeUnstage
 // by the request, the access mode or the controller publication), or a
 // symlink to the volume directory in symlink mode.
 func (s *nodeServer) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
-	if err := requireVolumeID(req.GetVolumeId()); err != nil {
-		return nil, err
-	}
 	p := s.p
-	if err := p.checkHostPath("target_path", req.GetTargetPath()); err != nil {
-		return nil, err
-	}
-	flags, err := checkCapability("volume_capability", req.GetVolumeCapability())
+	target, flags, err := p.checkAttach(targetRole, req.GetVolumeId(), req.GetTargetPath(), req.GetVolumeCapability())
 	if err != nil {
 		return nil, err
 	}
 	if err := p.checkHostPath("staging_target_path", req.GetStagingTargetPath()); err != nil {
 		return nil, err
 	}
-	target := filepath.Clean(req.GetTargetPath())
 	staging := filepath.Clean(req.GetStagingTargetPath())
 	mode := req.GetVolumeCapability().GetAccessMode().GetMode()
 
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	v, err := p.volumeLocked(req.GetVolumeId())
+	v, err := p.lockVolume(req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
+	defer p.mu.Unlock()
 	stg, ok := v.Staged[staging]
 	if !ok {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", v.ID, staging)
@@ -190,80 +109,13 @@ func (s *nodeServer) NodePublishVolume(_ context.Context, req *csipb.NodePublish
 		flags |= syscall.MS_RDONLY
 	}
 	att := attachment{AccessMode: mode, MountFlags: flags, Readonly: ro, StagingPath: staging}
-	if old, ok := v.Targets[target]; ok {
-		if old != att {
-			return nil, status.Errorf(codes.AlreadyExists, "volume %s is already published at %s with another capability or readonly setting", v.ID, target)
-		}
-		if err := p.mnt.publish(p.volDir(v.ID), staging, target, flags); err != nil {
-			return nil, mountStatus("publish", err)
-		}
-		return &csipb.NodePublishVolumeResponse{}, nil
-	}
-	if other := p.userLocked(target, false); other != "" {
-		return nil, status.Errorf(codes.FailedPrecondition, "target_path %s is in use by volume %s", target, other)
-	}
-	if len(v.Targets) > 0 {
-		if mode == csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
-			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is single-node-single-writer and already published at another target", v.ID)
-		}
-		for _, t := range v.Targets {
-			if t.AccessMode == csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
-				return nil, status.Errorf(codes.FailedPrecondition, "volume %s is published single-node-single-writer at another target", v.ID)
-			}
-		}
-	}
-
-	if v.Targets == nil {
-		v.Targets = map[string]attachment{}
-	}
-	v.Targets[target] = att
-	if err := p.saveLocked(); err != nil {
-		delete(v.Targets, target)
-		return nil, err
-	}
-	if err := p.mnt.publish(p.volDir(v.ID), staging, target, flags); err != nil {
-		if uerr := p.mnt.unpublish(target); uerr == nil {
-			delete(v.Targets, target)
-			_ = p.saveLocked() // if this fails too, the record makes unpublish clean up
-		}
-		return nil, mountStatus("publish", err)
-	}
-	p.log.WithField("volume", v.ID).Info("volume published")
-	return &csipb.NodePublishVolumeResponse{}, nil
+	return reply(&csipb.NodePublishVolumeResponse{}, p.attachLocked(targetRole, v, target, att))
 }
 
 // NodeUnpublishVolume unmounts and removes the target path. A target this
 // plugin did not publish for the volume is left alone and succeeds.
 func (s *nodeServer) NodeUnpublishVolume(_ context.Context, req *csipb.NodeUnpublishVolumeRequest) (*csipb.NodeUnpublishVolumeResponse, error) {
-	if err := requireVolumeID(req.GetVolumeId()); err != nil {
-		return nil, err
-	}
-	p := s.p
-	if err := p.checkHostPath("target_path", req.GetTargetPath()); err != nil {
-		return nil, err
-	}
-	target := filepath.Clean(req.GetTargetPath())
-
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	v, err := p.volumeLocked(req.GetVolumeId())
-	if err != nil {
-		return nil, err
-	}
-	att, ok := v.Targets[target]
-	if !ok {
-		return &csipb.NodeUnpublishVolumeResponse{}, nil
-	}
-	if err := p.mnt.unpublish(target); err != nil {
-		return nil, mountStatus("unpublish", err)
-	}
-	delete(v.Targets, target)
-	if err := p.saveLocked(); err != nil {
-		v.Targets[target] = att
-		return nil, err
-	}
-	p.log.WithField("volume", v.ID).Info("volume unpublished")
-	return &csipb.NodeUnpublishVolumeResponse{}, nil
+	return reply(&csipb.NodeUnpublishVolumeResponse{}, s.p.detach(targetRole, req.GetVolumeId(), req.GetTargetPath()))
 }
 
 // NodeGetVolumeStats reports the usage of the file system that holds the
@@ -315,19 +167,23 @@ func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csipb.NodeGetVol
 	}}, nil
 }
 
-// userLocked returns the id of a volume staged (staging) or published at
-// path, or "".
-func (p *Plugin) userLocked(path string, staging bool) string {
+// userLocked returns the id of a volume attached at path in role r, or "".
+func (p *Plugin) userLocked(r pathRole, path string) string {
 	for id, v := range p.st.Volumes {
-		m := v.Targets
-		if staging {
-			m = v.Staged
-		}
-		if _, ok := m[path]; ok {
+		if _, ok := (*r.records(v))[path]; ok {
 			return id
 		}
 	}
 	return ""
+}
+
+// reply is resp, or nil and err when err is set: gRPC handlers return no
+// response with an error.
+func reply[R any](resp *R, err error) (*R, error) {
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
 }
 
 // mountStatus turns a mount error into a gRPC status. A busy mount point

@@ -45,102 +45,80 @@ func hasOption(opts []string, o string) bool {
 }
 
 func TestNode_PublishVolume_BindMount(t *testing.T) {
-	requireRoot(t)
-	checkLeaks(t)
 	ctx := context.Background()
-	base := newTestDir(t)
-	tp := startPlugin(t, csiplugin.Config{MountMode: csiplugin.MountModeBind})
-	id := tp.createVolume(ctx, "bind").GetVolumeId()
-	staging, target := tp.attach(ctx, base, id, false)
-
-	for _, p := range []string{staging, target} {
-		if n := mountCount(t, p); n != 1 {
-			t.Fatalf("%s is mounted %d times, want 1", p, n)
-		}
+	a := startAttached(t, csiplugin.MountModeBind, "bind", false)
+	if !wantMounts(t, "after attach", 1, a.staging, a.target) {
+		t.FailNow()
 	}
 	// Repeating stage and publish stacks nothing.
-	tp.attach(ctx, base, id, false)
-	for _, p := range []string{staging, target} {
-		if n := mountCount(t, p); n != 1 {
-			t.Errorf("after a repeat, %s is mounted %d times, want 1", p, n)
-		}
-	}
+	a.attach(ctx, a.base, a.id, false)
+	wantMounts(t, "after a repeat", 1, a.staging, a.target)
 
 	// Writes through the target land in the volume directory, and the
 	// other way round.
-	if err := os.WriteFile(filepath.Join(target, "from-target"), []byte("hello"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(a.target, "from-target"), []byte("hello"), 0o600); err != nil {
 		t.Fatalf("write through target: %v", err)
 	}
-	if b, err := os.ReadFile(filepath.Join(tp.volumeDir(id), "from-target")); err != nil || string(b) != "hello" {
+	if b, err := os.ReadFile(filepath.Join(a.volumeDir(a.id), "from-target")); err != nil || string(b) != "hello" {
 		t.Errorf("volume dir has %q, %v; want hello", b, err)
 	}
-	if err := os.WriteFile(filepath.Join(tp.volumeDir(id), "from-volume"), []byte("hi"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(a.volumeDir(a.id), "from-volume"), []byte("hi"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := os.ReadFile(filepath.Join(target, "from-volume")); err != nil || string(b) != "hi" {
+	if b, err := os.ReadFile(filepath.Join(a.target, "from-volume")); err != nil || string(b) != "hi" {
 		t.Errorf("target has %q, %v; want hi", b, err)
 	}
 
-	stats, err := tp.node.NodeGetVolumeStats(ctx, &csipb.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: target})
+	stats, err := a.node.NodeGetVolumeStats(ctx, &csipb.NodeGetVolumeStatsRequest{VolumeId: a.id, VolumePath: a.target})
 	mustOK(t, "NodeGetVolumeStats", err)
 	if u := stats.GetUsage(); len(u) != 2 || u[0].GetUnit() != csipb.VolumeUsage_BYTES || u[0].GetTotal() <= 0 {
 		t.Errorf("usage %v, want bytes and inodes with a total", u)
 	}
 
-	tp.detach(ctx, id, staging, target)
-	if n := mountCount(t, target); n != 0 {
-		t.Errorf("target still mounted %d times after unpublish", n)
-	}
-	if n := mountCount(t, staging); n != 0 {
-		t.Errorf("staging still mounted %d times after unstage", n)
-	}
-	if _, err := os.Lstat(target); !isNotExist(err) {
+	a.detach(ctx, a.id, a.staging, a.target)
+	wantMounts(t, "after detach", 0, a.target, a.staging)
+	if _, err := os.Lstat(a.target); !isNotExist(err) {
 		t.Errorf("target still exists after unpublish: %v", err)
 	}
-	if fi, err := os.Stat(staging); err != nil || !fi.IsDir() {
+	if fi, err := os.Stat(a.staging); err != nil || !fi.IsDir() {
 		t.Errorf("staging directory (the CO's) was removed: %v", err)
 	}
 	// Repeating the teardown succeeds and the data stays in the volume.
-	tp.detach(ctx, id, staging, target)
-	if _, err := os.Stat(filepath.Join(tp.volumeDir(id), "from-target")); err != nil {
+	a.detach(ctx, a.id, a.staging, a.target)
+	if _, err := os.Stat(filepath.Join(a.volumeDir(a.id), "from-target")); err != nil {
 		t.Errorf("data gone after detach: %v", err)
 	}
 }
 
 func TestNode_PublishVolume_ReadOnly(t *testing.T) {
-	requireRoot(t)
-	checkLeaks(t)
 	ctx := context.Background()
-	base := newTestDir(t)
-	tp := startPlugin(t, csiplugin.Config{MountMode: csiplugin.MountModeBind})
-	id := tp.createVolume(ctx, "ro").GetVolumeId()
-	staging, target := tp.attach(ctx, base, id, true)
+	a := startAttached(t, csiplugin.MountModeBind, "ro", true)
 
-	if opts := mountOptions(t, target); !hasOption(opts, "ro") {
+	if opts := mountOptions(t, a.target); !hasOption(opts, "ro") {
 		t.Errorf("target mount options %v, want ro", opts)
 	}
-	err := os.WriteFile(filepath.Join(target, "nope"), []byte("x"), 0o600)
+	err := os.WriteFile(filepath.Join(a.target, "nope"), []byte("x"), 0o600)
 	if !errors.Is(err, syscall.EROFS) {
 		t.Errorf("write through a readonly target: %v, want EROFS", err)
 	}
 	// The staging mount stays writable: readonly is per publication.
-	if err := os.WriteFile(filepath.Join(staging, "yes"), []byte("x"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(a.staging, "yes"), []byte("x"), 0o600); err != nil {
 		t.Errorf("write through staging: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(target, "yes")); err != nil {
+	if _, err := os.Stat(filepath.Join(a.target, "yes")); err != nil {
 		t.Errorf("readonly target does not show the volume's files: %v", err)
 	}
 
 	// Publishing the same target writable is a different publication.
-	_, err = tp.node.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
-		VolumeId: id, StagingTargetPath: staging, TargetPath: target, VolumeCapability: mountCap(snw),
+	_, err = a.node.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
+		VolumeId: a.id, StagingTargetPath: a.staging, TargetPath: a.target, VolumeCapability: mountCap(snw),
 	})
 	wantCode(t, "republish writable", err, codes.AlreadyExists)
 
 	// A second target with mount flags and a reader-only access mode.
-	second := filepath.Join(base, "targets", "second")
-	_, err = tp.node.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
-		VolumeId: id, StagingTargetPath: staging, TargetPath: second,
+	second := filepath.Join(a.base, "targets", "second")
+	_, err = a.node.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
+		VolumeId: a.id, StagingTargetPath: a.staging, TargetPath: second,
 		VolumeCapability: mountCap(csipb.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY, "noexec,nosuid"),
 	})
 	mustOK(t, "publish second target", err)
@@ -150,10 +128,10 @@ func TestNode_PublishVolume_ReadOnly(t *testing.T) {
 			t.Errorf("second target options %v, want %s", opts, o)
 		}
 	}
-	_, err = tp.node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: second})
+	_, err = a.node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: a.id, TargetPath: second})
 	mustOK(t, "unpublish second target", err)
-	tp.detach(ctx, id, staging, target)
-	if left := mountsUnder(t, base); len(left) > 0 {
+	a.detach(ctx, a.id, a.staging, a.target)
+	if left := mountsUnder(t, a.base); len(left) > 0 {
 		t.Errorf("mounts left: %v", left)
 	}
 }
@@ -162,52 +140,39 @@ func TestNode_PublishVolume_ReadOnly(t *testing.T) {
 // between record and mount): the plugin knows the target, the mount is
 // gone, and a repeated NodeStage/NodePublish brings it back.
 func TestNode_PublishVolume_RepairsLostMount(t *testing.T) {
-	requireRoot(t)
-	checkLeaks(t)
 	ctx := context.Background()
-	base := newTestDir(t)
-	tp := startPlugin(t, csiplugin.Config{MountMode: csiplugin.MountModeBind})
-	id := tp.createVolume(ctx, "lost").GetVolumeId()
-	staging, target := tp.attach(ctx, base, id, false)
-	for _, p := range []string{target, staging} {
+	a := startAttached(t, csiplugin.MountModeBind, "lost", false)
+	for _, p := range []string{a.target, a.staging} {
 		if err := syscall.Unmount(p, 0); err != nil {
 			t.Fatalf("unmount %s: %v", p, err)
 		}
 	}
-	tp.attach(ctx, base, id, false)
-	for _, p := range []string{staging, target} {
-		if n := mountCount(t, p); n != 1 {
-			t.Errorf("%s mounted %d times after the repeat, want 1", p, n)
-		}
-	}
-	tp.detach(ctx, id, staging, target)
+	a.attach(ctx, a.base, a.id, false)
+	wantMounts(t, "after the repeat", 1, a.staging, a.target)
+	a.detach(ctx, a.id, a.staging, a.target)
 }
 
 func TestNode_PublishVolume_Symlink(t *testing.T) {
-	checkLeaks(t)
 	ctx := context.Background()
-	base := newTestDir(t)
-	tp := startPlugin(t, csiplugin.Config{MountMode: csiplugin.MountModeSymlink})
-	id := tp.createVolume(ctx, "link").GetVolumeId()
-	staging, target := tp.attach(ctx, base, id, false)
-	if dest, err := os.Readlink(target); err != nil || dest != tp.volumeDir(id) {
-		t.Fatalf("target links to %q, %v; want %q", dest, err, tp.volumeDir(id))
+	a := startAttached(t, csiplugin.MountModeSymlink, "link", false)
+	if dest, err := os.Readlink(a.target); err != nil || dest != a.volumeDir(a.id) {
+		t.Fatalf("target links to %q, %v; want %q", dest, err, a.volumeDir(a.id))
 	}
-	if err := os.WriteFile(filepath.Join(target, "f"), []byte("data"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(a.target, "f"), []byte("data"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := os.ReadFile(filepath.Join(tp.volumeDir(id), "f")); err != nil || string(b) != "data" {
+	if b, err := os.ReadFile(filepath.Join(a.volumeDir(a.id), "f")); err != nil || string(b) != "data" {
 		t.Errorf("volume dir has %q, %v; want data", b, err)
 	}
-	if n := len(mountsUnder(t, base)); n != 0 {
+	if n := len(mountsUnder(t, a.base)); n != 0 {
 		t.Errorf("symlink mode made %d mounts", n)
 	}
-	tp.attach(ctx, base, id, false) // repeat
-	tp.detach(ctx, id, staging, target)
-	if _, err := os.Lstat(target); !isNotExist(err) {
+	a.attach(ctx, a.base, a.id, false) // repeat
+	a.detach(ctx, a.id, a.staging, a.target)
+	if _, err := os.Lstat(a.target); !isNotExist(err) {
 		t.Errorf("target still exists after unpublish: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(tp.volumeDir(id), "f")); err != nil {
+	if _, err := os.Stat(filepath.Join(a.volumeDir(a.id), "f")); err != nil {
 		t.Errorf("data gone after unpublish: %v", err)
 	}
 }

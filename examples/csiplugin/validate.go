@@ -86,6 +86,19 @@ func (p *Plugin) volumeLocked(id string) (*volume, error) {
 	return nil, status.Errorf(codes.NotFound, "volume %q not found", id)
 }
 
+// lockVolume takes p.mu and returns the volume with id, as volumeLocked.
+// On success the caller holds p.mu and must unlock it; on error p.mu is
+// released again.
+func (p *Plugin) lockVolume(id string) (*volume, error) {
+	p.mu.Lock()
+	v, err := p.volumeLocked(id)
+	if err != nil {
+		p.mu.Unlock()
+		return nil, err
+	}
+	return v, nil
+}
+
 // volDir is where the volume's data lives.
 func (p *Plugin) volDir(id string) string {
 	return filepath.Join(p.cfg.StateDir, volumesDir, id)
