@@ -451,6 +451,9 @@ func (p *Plugin) Published() map[string][]string {
 func (p *Plugin) interceptor(stopCh <-chan struct{}) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
+		if c := p.cfg.lacking(method); c != "" {
+			handler = unimplemented(method, c)
+		}
 		f := p.record(method, req)
 		if f == nil {
 			return handler(ctx, req)
@@ -487,6 +490,34 @@ func (p *Plugin) interceptor(stopCh <-chan struct{}) grpc.UnaryServerInterceptor
 		}
 		return resp, err
 	}
+}
+
+// lacking returns the capability that method needs and the plugin lacks,
+// or "". Such a call is still recorded and faulted like any other; only
+// its answer is Unimplemented.
+func (c Config) lacking(method string) string {
+	switch method {
+	case "CreateVolume", "DeleteVolume":
+		if !c.CreateDelete {
+			return "CREATE_DELETE_VOLUME"
+		}
+	case "ControllerPublishVolume", "ControllerUnpublishVolume":
+		if !c.ControllerPublish {
+			return "PUBLISH_UNPUBLISH_VOLUME"
+		}
+	case "NodeStageVolume", "NodeUnstageVolume":
+		if !c.StageUnstage {
+			return "STAGE_UNSTAGE_VOLUME"
+		}
+	}
+	return ""
+}
+
+// unimplemented is the handler of a method whose capability the plugin
+// lacks.
+func unimplemented(method, capability string) grpc.UnaryHandler {
+	err := status.Errorf(codes.Unimplemented, "%s: no %s capability", method, capability)
+	return func(context.Context, any) (any, error) { return nil, err }
 }
 
 // record counts the call and returns the fault to apply, if any.

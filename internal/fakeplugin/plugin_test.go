@@ -384,3 +384,53 @@ func waitCalls(t *testing.T, p *fakeplugin.Plugin, method string, n int) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+func TestPlugin_Capabilities_LackingIsUnimplemented(t *testing.T) {
+	p, ep := fakeplugin.Start(t, fakeplugin.Config{Controller: true})
+	c := dial(t, ep)
+	ctx := context.Background()
+	tests := []struct {
+		method, capability string
+		call               func() error
+	}{
+		{"CreateVolume", "CREATE_DELETE_VOLUME", func() error {
+			_, err := c.ctrl.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csipb.VolumeCapability{mountCap()}})
+			return err
+		}},
+		{"DeleteVolume", "CREATE_DELETE_VOLUME", func() error {
+			_, err := c.ctrl.DeleteVolume(ctx, &csipb.DeleteVolumeRequest{VolumeId: "v"})
+			return err
+		}},
+		{"ControllerPublishVolume", "PUBLISH_UNPUBLISH_VOLUME", func() error {
+			_, err := c.ctrl.ControllerPublishVolume(ctx, &csipb.ControllerPublishVolumeRequest{VolumeId: "v", NodeId: fakeplugin.DefaultNodeID, VolumeCapability: mountCap()})
+			return err
+		}},
+		{"ControllerUnpublishVolume", "PUBLISH_UNPUBLISH_VOLUME", func() error {
+			_, err := c.ctrl.ControllerUnpublishVolume(ctx, &csipb.ControllerUnpublishVolumeRequest{VolumeId: "v"})
+			return err
+		}},
+		{"NodeStageVolume", "STAGE_UNSTAGE_VOLUME", func() error {
+			_, err := c.node.NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: t.TempDir(), VolumeCapability: mountCap()})
+			return err
+		}},
+		{"NodeUnstageVolume", "STAGE_UNSTAGE_VOLUME", func() error {
+			_, err := c.node.NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{VolumeId: "v", StagingTargetPath: t.TempDir()})
+			return err
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method, func(t *testing.T) {
+			err := tt.call()
+			wantCode(t, tt.method, err, codes.Unimplemented)
+			if want := tt.method + ": no " + tt.capability + " capability"; status.Convert(err).Message() != want {
+				t.Errorf("message %q, want %q", status.Convert(err).Message(), want)
+			}
+			if got := p.Calls(tt.method); got != 1 {
+				t.Errorf("Calls(%s) = %d, want 1: a refused call still counts", tt.method, got)
+			}
+		})
+	}
+	if len(p.Volumes())+len(p.ControllerPublished())+len(p.Staged()) != 0 {
+		t.Errorf("refused calls changed state: volumes %v controller %v staged %v", p.Volumes(), p.ControllerPublished(), p.Staged())
+	}
+}

@@ -16,7 +16,8 @@ import (
 
 // server implements the three CSI services on a Plugin's state. Every
 // handler takes p.mu for its whole body: the fake is about semantics, not
-// throughput under contention.
+// throughput under contention. Methods that need a capability the Config
+// lacks never reach their handler (see Config.lacking).
 type server struct {
 	csipb.UnimplementedIdentityServer
 	csipb.UnimplementedControllerServer
@@ -34,6 +35,30 @@ func invalidArg(field string) error {
 	return status.Errorf(codes.InvalidArgument, "%s is required", field)
 }
 
+// required returns InvalidArgument for the first field whose value is
+// empty. Its arguments alternate field name and value.
+func required(fieldValues ...string) error {
+	for i := 0; i+1 < len(fieldValues); i += 2 {
+		if fieldValues[i+1] == "" {
+			return invalidArg(fieldValues[i])
+		}
+	}
+	return nil
+}
+
+// firstError returns the first of errs that is not nil. Handlers list
+// their argument checks in it in the order the errors take precedence; the
+// checks are cheap and have no effects, so evaluating all of them first
+// changes nothing.
+func firstError(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // checkCapability rejects a capability without access mode or access type.
 func checkCapability(field string, vc *csipb.VolumeCapability) error {
 	switch {
@@ -43,6 +68,35 @@ func checkCapability(field string, vc *csipb.VolumeCapability) error {
 		return invalidArg(field + ".access_mode")
 	case vc.GetBlock() == nil && vc.GetMount() == nil:
 		return invalidArg(field + ".access_type")
+	}
+	return nil
+}
+
+// checkCapabilities requires at least one capability and checks each.
+func checkCapabilities(vcs []*csipb.VolumeCapability) error {
+	if len(vcs) == 0 {
+		return invalidArg("volume_capabilities")
+	}
+	for _, vc := range vcs {
+		if err := checkCapability("volume_capabilities", vc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lockVolume is the start of every RPC on an existing volume: it returns
+// the first failed argument check (see firstError), then takes p.mu and
+// applies Config.StrictVolumes to id. On success the caller holds p.mu and
+// must unlock it.
+func (p *Plugin) lockVolume(id string, checks ...error) error {
+	if err := firstError(checks...); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	if err := p.knownLocked(id); err != nil {
+		p.mu.Unlock()
+		return err
 	}
 	return nil
 }
@@ -71,6 +125,21 @@ func (p *Plugin) checkPublishContextLocked(volumeID string, pc map[string]string
 	return nil
 }
 
+// pluginService, controllerRPC and nodeRPC build one capability of a
+// GetPluginCapabilities, ControllerGetCapabilities or NodeGetCapabilities
+// answer.
+func pluginService(t csipb.PluginCapability_Service_Type) *csipb.PluginCapability {
+	return &csipb.PluginCapability{Type: &csipb.PluginCapability_Service_{Service: &csipb.PluginCapability_Service{Type: t}}}
+}
+
+func controllerRPC(t csipb.ControllerServiceCapability_RPC_Type) *csipb.ControllerServiceCapability {
+	return &csipb.ControllerServiceCapability{Type: &csipb.ControllerServiceCapability_Rpc{Rpc: &csipb.ControllerServiceCapability_RPC{Type: t}}}
+}
+
+func nodeRPC(t csipb.NodeServiceCapability_RPC_Type) *csipb.NodeServiceCapability {
+	return &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{Rpc: &csipb.NodeServiceCapability_RPC{Type: t}}}
+}
+
 // Identity service.
 
 func (s *server) GetPluginInfo(context.Context, *csipb.GetPluginInfoRequest) (*csipb.GetPluginInfoResponse, error) {
@@ -84,11 +153,7 @@ func (s *server) GetPluginInfo(context.Context, *csipb.GetPluginInfoRequest) (*c
 func (s *server) GetPluginCapabilities(context.Context, *csipb.GetPluginCapabilitiesRequest) (*csipb.GetPluginCapabilitiesResponse, error) {
 	resp := &csipb.GetPluginCapabilitiesResponse{}
 	if s.p.cfg.Controller {
-		resp.Capabilities = append(resp.Capabilities, &csipb.PluginCapability{
-			Type: &csipb.PluginCapability_Service_{Service: &csipb.PluginCapability_Service{
-				Type: csipb.PluginCapability_Service_CONTROLLER_SERVICE,
-			}},
-		})
+		resp.Capabilities = append(resp.Capabilities, pluginService(csipb.PluginCapability_Service_CONTROLLER_SERVICE))
 	}
 	return resp, nil
 }
@@ -107,34 +172,18 @@ func (s *server) Probe(context.Context, *csipb.ProbeRequest) (*csipb.ProbeRespon
 
 func (s *server) ControllerGetCapabilities(context.Context, *csipb.ControllerGetCapabilitiesRequest) (*csipb.ControllerGetCapabilitiesResponse, error) {
 	resp := &csipb.ControllerGetCapabilitiesResponse{}
-	add := func(t csipb.ControllerServiceCapability_RPC_Type) {
-		resp.Capabilities = append(resp.Capabilities, &csipb.ControllerServiceCapability{
-			Type: &csipb.ControllerServiceCapability_Rpc{Rpc: &csipb.ControllerServiceCapability_RPC{Type: t}},
-		})
-	}
 	if s.p.cfg.CreateDelete {
-		add(csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME)
+		resp.Capabilities = append(resp.Capabilities, controllerRPC(csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME))
 	}
 	if s.p.cfg.ControllerPublish {
-		add(csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME)
+		resp.Capabilities = append(resp.Capabilities, controllerRPC(csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME))
 	}
 	return resp, nil
 }
 
 func (s *server) CreateVolume(_ context.Context, req *csipb.CreateVolumeRequest) (*csipb.CreateVolumeResponse, error) {
-	if !s.p.cfg.CreateDelete {
-		return nil, status.Error(codes.Unimplemented, "CreateVolume: no CREATE_DELETE_VOLUME capability")
-	}
-	if req.GetName() == "" {
-		return nil, invalidArg("name")
-	}
-	if len(req.GetVolumeCapabilities()) == 0 {
-		return nil, invalidArg("volume_capabilities")
-	}
-	for _, vc := range req.GetVolumeCapabilities() {
-		if err := checkCapability("volume_capabilities", vc); err != nil {
-			return nil, err
-		}
+	if err := firstError(required("name", req.GetName()), checkCapabilities(req.GetVolumeCapabilities())); err != nil {
+		return nil, err
 	}
 	size := req.GetCapacityRange().GetRequiredBytes()
 	limit := req.GetCapacityRange().GetLimitBytes()
@@ -170,12 +219,9 @@ func (s *server) CreateVolume(_ context.Context, req *csipb.CreateVolumeRequest)
 }
 
 func (s *server) DeleteVolume(_ context.Context, req *csipb.DeleteVolumeRequest) (*csipb.DeleteVolumeResponse, error) {
-	if !s.p.cfg.CreateDelete {
-		return nil, status.Error(codes.Unimplemented, "DeleteVolume: no CREATE_DELETE_VOLUME capability")
-	}
 	id := req.GetVolumeId()
-	if id == "" {
-		return nil, invalidArg("volume_id")
+	if err := required("volume_id", id); err != nil {
+		return nil, err
 	}
 	p := s.p
 	p.mu.Lock()
@@ -203,25 +249,14 @@ func (p *Plugin) inUseOnNodeLocked(id string) error {
 }
 
 func (s *server) ControllerPublishVolume(_ context.Context, req *csipb.ControllerPublishVolumeRequest) (*csipb.ControllerPublishVolumeResponse, error) {
-	if !s.p.cfg.ControllerPublish {
-		return nil, status.Error(codes.Unimplemented, "ControllerPublishVolume: no PUBLISH_UNPUBLISH_VOLUME capability")
-	}
-	id := req.GetVolumeId()
-	switch {
-	case id == "":
-		return nil, invalidArg("volume_id")
-	case req.GetNodeId() == "":
-		return nil, invalidArg("node_id")
-	}
-	if err := checkCapability("volume_capability", req.GetVolumeCapability()); err != nil {
+	p, id := s.p, req.GetVolumeId()
+	if err := p.lockVolume(id,
+		required("volume_id", id, "node_id", req.GetNodeId()),
+		checkCapability("volume_capability", req.GetVolumeCapability()),
+	); err != nil {
 		return nil, err
 	}
-	p := s.p
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.knownLocked(id); err != nil {
-		return nil, err
-	}
 	if c, ok := p.ctrl[id]; ok {
 		if c.node != req.GetNodeId() {
 			return nil, status.Errorf(codes.FailedPrecondition, "volume %q is published to another node", id)
@@ -238,19 +273,11 @@ func (s *server) ControllerPublishVolume(_ context.Context, req *csipb.Controlle
 }
 
 func (s *server) ControllerUnpublishVolume(_ context.Context, req *csipb.ControllerUnpublishVolumeRequest) (*csipb.ControllerUnpublishVolumeResponse, error) {
-	if !s.p.cfg.ControllerPublish {
-		return nil, status.Error(codes.Unimplemented, "ControllerUnpublishVolume: no PUBLISH_UNPUBLISH_VOLUME capability")
-	}
-	id := req.GetVolumeId()
-	if id == "" {
-		return nil, invalidArg("volume_id")
-	}
-	p := s.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err := p.knownLocked(id); err != nil {
+	p, id := s.p, req.GetVolumeId()
+	if err := p.lockVolume(id, required("volume_id", id)); err != nil {
 		return nil, err
 	}
+	defer p.mu.Unlock()
 	c, ok := p.ctrl[id]
 	if !ok || (req.GetNodeId() != "" && req.GetNodeId() != c.node) {
 		return &csipb.ControllerUnpublishVolumeResponse{}, nil // already unpublished from that node
@@ -265,24 +292,14 @@ func (s *server) ControllerUnpublishVolume(_ context.Context, req *csipb.Control
 }
 
 func (s *server) ValidateVolumeCapabilities(_ context.Context, req *csipb.ValidateVolumeCapabilitiesRequest) (*csipb.ValidateVolumeCapabilitiesResponse, error) {
-	if req.GetVolumeId() == "" {
-		return nil, invalidArg("volume_id")
-	}
-	if len(req.GetVolumeCapabilities()) == 0 {
-		return nil, invalidArg("volume_capabilities")
-	}
-	for _, vc := range req.GetVolumeCapabilities() {
-		if err := checkCapability("volume_capabilities", vc); err != nil {
-			return nil, err
-		}
-	}
 	p := s.p
-	p.mu.Lock()
-	err := p.knownLocked(req.GetVolumeId())
-	p.mu.Unlock()
-	if err != nil {
+	if err := p.lockVolume(req.GetVolumeId(),
+		required("volume_id", req.GetVolumeId()),
+		checkCapabilities(req.GetVolumeCapabilities()),
+	); err != nil {
 		return nil, err
 	}
+	p.mu.Unlock()
 	return &csipb.ValidateVolumeCapabilitiesResponse{Confirmed: &csipb.ValidateVolumeCapabilitiesResponse_Confirmed{
 		VolumeContext:      req.GetVolumeContext(),
 		VolumeCapabilities: req.GetVolumeCapabilities(),
@@ -295,11 +312,7 @@ func (s *server) ValidateVolumeCapabilities(_ context.Context, req *csipb.Valida
 func (s *server) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilitiesRequest) (*csipb.NodeGetCapabilitiesResponse, error) {
 	resp := &csipb.NodeGetCapabilitiesResponse{}
 	if s.p.cfg.StageUnstage {
-		resp.Capabilities = append(resp.Capabilities, &csipb.NodeServiceCapability{
-			Type: &csipb.NodeServiceCapability_Rpc{Rpc: &csipb.NodeServiceCapability_RPC{
-				Type: csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
-			}},
-		})
+		resp.Capabilities = append(resp.Capabilities, nodeRPC(csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME))
 	}
 	return resp, nil
 }
@@ -316,25 +329,14 @@ func (s *server) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb
 }
 
 func (s *server) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolumeRequest) (*csipb.NodeStageVolumeResponse, error) {
-	if !s.p.cfg.StageUnstage {
-		return nil, status.Error(codes.Unimplemented, "NodeStageVolume: no STAGE_UNSTAGE_VOLUME capability")
-	}
-	id, path := req.GetVolumeId(), req.GetStagingTargetPath()
-	switch {
-	case id == "":
-		return nil, invalidArg("volume_id")
-	case path == "":
-		return nil, invalidArg("staging_target_path")
-	}
-	if err := checkCapability("volume_capability", req.GetVolumeCapability()); err != nil {
+	p, id, path := s.p, req.GetVolumeId(), req.GetStagingTargetPath()
+	if err := p.lockVolume(id,
+		required("volume_id", id, "staging_target_path", path),
+		checkCapability("volume_capability", req.GetVolumeCapability()),
+	); err != nil {
 		return nil, err
 	}
-	p := s.p
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.knownLocked(id); err != nil {
-		return nil, err
-	}
 	if err := p.checkPublishContextLocked(id, req.GetPublishContext()); err != nil {
 		return nil, err
 	}
@@ -357,22 +359,11 @@ func (s *server) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolumeRe
 }
 
 func (s *server) NodeUnstageVolume(_ context.Context, req *csipb.NodeUnstageVolumeRequest) (*csipb.NodeUnstageVolumeResponse, error) {
-	if !s.p.cfg.StageUnstage {
-		return nil, status.Error(codes.Unimplemented, "NodeUnstageVolume: no STAGE_UNSTAGE_VOLUME capability")
-	}
-	id, path := req.GetVolumeId(), req.GetStagingTargetPath()
-	switch {
-	case id == "":
-		return nil, invalidArg("volume_id")
-	case path == "":
-		return nil, invalidArg("staging_target_path")
-	}
-	p := s.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err := p.knownLocked(id); err != nil {
+	p, id, path := s.p, req.GetVolumeId(), req.GetStagingTargetPath()
+	if err := p.lockVolume(id, required("volume_id", id, "staging_target_path", path)); err != nil {
 		return nil, err
 	}
+	defer p.mu.Unlock()
 	st, ok := p.staged[id]
 	if !ok || st.path != path {
 		return &csipb.NodeUnstageVolumeResponse{}, nil // not staged there: done
@@ -385,23 +376,14 @@ func (s *server) NodeUnstageVolume(_ context.Context, req *csipb.NodeUnstageVolu
 }
 
 func (s *server) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
-	id, target := req.GetVolumeId(), req.GetTargetPath()
-	switch {
-	case id == "":
-		return nil, invalidArg("volume_id")
-	case target == "":
-		return nil, invalidArg("target_path")
-	}
-	vc := req.GetVolumeCapability()
-	if err := checkCapability("volume_capability", vc); err != nil {
+	p, id, target, vc := s.p, req.GetVolumeId(), req.GetTargetPath(), req.GetVolumeCapability()
+	if err := p.lockVolume(id,
+		required("volume_id", id, "target_path", target),
+		checkCapability("volume_capability", vc),
+	); err != nil {
 		return nil, err
 	}
-	p := s.p
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.knownLocked(id); err != nil {
-		return nil, err
-	}
 	if p.cfg.StageUnstage {
 		if req.GetStagingTargetPath() == "" {
 			return nil, status.Error(codes.FailedPrecondition, "staging_target_path is required: the plugin has STAGE_UNSTAGE_VOLUME")
@@ -459,19 +441,11 @@ func makeTarget(target string, block, checkParent bool) error {
 }
 
 func (s *server) NodeUnpublishVolume(_ context.Context, req *csipb.NodeUnpublishVolumeRequest) (*csipb.NodeUnpublishVolumeResponse, error) {
-	id, target := req.GetVolumeId(), req.GetTargetPath()
-	switch {
-	case id == "":
-		return nil, invalidArg("volume_id")
-	case target == "":
-		return nil, invalidArg("target_path")
-	}
-	p := s.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err := p.knownLocked(id); err != nil {
+	p, id, target := s.p, req.GetVolumeId(), req.GetTargetPath()
+	if err := p.lockVolume(id, required("volume_id", id, "target_path", target)); err != nil {
 		return nil, err
 	}
+	defer p.mu.Unlock()
 	if _, ok := p.pubs[id][target]; !ok {
 		return &csipb.NodeUnpublishVolumeResponse{}, nil // not published there: done
 	}
