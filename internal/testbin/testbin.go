@@ -1,5 +1,6 @@
 // Package testbin holds what the tests that run the built csiactor binary
-// share: building it, and finding the processes it left.
+// share: building it, starting and waiting for the processes they run,
+// polling for what happens on its own, and finding the processes left.
 package testbin
 
 import (

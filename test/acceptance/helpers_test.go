@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -33,35 +32,10 @@ const (
 	waitDeadline  = 60 * time.Second
 )
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildBin  string
-	buildErr  error
-)
+// binary is the csiactor binary under test, built once with `go build`.
+var binary = &testbin.Binary{Kind: "acceptance test", Prefix: "csiacc-bin-"}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
-
-// binary returns the csiactor binary, built once with `go build`.
-func binary(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("acceptance test: builds and runs the csiactor binary; skipped with -short")
-	}
-	buildOnce.Do(func() {
-		buildBin, buildDir, buildErr = testbin.Build("csiacc-bin-", false)
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return buildBin
-}
+func TestMain(m *testing.M) { binary.Main(m) }
 
 // host is one test's machine: a short base directory under /tmp (unix
 // socket paths are limited to 107 bytes) that is also the agents' TMPDIR,
@@ -75,7 +49,7 @@ type host struct {
 
 func newHost(t *testing.T) *host {
 	t.Helper()
-	h := &host{t: t, bin: binary(t)}
+	h := &host{t: t, bin: binary.Path(t)}
 	// Registered first, so it runs last: after the cleanups that stop
 	// the processes whose Wait goroutines the tests start.
 	t.Cleanup(leakcheck.Check(t))
@@ -130,10 +104,10 @@ type agent struct {
 	cmd      *exec.Cmd
 	stdout   string // file
 	stderr   string // file
-	done     chan struct{}
-	state    *os.ProcessState
-	unixAddr string // unix:///.../api.sock
-	tcpAddr  string // http://127.0.0.1:port
+	done     <-chan struct{}
+	state    *os.ProcessState // set before done closes
+	unixAddr string           // unix:///.../api.sock
+	tcpAddr  string           // http://127.0.0.1:port
 }
 
 var (
@@ -150,7 +124,6 @@ func (h *host) startAgent(args ...string) *agent {
 		h:      h,
 		stdout: filepath.Join(h.base, fmt.Sprintf("agent%d.out", h.starts)),
 		stderr: filepath.Join(h.base, fmt.Sprintf("agent%d.err", h.starts)),
-		done:   make(chan struct{}),
 	}
 	out, err := os.Create(a.stdout)
 	if err != nil {
@@ -165,20 +138,10 @@ func (h *host) startAgent(args ...string) *agent {
 	a.cmd = exec.Command(h.bin, append([]string{"agent"}, args...)...)
 	a.cmd.Env = h.env()
 	a.cmd.Stdout, a.cmd.Stderr = out, errf
-	if err := a.cmd.Start(); err != nil {
+	a.done, err = testbin.Start(h.t, a.cmd, func() { a.state = a.cmd.ProcessState })
+	if err != nil {
 		h.t.Fatal(err)
 	}
-	go func() {
-		_ = a.cmd.Wait()
-		a.state = a.cmd.ProcessState
-		close(a.done)
-	}()
-	h.t.Cleanup(func() {
-		if !a.exited() {
-			_ = a.cmd.Process.Kill()
-		}
-		<-a.done
-	})
 	h.eventually("the agent prints its addresses", startDeadline, func() (bool, string) {
 		if a.exited() {
 			h.t.Fatalf("agent exited early: %s\nstdout:\n%s\nstderr:\n%s", a.state, readFile(a.stdout), testbin.Tail(readFile(a.stderr), 20))
@@ -202,14 +165,7 @@ func (h *host) runAgent(args ...string) result {
 	return h.cli(nil, append([]string{"agent"}, args...)...)
 }
 
-func (a *agent) exited() bool {
-	select {
-	case <-a.done:
-		return true
-	default:
-		return false
-	}
-}
+func (a *agent) exited() bool { return testbin.Closed(a.done) }
 
 func (a *agent) signal(sig syscall.Signal) {
 	a.h.t.Helper()
@@ -334,12 +290,12 @@ type background struct {
 	cmd    *exec.Cmd
 	stdout string
 	stderr *bytes.Buffer
-	done   chan struct{}
+	done   <-chan struct{}
 }
 
 func (a *agent) background(name string, args ...string) *background {
 	a.h.t.Helper()
-	b := &background{stdout: filepath.Join(a.h.base, name+".out"), stderr: &bytes.Buffer{}, done: make(chan struct{})}
+	b := &background{stdout: filepath.Join(a.h.base, name+".out"), stderr: &bytes.Buffer{}}
 	out, err := os.Create(b.stdout)
 	if err != nil {
 		a.h.t.Fatal(err)
@@ -348,17 +304,9 @@ func (a *agent) background(name string, args ...string) *background {
 	b.cmd = exec.Command(a.h.bin, args...)
 	b.cmd.Env = a.h.env("CSIACTOR_ADDR=" + a.unixAddr)
 	b.cmd.Stdout, b.cmd.Stderr = out, b.stderr
-	if err := b.cmd.Start(); err != nil {
+	if b.done, err = testbin.Start(a.h.t, b.cmd, nil); err != nil {
 		a.h.t.Fatal(err)
 	}
-	go func() {
-		_ = b.cmd.Wait()
-		close(b.done)
-	}()
-	a.h.t.Cleanup(func() {
-		_ = b.cmd.Process.Kill()
-		<-b.done
-	})
 	return b
 }
 
@@ -380,17 +328,7 @@ func (b *background) interrupt(t *testing.T) int {
 // with the last detail cond gave.
 func (h *host) eventually(what string, deadline time.Duration, cond func() (bool, string)) {
 	h.t.Helper()
-	end := time.Now().Add(deadline)
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(end) {
-			h.t.Fatalf("waited %s for %s; last:\n%s", deadline, what, detail)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	testbin.Eventually(h.t, what, deadline, 25*time.Millisecond, cond)
 }
 
 func readFile(p string) string {

@@ -16,7 +16,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -40,46 +39,17 @@ const (
 	pollInterval     = 50 * time.Millisecond
 )
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildBin  string
-	buildErr  error
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
-
 // BinaryEnv names an environment variable that, when set, is the path of
 // the csiactor binary to test instead of building one (to test a release
 // build, or to run the compiled tests as another user).
 const BinaryEnv = "CSIACTOR_E2E_BINARY"
 
-// binary returns the csiactor binary, built on first use with `go build`
-// (with -race when the tests run with -race, so the agent's own data races
-// fail the tests too), or the one $CSIACTOR_E2E_BINARY names.
-func binary(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("end-to-end test: builds and runs the csiactor binary; skipped with -short")
-	}
-	buildOnce.Do(func() {
-		if p := os.Getenv(BinaryEnv); p != "" {
-			buildBin, buildErr = filepath.Abs(p)
-			return
-		}
-		buildBin, buildDir, buildErr = testbin.Build("csiae2e-bin-", raceEnabled)
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return buildBin
-}
+// binary is the csiactor binary under test, built on first use with `go
+// build` (with -race when the tests run with -race, so the agent's own data
+// races fail the tests too), or the one $CSIACTOR_E2E_BINARY names.
+var binary = &testbin.Binary{Kind: "end-to-end test", Prefix: "csiae2e-bin-", Race: raceEnabled, Env: BinaryEnv}
+
+func TestMain(m *testing.M) { binary.Main(m) }
 
 // host is one test's machine: a base directory under /tmp (short, since
 // unix socket paths are limited to 107 bytes) holding the agent's data dir,
@@ -101,7 +71,7 @@ type host struct {
 // whatever is still mounted under base, remove base.
 func newHost(t *testing.T) *host {
 	t.Helper()
-	bin := binary(t)
+	bin := binary.Path(t)
 	base, err := os.MkdirTemp("", "csiae2e")
 	if err != nil {
 		t.Fatal(err)
@@ -190,9 +160,9 @@ type agent struct {
 	cmd      *exec.Cmd
 	stdout   string // log file paths
 	stderr   string
-	done     chan struct{} // closed when the process has been waited for
-	state    *os.ProcessState
-	httpAddr string // host:port of /metrics, from the agent's output
+	done     <-chan struct{}  // closed when the process has been waited for
+	state    *os.ProcessState // set before done closes
+	httpAddr string           // host:port of /metrics, from the agent's output
 }
 
 // startAgent starts the agent with the config file and waits until it
@@ -205,7 +175,6 @@ func (h *host) startAgent() *agent {
 		h:      h,
 		stdout: filepath.Join(h.base, fmt.Sprintf("agent-%d.stdout", h.starts)),
 		stderr: filepath.Join(h.base, fmt.Sprintf("agent-%d.stderr", h.starts)),
-		done:   make(chan struct{}),
 	}
 	a.cmd = exec.Command(h.bin, "agent", "-config", h.config)
 	a.cmd.Env = cleanEnv()
@@ -219,29 +188,22 @@ func (h *host) startAgent() *agent {
 		files = append(files, f)
 	}
 	a.cmd.Stdout, a.cmd.Stderr = files[0], files[1]
-	if err := a.cmd.Start(); err != nil {
-		h.t.Fatalf("start agent: %v", err)
-	}
-	for _, f := range files {
-		f.Close() // the child has its own copies
-	}
-	go func() {
-		_ = a.cmd.Wait()
-		a.state = a.cmd.ProcessState
-		close(a.done)
-	}()
+	// Registered before Start's cleanup, so it runs after the agent is
+	// gone and its logs are complete.
 	h.t.Cleanup(func() {
-		select {
-		case <-a.done:
-		default:
-			_ = a.cmd.Process.Kill()
-			<-a.done
-		}
 		if h.t.Failed() {
 			h.t.Logf("agent run %d stdout:\n%s", n, readFile(a.stdout))
 			h.t.Logf("agent run %d stderr (last 80 lines):\n%s", n, testbin.Tail(readFile(a.stderr), 80))
 		}
 	})
+	done, err := testbin.Start(h.t, a.cmd, func() { a.state = a.cmd.ProcessState })
+	if err != nil {
+		h.t.Fatalf("start agent: %v", err)
+	}
+	a.done = done
+	for _, f := range files {
+		f.Close() // the child has its own copies
+	}
 
 	// The agent prints its addresses once it serves them.
 	tcpRE := regexp.MustCompile(`metrics and health on http://(\S+)`)
@@ -264,14 +226,7 @@ func (h *host) startAgent() *agent {
 	return a
 }
 
-func (a *agent) exited() bool {
-	select {
-	case <-a.done:
-		return true
-	default:
-		return false
-	}
-}
+func (a *agent) exited() bool { return testbin.Closed(a.done) }
 
 func (a *agent) signal(sig syscall.Signal) {
 	a.h.t.Helper()
@@ -376,12 +331,10 @@ func (h *host) background(args ...string) func() result {
 	cmd.Env = append(cleanEnv(), "CSIACTOR_ADDR="+h.address())
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
+	done, err := testbin.Start(h.t, cmd, nil)
+	if err != nil {
 		h.t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	h.t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
 	return func() result {
 		h.t.Helper()
 		select {
@@ -447,17 +400,7 @@ func hasEvent(evs []runtime.Event, typ, alloc, volume string) bool {
 // last state it described when deadline passes.
 func (h *host) eventually(what string, deadline time.Duration, cond func() (bool, string)) {
 	h.t.Helper()
-	end := time.Now().Add(deadline)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(end) {
-			h.t.Fatalf("waited %s for %s; last seen:\n%s", deadline, what, state)
-		}
-		time.Sleep(pollInterval)
-	}
+	testbin.Eventually(h.t, what, deadline, pollInterval, cond)
 }
 
 // openStore opens the agent's store, which only works while no agent runs.
