@@ -10,10 +10,7 @@ import (
 func TestStore_PutAllocation_AssignsSeqOnce(t *testing.T) {
 	ctx := ctxT(t)
 	path := storePath(t)
-	s, err := Open(path, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openT(t, path, Config{})
 	seqs := map[string]uint64{}
 	for _, id := range []string{"zeta", "alpha", "mid"} {
 		// The caller's Seq is ignored.

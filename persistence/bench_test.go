@@ -105,25 +105,7 @@ func writeVolumes(b *testing.B, path string, n int, binary bool) {
 	s.binaryVolumes = binary
 	const chunk = 10_000
 	for lo := 0; lo < n; lo += chunk {
-		err := s.update(func(tx *bolt.Tx) error {
-			for i := lo; i < min(n, lo+chunk); i++ {
-				v := volumeWithClaim(fmt.Sprintf("vol-%06d", i))
-				data, err := s.encodeVolume(&v)
-				if err != nil {
-					return err
-				}
-				if err := tx.Bucket([]byte(bucketVolumes)).Put([]byte(v.ID), data); err != nil {
-					return err
-				}
-				if err := tx.Bucket([]byte(bucketVolumesWithWork)).Put([]byte(v.ID), []byte{}); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
+		seedVolumes(b, s, lo, min(n, lo+chunk))
 	}
 	if err := s.Close(); err != nil {
 		b.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,10 +18,7 @@ func TestStore_PutVolume_ConcurrentWritersDurable(t *testing.T) {
 	checkLeaks(t)
 	ctx := ctxT(t)
 	path := storePath(t)
-	s, err := Open(path, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openT(t, path, Config{})
 	const writers, perWriter = 64, 50
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
@@ -109,7 +105,7 @@ func TestStore_Commit_OneBatchEachCallerOwnResult(t *testing.T) {
 	go func() {
 		panicked <- s.write(ctx, func(tx *bolt.Tx) error { panic("bad page") })
 	}()
-	waitQueued(t, s, good+2)
+	waitQueued(t, &s.commits, good+2)
 	release()
 
 	for range good {
@@ -134,24 +130,7 @@ func TestStore_Commit_OneBatchEachCallerOwnResult(t *testing.T) {
 	// The blocker's write and the 12 queued behind it were one batch
 	// (13 writes, 11 committed): the batch-size histogram has one
 	// observation of 11.
-	want := `
-# HELP csiactor_store_commit_batch_size Writes committed together in one store transaction or journal append.
-# TYPE csiactor_store_commit_batch_size histogram
-csiactor_store_commit_batch_size_bucket{le="1"} 0
-csiactor_store_commit_batch_size_bucket{le="2"} 0
-csiactor_store_commit_batch_size_bucket{le="4"} 0
-csiactor_store_commit_batch_size_bucket{le="8"} 0
-csiactor_store_commit_batch_size_bucket{le="16"} 1
-csiactor_store_commit_batch_size_bucket{le="32"} 1
-csiactor_store_commit_batch_size_bucket{le="64"} 1
-csiactor_store_commit_batch_size_bucket{le="128"} 1
-csiactor_store_commit_batch_size_bucket{le="256"} 1
-csiactor_store_commit_batch_size_bucket{le="512"} 1
-csiactor_store_commit_batch_size_bucket{le="1024"} 1
-csiactor_store_commit_batch_size_bucket{le="2048"} 1
-csiactor_store_commit_batch_size_bucket{le="+Inf"} 1
-csiactor_store_commit_batch_size_sum 11
-csiactor_store_commit_batch_size_count 1
+	want := batchSizeText(11) + `
 # HELP csiactor_store_writes_total Store writes by result: ok, error (rejected by the store or the disk) or canceled (the caller's context ended before the write was applied).
 # TYPE csiactor_store_writes_total counter
 csiactor_store_writes_total{result="canceled"} 0
@@ -167,68 +146,45 @@ csiactor_store_writes_total{result="ok"} 11
 	}
 }
 
-func TestStore_Commit_CanceledWhileQueuedIsSkipped(t *testing.T) {
-	checkLeaks(t)
-	ctx := ctxT(t)
-	s := openT(t, storePath(t), Config{})
+// TestStore_Write_CanceledWhileQueuedIsSkipped cancels a write while it
+// is queued behind a running commit: it returns context.Canceled, and is
+// neither applied nor, for the journal, appended (a crash and replay do
+// not bring it back).
+func TestStore_Write_CanceledWhileQueuedIsSkipped(t *testing.T) {
+	for _, q := range writeQueues {
+		t.Run(q.name, func(t *testing.T) {
+			checkLeaks(t)
+			ctx := ctxT(t)
+			path := storePath(t)
+			s := openT(t, path, Config{})
 
-	release := s.blockCommitter(t)
-	wctx, cancel := context.WithCancel(ctx)
-	res := make(chan error, 1)
-	go func() { res <- s.write(wctx, putRaw("late")) }()
-	waitQueued(t, s, 1)
-	cancel()
-	if err := <-res; !errors.Is(err, context.Canceled) {
-		t.Fatalf("write with canceled ctx: %v, want context.Canceled", err)
-	}
-	release()
-	// A write queued after the canceled one proves the batch has been
-	// committed before we look.
-	if err := s.write(ctx, putRaw("after")); err != nil {
-		t.Fatal(err)
-	}
-	if ids, err := s.VolumeIDs(ctx); err != nil || slices.Contains(ids, "late") {
-		t.Fatalf("canceled write was applied: VolumeIDs = %v, %v; want no \"late\"", ids, err)
-	}
-}
-
-func TestStore_Journal_CanceledWhileQueuedIsSkipped(t *testing.T) {
-	checkLeaks(t)
-	ctx := ctxT(t)
-	path := storePath(t)
-	s, err := Open(path, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	release := s.blockJournal(t)
-	wctx, cancel := context.WithCancel(ctx)
-	res := make(chan error, 1)
-	go func() { res <- s.PutVolume(wctx, volumeWithClaim("late")) }()
-	waitJournalQueued(t, s, 1)
-	cancel()
-	if err := <-res; !errors.Is(err, context.Canceled) {
-		t.Fatalf("PutVolume with canceled ctx: %v, want context.Canceled", err)
-	}
-	release()
-	// A write queued after the canceled one proves the group has been
-	// appended before we look.
-	if err := s.PutVolume(ctx, volumeWithClaim("after")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Volume(ctx, "late"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("canceled write was applied: Volume(late) = %v, want ErrNotFound", err)
-	}
-	// Nor is it in the journal: a crash and replay do not bring it back.
-	if err := s.close(false); err != nil {
-		t.Fatal(err)
-	}
-	s = openT(t, path, Config{})
-	if _, err := s.Volume(ctx, "late"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("canceled write replayed: Volume(late) = %v, want ErrNotFound", err)
-	}
-	if _, err := s.Volume(ctx, "after"); err != nil {
-		t.Fatalf("Volume(after) after replay: %v", err)
+			release := q.block(s, t)
+			wctx, cancel := context.WithCancel(ctx)
+			res := make(chan error, 1)
+			go func() { res <- q.write(wctx, s, "late") }()
+			waitQueued(t, q.queue(s), 1)
+			cancel()
+			if err := <-res; !errors.Is(err, context.Canceled) {
+				t.Fatalf("write with canceled ctx: %v, want context.Canceled", err)
+			}
+			release()
+			// A write queued after the canceled one proves the batch has
+			// been committed before we look.
+			if err := q.write(ctx, s, "after"); err != nil {
+				t.Fatal(err)
+			}
+			if in, err := q.stored(ctx, s, "late"); err != nil || in {
+				t.Fatalf("canceled write was applied: stored %t, %v; want false", in, err)
+			}
+			crash(t, s)
+			s = openT(t, path, Config{})
+			if in, err := q.stored(ctx, s, "late"); err != nil || in {
+				t.Fatalf("canceled write replayed: stored %t, %v; want false", in, err)
+			}
+			if in, err := q.stored(ctx, s, "after"); err != nil || !in {
+				t.Fatalf("the write after it after replay: stored %t, %v; want true", in, err)
+			}
+		})
 	}
 }
 
@@ -248,10 +204,7 @@ func TestStore_Metrics_UnregisteredOnClose(t *testing.T) {
 	ctx := ctxT(t)
 	reg := prometheus.NewPedanticRegistry()
 	path := storePath(t)
-	s, err := Open(path, Config{Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openT(t, path, Config{Registerer: reg})
 	if err := s.PutVolume(ctx, Volume{ID: "v"}); err != nil {
 		t.Fatal(err)
 	}

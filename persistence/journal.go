@@ -46,31 +46,26 @@ type overlayEntry struct {
 
 // journal is the write-ahead journal of volume writes and its overlay.
 type journal struct {
-	// reqs is the queue of appends not yet taken into a group.
-	reqs chan *journalReq
-	// commitMu is held by whoever appends a group (a writer, or the
-	// journal committer goroutine) and by a checkpoint swapping segments.
-	commitMu sync.Mutex
-	seg      *segment      // current generation's segment; nil after Close's checkpoint; guarded by commitMu
-	full     []*segment    // earlier generations of cur, filled (full rotations); guarded by commitMu
-	curBytes int64         // bytes of records appended for cur, in seg and full; guarded by commitMu
-	group    uint64        // seg's last group; guarded by commitMu
-	buf      []byte        // reusable append buffer of plain segments; guarded by commitMu
-	batch    []*journalReq // reusable group; guarded by commitMu
-	broken   error         // set when a failed append could not be undone; guarded by commitMu
-	kick     chan struct{} // wakes the journal committer
-	stop     chan struct{} // tells it to append what is queued and return
-	done     chan struct{} // closed when it has
+	// appends is the queue of volume writes and its group commit. Its mu
+	// is held by whoever appends a group (a writer, or the journal
+	// committer goroutine) and by a checkpoint swapping segments.
+	appends  groupCommit[*journalReq]
+	seg      *segment   // current generation's segment; nil after Close's checkpoint; guarded by appends.mu
+	full     []*segment // earlier generations of cur, filled (full rotations); guarded by appends.mu
+	curBytes int64      // bytes of records appended for cur, in seg and full; guarded by appends.mu
+	group    uint64     // seg's last group; guarded by appends.mu
+	buf      []byte     // reusable append buffer of plain segments; guarded by appends.mu
+	broken   error      // set when a failed append could not be undone; guarded by appends.mu
 
 	// rotMu guards the making of segments: which generation is next, and
-	// a spare made ready ahead of a rotation. Taken after commitMu.
+	// a spare made ready ahead of a rotation. Taken after appends.mu.
 	rotMu       sync.Mutex
 	lastGen     uint64   // the newest generation made; guarded by rotMu
 	spare       *segment // generation lastGen, made and not yet installed; guarded by rotMu
 	segBytes    int64    // size of a new mapped segment; guarded by rotMu
 	warnedPlain bool     // guarded by rotMu
 
-	// ovMu guards the overlays. cur is changed with commitMu held too,
+	// ovMu guards the overlays. cur is changed with appends.mu held too,
 	// flushing with ckMu held too, so either lock alone reads its map.
 	ovMu sync.RWMutex
 	// cur holds the writes of the current generations (seg and full).
@@ -99,43 +94,30 @@ type journal struct {
 // next. Requests are pooled: one is put back only by the caller that got
 // its answer.
 type journalReq struct {
+	// replySlot's err set means the request was taken out of its group
+	// (its ctx ended).
+	replySlot
 	ctx    context.Context
 	op     byte
 	active bool
 	id     string
 	value  []byte
-	// answered is set, with res, by the append that finished this write;
-	// both guarded by journal.commitMu. Before that, res set means the
-	// request was taken out of its group (its ctx ended).
-	answered bool
-	res      error
-	// done receives res once; buffered, so an append never blocks on a
-	// caller that gave up.
-	done chan error
 }
 
-var journalReqs = sync.Pool{New: func() any { return &journalReq{done: make(chan error, 1)} }}
+var journalReqs = sync.Pool{New: func() any { return &journalReq{replySlot: replySlot{done: make(chan error, 1)}} }}
 
-func (r *journalReq) answer(err error) {
-	r.answered = true
-	r.res = err
-	r.done <- err
-}
-
-// release returns an answered request, whose answer its caller has taken
-// from done, to the pool.
+// release returns a request whose caller is done with it (its answer
+// taken from done, or never queued) to the pool.
 func (r *journalReq) release() {
-	*r = journalReq{done: r.done}
+	*r = journalReq{replySlot: replySlot{done: r.done}}
 	journalReqs.Put(r)
 }
 
 // journalWrite appends one volume write to the journal and waits until it
 // is durable (written, and with sync on, fdatasync'd) and in the overlay.
-// It follows Store.write: the caller queues its write and, when no append
-// is running, appends the queue itself, in its own goroutine; otherwise it
-// waits, and whoever holds commitMu sees that the queue is appended after
-// it (see unlockAppend). A ctx that ends while the write is queued skips
-// it; one that ends later leaves it to be appended or not.
+// It follows Store.write: groupCommit.submit appends it, by the caller
+// itself when no append is running. A ctx that ends while the write is
+// queued skips it; one that ends later leaves it to be appended or not.
 func (s *Store) journalWrite(ctx context.Context, op byte, id string, value []byte, active bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -143,96 +125,9 @@ func (s *Store) journalWrite(ctx context.Context, op byte, id string, value []by
 	if n := journalBodyFixed + len(id) + len(value); n > journalMaxBody {
 		return fmt.Errorf("volume %q is %d bytes encoded, more than %d: %w", id, n, journalMaxBody, ErrInvalid)
 	}
-	j := s.j
 	r := journalReqs.Get().(*journalReq)
 	r.ctx, r.op, r.id, r.value, r.active = ctx, op, id, value, active
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		r.release()
-		return ErrClosed
-	}
-	select {
-	case j.reqs <- r:
-	case <-ctx.Done():
-		s.mu.RUnlock()
-		r.release()
-		return ctx.Err()
-	}
-	// Still under mu.RLock, so Close waits for an appending caller.
-	if !s.handOff && j.commitMu.TryLock() {
-		defer s.mu.RUnlock()
-		err := s.leadAppend(r)
-		r.release()
-		return err
-	}
-	if s.handOff {
-		kick(j.kick)
-	}
-	s.mu.RUnlock()
-	select {
-	case err := <-r.done:
-		r.release()
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("store write may or may not be committed: %w", ctx.Err())
-	}
-}
-
-// leadAppend appends the queue until r, which is queued, is answered, and
-// returns r's outcome. The caller holds commitMu, which leadAppend
-// releases.
-func (s *Store) leadAppend(r *journalReq) error {
-	defer s.unlockAppend()
-	for !r.answered {
-		if !s.appendLocked() {
-			panic("persistence: a queued journal write left the queue unanswered")
-		}
-	}
-	return <-r.done
-}
-
-// unlockAppend releases commitMu and, if writes are queued, wakes the
-// journal committer to append them. Every holder of commitMu releases it
-// here while writers may be about (Close's last steps and Open's first
-// need not): a writer that queued while commitMu was held, and so did not
-// append itself, is then always appended by someone.
-func (s *Store) unlockAppend() {
-	s.j.commitMu.Unlock()
-	if len(s.j.reqs) > 0 {
-		kick(s.j.kick)
-	}
-}
-
-// kick sends on a wake-up channel of capacity one without blocking; a
-// wake-up already pending covers this one.
-func kick(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
-	}
-}
-
-// runJournal is the journal committer goroutine: it appends the queue when
-// kicked and, when Close stops it, appends what is left and returns.
-func (s *Store) runJournal() {
-	j := s.j
-	defer close(j.done)
-	for {
-		select {
-		case <-j.kick:
-		case <-j.stop:
-			j.commitMu.Lock()
-			for s.appendLocked() {
-			}
-			j.commitMu.Unlock()
-			return
-		}
-		j.commitMu.Lock()
-		for s.appendLocked() {
-		}
-		s.unlockAppend()
-	}
+	return s.j.appends.submit(ctx, s, r)
 }
 
 // appendLocked appends the first queued write and those queued behind it,
@@ -240,21 +135,18 @@ func (s *Store) runJournal() {
 // one pwrite(2), and with sync on, one fdatasync. Then it puts
 // them in the overlay, in queue order (the order replay applies them in),
 // and answers each. It reports false when the queue was empty. The caller
-// holds commitMu.
+// holds appends.mu.
 func (s *Store) appendLocked() bool {
 	j := s.j
-	var first *journalReq
-	select {
-	case first = <-j.reqs:
-	default:
+	batch, ok := j.appends.startLocked()
+	if !ok {
 		return false
 	}
 	start := time.Now()
-	batch := append(j.batch[:0], first)
 gather:
 	for len(batch) < s.cfg.MaxBatchSize {
 		select {
-		case r := <-j.reqs:
+		case r := <-j.appends.reqs:
 			batch = append(batch, r)
 		default:
 			break gather
@@ -263,7 +155,7 @@ gather:
 	last := -1
 	for i, r := range batch {
 		if err := r.ctx.Err(); err != nil {
-			r.res = fmt.Errorf("store write not applied: %w", err)
+			r.err = fmt.Errorf("store write not applied: %w", err)
 			continue
 		}
 		last = i
@@ -277,7 +169,7 @@ gather:
 	if err == nil && last >= 0 {
 		j.ovMu.Lock()
 		for _, r := range batch[:last+1] {
-			if r.res == nil {
+			if r.err == nil {
 				e := overlayEntry{active: r.active}
 				if r.op == journalOpPut {
 					e.value = r.value
@@ -287,36 +179,10 @@ gather:
 		}
 		j.ovMu.Unlock()
 	}
-	applied := 0
-	if err == nil && last >= 0 {
-		for _, r := range batch[:last+1] {
-			if r.res == nil {
-				applied++
-			}
-		}
-	}
 	if err != nil {
 		s.log.WithField("writes", last+1).WithError(err).Error("store journal append failed")
 	}
-	// Metrics before answers: a caller that got its answer sees them.
-	if applied > 0 {
-		s.m.commitSeconds.Observe(elapsed.Seconds())
-		s.m.batchSize.Observe(float64(applied))
-	}
-	for _, r := range batch {
-		switch {
-		case r.res != nil:
-			s.m.writesCanceled.Inc()
-			r.answer(r.res)
-		case err != nil:
-			s.m.writesError.Inc()
-			r.answer(fmt.Errorf("commit store %s: %w", s.path, err))
-		default:
-			s.m.writesOK.Inc()
-			r.answer(nil)
-		}
-	}
-	if applied > 0 {
+	if applied := settleLocked(s, batch, elapsed, err); applied > 0 {
 		if wasEmpty {
 			kick(j.ckArm)
 		}
@@ -324,17 +190,16 @@ gather:
 			kick(j.ckKick)
 		}
 	}
-	clear(batch)
-	j.batch = batch[:0]
+	j.appends.endLocked(batch)
 	return true
 }
 
-// appendGroupLocked writes the records of batch (skipping those whose res
+// appendGroupLocked writes the records of batch (skipping those whose err
 // is set) as the next group, in the current segment or, when they do not
 // fit there, in the next generation's. On failure it takes the group back
 // out of the file, so that replay never applies a write that failed; if
 // that fails too, the journal refuses appends until a checkpoint replaces
-// its segment. The caller holds commitMu.
+// its segment. The caller holds appends.mu.
 func (s *Store) appendGroupLocked(batch []*journalReq) error {
 	j := s.j
 	if j.broken != nil {
@@ -342,7 +207,7 @@ func (s *Store) appendGroupLocked(batch []*journalReq) error {
 	}
 	var need int64
 	for _, r := range batch {
-		if r.res == nil {
+		if r.err == nil {
 			need += journalFrameSize + journalBodyFixed + int64(len(r.id)+len(r.value))
 		}
 	}
@@ -396,7 +261,7 @@ func (s *Store) appendGroupLocked(batch []*journalReq) error {
 // appendMappedLocked encodes the group of need bytes straight into seg's
 // mapping, where it fits, and with sync on fdatasyncs it. A failed
 // fdatasync is taken back by zeroing the group. The caller holds
-// commitMu.
+// appends.mu.
 func (s *Store) appendMappedLocked(seg *segment, batch []*journalReq, group uint64, need int64) error {
 	j := s.j
 	at := seg.data[seg.size : seg.size+need : seg.size+need]
@@ -431,11 +296,11 @@ func (s *Store) appendMappedLocked(seg *segment, batch []*journalReq, group uint
 	return nil
 }
 
-// appendGroup appends the records of batch (skipping those whose res is
+// appendGroup appends the records of batch (skipping those whose err is
 // set) to dst as group; the last one ends it.
 func appendGroup(dst []byte, batch []*journalReq, group uint64) []byte {
 	for i, r := range batch {
-		if r.res != nil {
+		if r.err != nil {
 			continue
 		}
 		var flags byte
@@ -521,7 +386,7 @@ func (s *Store) checkpoint() error {
 
 // checkpointLocked flushes the generations left by a failed checkpoint,
 // if any, then rotates the current generations out and flushes them.
-// Writers wait only for the rotation (a pointer swap under commitMu; the
+// Writers wait only for the rotation (a pointer swap under appends.mu; the
 // next segment is made before). final is Close's last checkpoint: no
 // writer is left, so the current generations are flushed without a new
 // segment. The caller holds ckMu.
@@ -535,9 +400,9 @@ func (s *Store) checkpointLocked(final bool) error {
 			return err
 		}
 	}
-	j.commitMu.Lock()
+	j.appends.lock()
 	need := len(j.cur) > 0 || len(j.full) > 0 || j.broken != nil
-	s.unlockAppend()
+	j.appends.unlock()
 	if !need {
 		return nil
 	}
@@ -551,14 +416,14 @@ func (s *Store) checkpointLocked(final bool) error {
 		fresh = make(map[string]overlayEntry)
 	}
 	j.spareOv = nil
-	j.commitMu.Lock()
+	j.appends.lock()
 	var next *segment
 	if !final {
 		// The spare, unless a full rotation took it meanwhile.
 		var err error
 		if next, err = s.takeSegmentLocked(0); err != nil {
 			j.spareOv = fresh
-			s.unlockAppend()
+			j.appends.unlock()
 			return fmt.Errorf("checkpoint store: rotate journal: %w", err)
 		}
 	}
@@ -568,7 +433,7 @@ func (s *Store) checkpointLocked(final bool) error {
 	j.ovMu.Lock()
 	j.flushing, j.cur = j.cur, fresh
 	j.ovMu.Unlock()
-	s.unlockAppend()
+	j.appends.unlock()
 	return s.flushLocked()
 }
 
@@ -630,8 +495,8 @@ func (s *Store) closeJournal(checkpoint bool) error {
 	}
 	j.closed = true
 	s.dropSpare()
-	j.commitMu.Lock()
-	defer j.commitMu.Unlock()
+	j.appends.lock()
+	defer j.appends.unlock()
 	for _, seg := range slices.Concat(j.flushSegs, j.full) {
 		_ = seg.close()
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -310,42 +309,20 @@ func describeAll(vs []*Volume) string {
 func TestStore_Open_JournalInUseByAnotherProcess(t *testing.T) {
 	checkLeaks(t)
 	path := storePath(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), holdEnv+"="+path, holdVolumesEnv+"=5", "GORACE=atexit_sleep_ms=0")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || line != "ready\n" {
-		_ = stdin.Close()
-		_ = cmd.Wait()
-		t.Fatalf("helper: %q, %v", line, err)
-	}
+	release := holdInChild(t, path, 5)
 	dir := filepath.Dir(path)
 	before := dirFiles(t, dir)
 	if files := journalPaths(t, path); len(files) != 1 || !journalWritten(before[filepath.Base(files[0])]) {
 		t.Fatalf("the helper's journal is %v, want one file with writes", files)
 	}
 
-	_, err = Open(path, Config{LockTimeout: 200 * time.Millisecond})
+	_, err := Open(path, Config{LockTimeout: 200 * time.Millisecond})
 	if !errors.Is(err, ErrInUse) {
 		t.Errorf("Open while another process holds the store: %v, want ErrInUse", err)
 	}
 	assertDirUnchanged(t, dir, before)
 
-	_ = stdin.Close()
-	_, _ = io.Copy(io.Discard, stdout)
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("helper exit: %v", err)
-	}
+	release()
 	s := openT(t, path, Config{})
 	ids, err := s.VolumeIDs(ctxT(t))
 	if err != nil || len(ids) != 5 {

@@ -4,53 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"fmt"
-	"hash/crc32"
 	"testing"
 )
-
-// testJournal builds a journal file of generation 1 with groups of the
-// given sizes, and returns it with the offset where each group starts (and
-// the file's length last) and the records in order.
-func testJournal(groups ...int) (raw []byte, starts []int, recs []journalRecord) {
-	raw = appendJournalHeader(nil, 1)
-	n := 0
-	for g, size := range groups {
-		starts = append(starts, len(raw))
-		for i := range size {
-			id := fmt.Sprintf("v%03d", n)
-			op, flags, value := journalOpPut, byte(0), []byte("value of "+id)
-			if n%4 == 3 {
-				op, value = journalOpDelete, nil
-			} else if n%2 == 0 {
-				flags |= journalFlagActive
-			}
-			if i == size-1 {
-				flags |= journalFlagEnd
-			}
-			raw = appendJournalRecord(raw, op, flags, uint64(g+1), id, value)
-			recs = append(recs, journalRecord{op: op, flags: flags, group: uint64(g + 1), id: []byte(id), value: value})
-			n++
-		}
-	}
-	return raw, append(starts, len(raw)), recs
-}
-
-// sameRecords reports whether got equals want, field by field.
-func sameRecords(got, want []journalRecord) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	for i := range got {
-		g, w := got[i], want[i]
-		if g.op != w.op || g.flags != w.flags || g.group != w.group || !bytes.Equal(g.id, w.id) || !bytes.Equal(g.value, w.value) {
-			return false
-		}
-	}
-	return true
-}
-
-var testJournalFile = journalFile{path: "state.db.journal.1", gen: 1}
 
 func TestParseJournal_RoundTrip(t *testing.T) {
 	raw, _, recs := testJournal(1, 3, 1, 2)
@@ -128,15 +83,6 @@ func TestParseJournal_EveryByteFlip(t *testing.T) {
 			t.Fatalf("byte %d flipped: %d records, dropped %q; want the %d before the last group and a drop", off, len(c.records), c.dropped, want)
 		}
 	}
-}
-
-// rewriteRecord changes the body of the record at off with edit and fixes
-// its CRC, so that only its content is wrong.
-func rewriteRecord(raw []byte, off int, edit func(body []byte)) {
-	n := binary.LittleEndian.Uint32(raw[off:])
-	body := raw[off+journalFrameSize : off+journalFrameSize+int(n)]
-	edit(body)
-	binary.LittleEndian.PutUint32(raw[off+4:], crc32.Checksum(body, castagnoli))
 }
 
 func TestParseJournal_Refused(t *testing.T) {

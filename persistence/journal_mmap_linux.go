@@ -20,19 +20,8 @@ var errNoPreallocate = errors.New("file system cannot preallocate")
 // preallocate sets f's size to n with every block allocated (fallocate),
 // so that writes through a mapping never need a block the disk lacks.
 func preallocate(f *os.File, n int64) error {
-	rc, err := f.SyscallConn()
+	serr, err := fdCall(f, func(fd int) error { return syscall.Fallocate(fd, 0, 0, n) })
 	if err != nil {
-		return err
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		for {
-			serr = syscall.Fallocate(int(fd), 0, 0, n)
-			if serr != syscall.EINTR {
-				return
-			}
-		}
-	}); err != nil {
 		return err
 	}
 	switch serr {

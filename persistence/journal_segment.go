@@ -96,7 +96,7 @@ type segment struct {
 	size int64
 	// populated is how much of data has been prefaulted; prefaulting is
 	// set while a prefault of more is asked for and not done. Both
-	// guarded by journal.commitMu.
+	// guarded by journal.appends.mu.
 	populated   int64
 	prefaulting bool
 }
@@ -197,7 +197,7 @@ func (s *Store) warnPlainLocked(err error) {
 
 // takeSegmentLocked returns the segment of the next generation, big
 // enough for a group of minBytes: the spare a checkpoint made ready, or a
-// new one. The caller holds commitMu, and installs it.
+// new one. The caller holds appends.mu, and installs it.
 func (s *Store) takeSegmentLocked(minBytes int64) (*segment, error) {
 	j := s.j
 	j.rotMu.Lock()
@@ -222,8 +222,8 @@ func (s *Store) takeSegmentLocked(minBytes int64) (*segment, error) {
 }
 
 // prepareSpare makes the next generation's segment ready, so that a
-// rotation under commitMu need not create it. The caller does not hold
-// commitMu.
+// rotation under appends.mu need not create it. The caller does not hold
+// appends.mu.
 func (s *Store) prepareSpare() error {
 	j := s.j
 	j.rotMu.Lock()
@@ -256,7 +256,7 @@ func (s *Store) dropSpare() {
 // prefault maps the pages of the current segment up to prefaultBytes
 // ahead of its append offset, for the checkpointer goroutine. It holds
 // ckMu, under which alone a segment is unmapped, while it reads the pages
-// in without commitMu: appends go on meanwhile.
+// in without appends.mu: appends go on meanwhile.
 func (s *Store) prefault() {
 	j := s.j
 	j.ckMu.Lock()
@@ -264,21 +264,21 @@ func (s *Store) prefault() {
 	if j.closed {
 		return
 	}
-	j.commitMu.Lock()
+	j.appends.lock()
 	seg := j.seg
 	var lo, hi int64
 	if seg != nil && seg.data != nil {
 		lo, hi = seg.populated, min(int64(len(seg.data)), seg.size+prefaultBytes)
 	}
-	s.unlockAppend()
+	j.appends.unlock()
 	if hi > lo {
 		populate(seg.data[lo:hi])
 	}
 	if seg != nil {
-		j.commitMu.Lock()
+		j.appends.lock()
 		seg.populated = max(seg.populated, hi)
 		seg.prefaulting = false
-		s.unlockAppend()
+		j.appends.unlock()
 	}
 }
 

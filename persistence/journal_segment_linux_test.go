@@ -20,10 +20,7 @@ func TestStore_Journal_DiskFullAtRotation(t *testing.T) {
 			path := storePath(t)
 			cfg := noAutoCheckpoint
 			cfg.NoSync = noSync
-			s, err := Open(path, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := openT(t, path, cfg)
 			if err := s.setSegments(segmentAuto, minSegmentBytes); err != nil {
 				t.Fatal(err)
 			}
@@ -83,8 +80,7 @@ func TestStore_Journal_DiskFullAtRotation(t *testing.T) {
 			}
 			crash(t, s)
 			s = openT(t, path, noAutoCheckpoint)
-			m.checkReads(t, s)
-			m.checkScans(t, s)
+			m.check(t, s)
 		})
 	}
 }

@@ -16,50 +16,6 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// setSegments checkpoints the journal and replaces its segment (empty
-// then) with one of kind, of segBytes when segBytes > 0 and the kind is
-// preallocated; later segments are made the same way. No write may be in
-// flight.
-func (s *Store) setSegments(kind segmentKind, segBytes int64) error {
-	if err := s.checkpoint(); err != nil {
-		return err
-	}
-	j := s.j
-	j.ckMu.Lock()
-	defer j.ckMu.Unlock()
-	j.commitMu.Lock()
-	defer j.commitMu.Unlock()
-	j.rotMu.Lock()
-	s.segmentKind = kind
-	if segBytes > 0 {
-		j.segBytes = segBytes
-	}
-	if j.spare != nil {
-		if err := j.spare.remove(); err != nil {
-			j.rotMu.Unlock()
-			return err
-		}
-		j.spare = nil
-	}
-	j.rotMu.Unlock()
-	next, err := s.takeSegmentLocked(0)
-	if err != nil {
-		return err
-	}
-	old := j.seg
-	j.seg, j.group = next, 0
-	return old.remove()
-}
-
-// setSegmentKind makes the journal append to segments of kind, from a
-// new one on. No write may be in flight.
-func (s *Store) setSegmentKind(tb testing.TB, kind segmentKind) {
-	tb.Helper()
-	if err := s.setSegments(kind, 0); err != nil {
-		tb.Fatal(err)
-	}
-}
-
 func (k segmentKind) String() string {
 	switch k {
 	case segmentAuto:
@@ -79,6 +35,15 @@ func skipUnmapped(t *testing.T) {
 	t.Helper()
 	if !mmapJournal {
 		t.Skip("journal segments are not mapped on this system")
+	}
+}
+
+// forPreallocated runs test once for each kind of preallocated segment,
+// where there are such segments.
+func forPreallocated(t *testing.T, test func(t *testing.T, kind segmentKind)) {
+	skipUnmapped(t)
+	for _, kind := range []segmentKind{segmentMapped, segmentPwrite} {
+		t.Run(kind.String(), func(t *testing.T) { test(t, kind) })
 	}
 }
 
@@ -141,19 +106,13 @@ func TestParseJournal_ZeroTailIsTheEnd(t *testing.T) {
 // Open reads that as the journal's end: every write there, nothing
 // reported dropped.
 func TestStore_Journal_ZeroTailAfterCrash(t *testing.T) {
-	skipUnmapped(t)
-	for _, kind := range []segmentKind{segmentMapped, segmentPwrite} {
-		t.Run(kind.String(), func(t *testing.T) { testZeroTailAfterCrash(t, kind) })
-	}
+	forPreallocated(t, testZeroTailAfterCrash)
 }
 
 func testZeroTailAfterCrash(t *testing.T, kind segmentKind) {
 	checkLeaks(t)
 	path := storePath(t)
-	s, err := Open(path, noAutoCheckpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openT(t, path, noAutoCheckpoint)
 	s.setSegmentKind(t, kind)
 	m := newModel()
 	for i := range 5 {
@@ -174,8 +133,7 @@ func testZeroTailAfterCrash(t *testing.T, kind segmentKind) {
 			t.Errorf("Open logged %q", e.Message)
 		}
 	}
-	m.checkReads(t, s)
-	m.checkScans(t, s)
+	m.check(t, s)
 }
 
 // TestStore_Journal_GenerationFull writes far more than a segment holds,
@@ -196,10 +154,7 @@ func TestStore_Journal_GenerationFull(t *testing.T) {
 			path := storePath(t)
 			cfg := noAutoCheckpoint
 			cfg.NoSync = !tt.synced
-			s, err := Open(path, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := openT(t, path, cfg)
 			const segBytes = 2 * pageBytes
 			if err := s.setSegments(tt.kind, segBytes); err != nil {
 				t.Fatal(err)
@@ -238,9 +193,9 @@ func TestStore_Journal_GenerationFull(t *testing.T) {
 			}
 			write(0)
 			files := journalPaths(t, path)
-			s.j.commitMu.Lock()
+			s.j.appends.lock()
 			full := len(s.j.full)
-			s.j.commitMu.Unlock()
+			s.j.appends.unlock()
 			if len(files) < 5 || full != len(files)-1 {
 				t.Fatalf("%d journal files, %d full generations in the overlay; want many, all but the current one full", len(files), full)
 			}
@@ -260,8 +215,7 @@ func TestStore_Journal_GenerationFull(t *testing.T) {
 			if files := journalPaths(t, path); len(files) != 1 {
 				t.Fatalf("journal files after a checkpoint: %v, want the new generation only", files)
 			}
-			m.checkReads(t, s)
-			m.checkScans(t, s)
+			m.check(t, s)
 
 			// A crash, then replay of many generations.
 			write(1)
@@ -274,8 +228,7 @@ func TestStore_Journal_GenerationFull(t *testing.T) {
 			if !logged(hook, logrus.InfoLevel, "replayed store journal") || logged(hook, logrus.WarnLevel, "") {
 				t.Errorf("Open logged %v; want a replay and no warning", hook.AllEntries())
 			}
-			m.checkReads(t, s)
-			m.checkScans(t, s)
+			m.check(t, s)
 		})
 	}
 }
@@ -284,20 +237,14 @@ func TestStore_Journal_GenerationFull(t *testing.T) {
 // than a segment, alone and in a group with small ones: each group gets a
 // segment sized to fit it, and survives a checkpoint and a crash.
 func TestStore_Journal_RecordBiggerThanGeneration(t *testing.T) {
-	skipUnmapped(t)
-	for _, kind := range []segmentKind{segmentMapped, segmentPwrite} {
-		t.Run(kind.String(), func(t *testing.T) { testRecordBiggerThanGeneration(t, kind) })
-	}
+	forPreallocated(t, testRecordBiggerThanGeneration)
 }
 
 func testRecordBiggerThanGeneration(t *testing.T, kind segmentKind) {
 	checkLeaks(t)
 	ctx := ctxT(t)
 	path := storePath(t)
-	s, err := Open(path, noAutoCheckpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openT(t, path, noAutoCheckpoint)
 	const segBytes = 2 * pageBytes
 	if err := s.setSegments(kind, segBytes); err != nil {
 		t.Fatal(err)
@@ -318,7 +265,7 @@ func testRecordBiggerThanGeneration(t *testing.T, kind segmentKind) {
 	for _, v := range vols {
 		go func() { errs <- s.PutVolume(ctx, v) }()
 	}
-	waitJournalQueued(t, s, len(vols))
+	waitQueued(t, &s.j.appends, len(vols))
 	release()
 	for range vols {
 		if err := <-errs; err != nil {
@@ -341,12 +288,8 @@ func testRecordBiggerThanGeneration(t *testing.T, kind segmentKind) {
 		t.Fatalf("journal file sizes %v: want segments of %d and ones sized for the big groups", sizes, segBytes)
 	}
 	crash(t, s)
-	s, err = Open(path, noAutoCheckpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.checkReads(t, s)
-	m.checkScans(t, s)
+	s = openT(t, path, noAutoCheckpoint)
+	m.check(t, s)
 	m.put(t, s, big("big-3", 64))
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -385,8 +328,7 @@ func TestStore_Journal_FileTruncatedUnderMapping(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.put(t, s, volumeWithClaim("after"))
-	m.checkReads(t, s)
-	m.checkScans(t, s)
+	m.check(t, s)
 }
 
 // TestStore_Journal_PlainSegments runs the journal on plain segments
@@ -395,10 +337,7 @@ func TestStore_Journal_FileTruncatedUnderMapping(t *testing.T) {
 func TestStore_Journal_PlainSegments(t *testing.T) {
 	checkLeaks(t)
 	path := storePath(t)
-	s, err := Open(path, noAutoCheckpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openT(t, path, noAutoCheckpoint)
 	s.setSegmentKind(t, segmentPlain)
 	m := newModel()
 	for i := range 20 {
@@ -411,10 +350,7 @@ func TestStore_Journal_PlainSegments(t *testing.T) {
 		t.Fatalf("plain journal file of %d bytes, records end at %d: want it to end with its 21 records", len(raw), offs[len(offs)-1])
 	}
 	crash(t, s)
-	s, err = Open(path, noAutoCheckpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s = openT(t, path, noAutoCheckpoint)
 	m.checkReads(t, s)
 	for _, kind := range []segmentKind{segmentPlain, segmentMapped, segmentPwrite, segmentAuto} {
 		s.setSegmentKind(t, kind)
@@ -424,8 +360,7 @@ func TestStore_Journal_PlainSegments(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = openT(t, path, Config{})
-	m.checkReads(t, s)
-	m.checkScans(t, s)
+	m.check(t, s)
 	if _, err := os.Stat(filepath.Dir(path)); err != nil {
 		t.Fatal(err)
 	}
@@ -433,10 +368,10 @@ func TestStore_Journal_PlainSegments(t *testing.T) {
 
 // TestStore_Journal_LoneWriterNeverLeftWaiting has one writer write for a
 // long while, waiting for each write, while the checkpointer prefaults
-// segments and checkpoints by size: each of those holds commitMu for a
-// moment. A write that finds commitMu held queues and waits for the
-// holder to append it or wake the journal committer; with no other
-// writer and no timed checkpoint, a holder that released commitMu without
+// segments and checkpoints by size: each of those holds the journal's
+// appends.mu for a moment. A write that finds it held queues and waits
+// for the holder to append it or wake the journal committer; with no
+// other writer and no timed checkpoint, a holder that released it without
 // doing either would leave it waiting for good (until ctx ends).
 func TestStore_Journal_LoneWriterNeverLeftWaiting(t *testing.T) {
 	checkLeaks(t)

@@ -1,7 +1,6 @@
 package persistence
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,89 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sirupsen/logrus"
-	"github.com/sirupsen/logrus/hooks/test"
 	bolt "go.etcd.io/bbolt"
 )
-
-// noAutoCheckpoint is a Config whose journal is checkpointed only when a
-// test (or a scan, or Close) asks.
-var noAutoCheckpoint = Config{CheckpointBytes: 1 << 40, CheckpointDelay: time.Hour}
-
-// crash closes s without checkpointing its journal, leaving the journal
-// files as a killed process would.
-func crash(t testing.TB, s *Store) {
-	t.Helper()
-	if err := s.close(false); err != nil {
-		t.Fatalf("close without checkpoint: %v", err)
-	}
-}
-
-// journalPaths returns the journal files of the store at path.
-func journalPaths(t testing.TB, path string) []string {
-	t.Helper()
-	files, err := listJournals(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, f := range files {
-		out = append(out, f.path)
-	}
-	return out
-}
-
-// dirFiles returns the name and content of every file in dir.
-func dirFiles(t testing.TB, dir string) map[string][]byte {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string][]byte{}
-	for _, e := range entries {
-		out[e.Name()] = readFile(t, filepath.Join(dir, e.Name()))
-	}
-	return out
-}
-
-// assertDirUnchanged fails if any file in dir was added, removed or
-// changed since before was taken.
-func assertDirUnchanged(t testing.TB, dir string, before map[string][]byte) {
-	t.Helper()
-	after := dirFiles(t, dir)
-	for name, b := range before {
-		a, ok := after[name]
-		switch {
-		case !ok:
-			t.Errorf("%s was removed", name)
-		case !bytes.Equal(a, b):
-			t.Errorf("%s changed: %d bytes before, %d after", name, len(b), len(a))
-		}
-	}
-	for name := range after {
-		if _, ok := before[name]; !ok {
-			t.Errorf("%s was created", name)
-		}
-	}
-}
-
-// recordOffsets returns the offset of every record of a journal file, and
-// where its records end last (its length, or where its preallocated zeros
-// start).
-func recordOffsets(t testing.TB, raw []byte) []int {
-	t.Helper()
-	var offs []int
-	off := journalHeaderSize
-	for off < len(raw) && !allZero(raw[off:]) {
-		_, n, err := decodeJournalRecord(raw[off:])
-		if err != nil {
-			t.Fatalf("record at %d: %v", off, err)
-		}
-		offs = append(offs, off)
-		off += n
-	}
-	return append(offs, off)
-}
 
 // nextGen returns the generation after the newest journal file of the
 // store at path.
@@ -110,110 +28,6 @@ func nextGen(t testing.TB, path string) uint64 {
 		t.Fatalf("journal files: %v, %v", files, err)
 	}
 	return files[len(files)-1].gen + 1
-}
-
-// volumeModel is what a test expects the store to hold.
-type volumeModel struct {
-	vols map[string]Volume
-	ids  map[string]bool // every ID ever written or deleted
-}
-
-func newModel() *volumeModel { return &volumeModel{vols: map[string]Volume{}, ids: map[string]bool{}} }
-
-func (m *volumeModel) put(t testing.TB, s *Store, v Volume) {
-	t.Helper()
-	if err := s.PutVolume(context.Background(), v); err != nil {
-		t.Fatalf("PutVolume(%s): %v", v.ID, err)
-	}
-	m.vols[v.ID], m.ids[v.ID] = v, true
-}
-
-func (m *volumeModel) del(t testing.TB, s *Store, id string) {
-	t.Helper()
-	if err := s.DeleteVolume(context.Background(), id); err != nil {
-		t.Fatalf("DeleteVolume(%s): %v", id, err)
-	}
-	delete(m.vols, id)
-	m.ids[id] = true
-}
-
-// checkReads checks Volume for every ID the model knows.
-func (m *volumeModel) checkReads(t testing.TB, s *Store) {
-	t.Helper()
-	ctx := context.Background()
-	for id := range m.ids {
-		got, err := s.Volume(ctx, id)
-		want, ok := m.vols[id]
-		switch {
-		case !ok && !errors.Is(err, ErrNotFound):
-			t.Errorf("Volume(%s) = %v, want ErrNotFound", id, err)
-		case ok && err != nil:
-			t.Errorf("Volume(%s): %v", id, err)
-		case ok && !reflect.DeepEqual(got, want):
-			t.Errorf("Volume(%s):\n got %+v\nwant %+v", id, got, want)
-		}
-	}
-}
-
-// checkScans checks VolumeIDs, ForEachVolume, ActiveVolumes and the
-// volumes_with_work index in the file.
-func (m *volumeModel) checkScans(t testing.TB, s *Store) {
-	t.Helper()
-	ctx := context.Background()
-	var all, active []Volume
-	for _, id := range slices.Sorted(func(yield func(string) bool) {
-		for id := range m.vols {
-			if !yield(id) {
-				return
-			}
-		}
-	}) {
-		v := m.vols[id]
-		all = append(all, v)
-		if v.Active() {
-			active = append(active, v)
-		}
-	}
-	ids, err := s.VolumeIDs(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wantIDs []string
-	for _, v := range all {
-		wantIDs = append(wantIDs, v.ID)
-	}
-	if !slices.Equal(ids, wantIDs) {
-		t.Errorf("VolumeIDs %v, want %v", ids, wantIDs)
-	}
-	var each []Volume
-	if err := s.ForEachVolume(ctx, func(v Volume) error { each = append(each, v); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(each, all) {
-		t.Errorf("ForEachVolume: %d volumes, want %d (or different records)", len(each), len(all))
-	}
-	got, err := s.ActiveVolumes(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, active) {
-		t.Errorf("ActiveVolumes: %d volumes, want %d (or different records)", len(got), len(active))
-	}
-	var indexed, wantIndexed []string
-	if err := s.view(ctx, func(tx *bolt.Tx) error {
-		return tx.Bucket([]byte(bucketVolumesWithWork)).ForEach(func(k, _ []byte) error {
-			indexed = append(indexed, string(k))
-			return nil
-		})
-	}); err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range active {
-		wantIndexed = append(wantIndexed, v.ID)
-	}
-	if !slices.Equal(indexed, wantIndexed) {
-		t.Errorf("volumes_with_work index %v, want %v", indexed, wantIndexed)
-	}
 }
 
 // boltVolumes returns the IDs in the volumes bucket of the file, without
@@ -235,10 +49,7 @@ func boltVolumes(t testing.TB, s *Store) []string {
 func TestStore_Journal_EveryWriteVisible(t *testing.T) {
 	checkLeaks(t)
 	path := storePath(t)
-	s, err := Open(path, noAutoCheckpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openT(t, path, noAutoCheckpoint)
 	m := newModel()
 	idle := func(id string, rev uint64) Volume {
 		return Volume{ID: id, Plugin: "p", ExternalID: "x-" + id, Revision: rev}
@@ -281,15 +92,11 @@ func TestStore_Journal_EveryWriteVisible(t *testing.T) {
 	if len(journalPaths(t, path)) == 0 {
 		t.Fatal("no journal file left by the crash")
 	}
-	s, err = Open(path, noAutoCheckpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s = openT(t, path, noAutoCheckpoint)
 	if s.j.pending() {
 		t.Fatal("replayed writes are in the overlay, want them in the file")
 	}
-	m.checkReads(t, s)
-	m.checkScans(t, s)
+	m.check(t, s)
 
 	// More, then Close checkpoints and removes the journal.
 	m.put(t, s, volumeWithClaim("v19"))
@@ -302,8 +109,7 @@ func TestStore_Journal_EveryWriteVisible(t *testing.T) {
 		t.Fatalf("journal files after Close: %v", files)
 	}
 	s = openT(t, path, noAutoCheckpoint)
-	m.checkReads(t, s)
-	m.checkScans(t, s)
+	m.check(t, s)
 }
 
 // TestStore_Journal_ReplaysEveryGeneration leaves journal generations as
@@ -313,10 +119,7 @@ func TestStore_Journal_EveryWriteVisible(t *testing.T) {
 func TestStore_Journal_ReplaysEveryGeneration(t *testing.T) {
 	checkLeaks(t)
 	path := storePath(t)
-	s, err := Open(path, noAutoCheckpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openT(t, path, noAutoCheckpoint)
 	rev := func(id string, r uint64) Volume { v := volumeWithClaim(id); v.Revision = r; return v }
 	m := newModel()
 	// Generation 1, checkpointed.
@@ -357,8 +160,7 @@ func TestStore_Journal_ReplaysEveryGeneration(t *testing.T) {
 	// generation 1 would bring "old" back.
 	writeFile(t, gen1, raw1)
 	s = openT(t, path, noAutoCheckpoint)
-	m.checkReads(t, s)
-	m.checkScans(t, s)
+	m.check(t, s)
 	if files := journalPaths(t, path); len(files) != 1 {
 		t.Fatalf("journal files after Open: %v, want only the new generation", files)
 	}
@@ -372,8 +174,7 @@ func TestStore_Journal_ReplaysEveryGeneration(t *testing.T) {
 	writeFile(t, filepath.Join(filepath.Dir(other), filepath.Base(gen2)), raw2)
 	editBolt(t, other, func(tx *bolt.Tx) error { return setJournalApplied(tx, 1) })
 	s2 := openT(t, other, noAutoCheckpoint)
-	m.checkReads(t, s2)
-	m.checkScans(t, s2)
+	m.check(t, s2)
 }
 
 // TestStore_Journal_SameVolumeOrder has many goroutines write one volume
@@ -383,10 +184,7 @@ func TestStore_Journal_SameVolumeOrder(t *testing.T) {
 	ctx := ctxT(t)
 	path := storePath(t)
 	for round := range 2 {
-		s, err := Open(path, noAutoCheckpoint)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := openT(t, path, noAutoCheckpoint)
 		var wg sync.WaitGroup
 		for w := range 16 {
 			wg.Go(func() {
@@ -414,10 +212,7 @@ func TestStore_Journal_SameVolumeOrder(t *testing.T) {
 			}
 		}
 		crash(t, s)
-		s, err = Open(path, noAutoCheckpoint)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s = openT(t, path, noAutoCheckpoint)
 		got, err := s.Volume(ctx, "v")
 		if err != nil || got.Revision != inOverlay.Revision {
 			t.Fatalf("round %d, after replay: revision %d (%v), the overlay had %d", round, got.Revision, err, inOverlay.Revision)
@@ -480,8 +275,7 @@ func TestStore_Journal_WritersDoNotWaitForCheckpoint(t *testing.T) {
 	if got := boltVolumes(t, s); len(got) != 10 {
 		t.Fatalf("after the checkpoint the file holds %v, want v0..v9", got)
 	}
-	m.checkReads(t, s)
-	m.checkScans(t, s)
+	m.check(t, s)
 }
 
 func TestStore_Journal_CheckpointsInBackground(t *testing.T) {
@@ -565,10 +359,7 @@ csiactor_store_writes_total{result="ok"} 3
 // in the journal. It returns the one journal file.
 func journaledStore(t *testing.T, path string, n int) string {
 	t.Helper()
-	s, err := Open(path, noAutoCheckpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openT(t, path, noAutoCheckpoint)
 	for i := range n {
 		if err := s.PutVolume(context.Background(), volumeWithClaim(fmt.Sprintf("v%d", i))); err != nil {
 			t.Fatal(err)
@@ -580,24 +371,6 @@ func journaledStore(t *testing.T, path string, n int) string {
 		t.Fatalf("journal files %v, want one", files)
 	}
 	return files[0]
-}
-
-// hookedConfig returns noAutoCheckpoint logging to a test hook.
-func hookedConfig() (Config, *test.Hook) {
-	l, hook := test.NewNullLogger()
-	l.SetLevel(logrus.DebugLevel)
-	cfg := noAutoCheckpoint
-	cfg.Logger = logrus.NewEntry(l)
-	return cfg, hook
-}
-
-func logged(hook *test.Hook, level logrus.Level, part string) bool {
-	for _, e := range hook.AllEntries() {
-		if e.Level == level && strings.Contains(e.Message, part) {
-			return true
-		}
-	}
-	return false
 }
 
 func TestStore_Open_JournalTornTailDropped(t *testing.T) {
@@ -687,8 +460,7 @@ func TestStore_Open_JournalTornTailDropped(t *testing.T) {
 					m.vols[id] = volumeWithClaim(id)
 				}
 			}
-			m.checkReads(t, s)
-			m.checkScans(t, s)
+			m.check(t, s)
 			// Usable: a write, a Close, an Open.
 			m.put(t, s, volumeWithClaim("after"))
 			if err := s.Close(); err != nil {
@@ -707,10 +479,7 @@ func TestStore_Open_JournalIncompleteGroupDropped(t *testing.T) {
 	checkLeaks(t)
 	ctx := ctxT(t)
 	path := storePath(t)
-	s, err := Open(path, noAutoCheckpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openT(t, path, noAutoCheckpoint)
 	if err := s.PutVolume(ctx, volumeWithClaim("first")); err != nil {
 		t.Fatal(err)
 	}
@@ -719,7 +488,7 @@ func TestStore_Open_JournalIncompleteGroupDropped(t *testing.T) {
 	for i := range 3 {
 		go func() { errs <- s.PutVolume(ctx, volumeWithClaim(fmt.Sprintf("g%d", i))) }()
 	}
-	waitJournalQueued(t, s, 3)
+	waitQueued(t, &s.j.appends, 3)
 	release()
 	for range 3 {
 		if err := <-errs; err != nil {
@@ -795,10 +564,7 @@ func TestStore_Open_JournalCorrupt(t *testing.T) {
 			path := storePath(t)
 			// v0..v2 are in the file; the journal rewrites them and adds
 			// v3 and v4.
-			s, err := Open(path, noAutoCheckpoint)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := openT(t, path, noAutoCheckpoint)
 			for i := range 3 {
 				if err := s.PutVolume(ctxT(t), Volume{ID: fmt.Sprintf("v%d", i)}); err != nil {
 					t.Fatal(err)
@@ -849,79 +615,6 @@ func TestStore_Open_JournalTooNew(t *testing.T) {
 	assertDirUnchanged(t, dir, before)
 }
 
-func TestStore_Journal_CloseWhileWriting(t *testing.T) {
-	for _, path := range commitPaths {
-		t.Run(path.name, func(t *testing.T) {
-			checkLeaks(t)
-			ctx := ctxT(t)
-			file := storePath(t)
-			// Small checkpoints, so that Close meets them under way.
-			s, err := Open(file, Config{NoSync: true, CheckpointBytes: 2048, CheckpointDelay: time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.handOff = path.handOff
-			const writers, minWrites = 8, 300
-			var (
-				mu        sync.Mutex
-				committed []string // guarded by mu
-				refused   int      // guarded by mu
-				other     []error  // guarded by mu
-			)
-			started := make(chan struct{})
-			var once sync.Once
-			var wg sync.WaitGroup
-			for w := range writers {
-				wg.Go(func() {
-					for i := 0; ; i++ {
-						id := fmt.Sprintf("w%d-%05d", w, i)
-						err := s.PutVolume(ctx, volumeWithClaim(id))
-						mu.Lock()
-						switch {
-						case err == nil:
-							committed = append(committed, id)
-							if len(committed) == minWrites {
-								once.Do(func() { close(started) })
-							}
-						case errors.Is(err, ErrClosed):
-							refused++
-						default:
-							other = append(other, fmt.Errorf("%s: %w", id, err))
-						}
-						mu.Unlock()
-						if err != nil {
-							return
-						}
-					}
-				})
-			}
-			<-started
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			wg.Wait()
-			for _, err := range other {
-				t.Errorf("write during Close: %v, want nil or ErrClosed", err)
-			}
-			if files := journalPaths(t, file); len(files) != 0 {
-				t.Fatalf("journal files after Close: %v", files)
-			}
-			s = openT(t, file, Config{})
-			got, err := s.VolumeIDs(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			slices.Sort(committed)
-			if !reflect.DeepEqual(got, committed) {
-				t.Fatalf("after reopen: %d volumes stored, want the %d writes that returned nil", len(got), len(committed))
-			}
-			if refused != writers {
-				t.Fatalf("%d writes refused, want one per writer", refused)
-			}
-		})
-	}
-}
-
 // TestStore_Journal_ConcurrentWritersAndCheckpoints runs many writers, on
 // volumes of their own and on shared ones, while checkpoints run all the
 // time (tiny thresholds) and readers scan. Each writer reads back every
@@ -932,10 +625,7 @@ func TestStore_Journal_ConcurrentWritersAndCheckpoints(t *testing.T) {
 	ctx := ctxT(t)
 	path := storePath(t)
 	cfg := Config{NoSync: true, CheckpointBytes: 4096, CheckpointDelay: time.Millisecond}
-	s, err := Open(path, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openT(t, path, cfg)
 	const writers, rounds, own, shared = 16, 60, 5, 4
 	var (
 		sharedMu   [shared]sync.Mutex
@@ -1080,25 +770,14 @@ func TestStore_Journal_ConcurrentWritersAndCheckpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.ids["contended"], m.vols["contended"] = true, contended
-	m.checkReads(t, s)
-	m.checkScans(t, s)
+	m.check(t, s)
 
 	// The journal's order is the overlay's: a crash and replay give the
 	// same state.
 	m.put(t, s, volumeWithClaim("last"))
 	crash(t, s)
 	s = openT(t, path, cfg)
-	m.checkReads(t, s)
-	m.checkScans(t, s)
-}
-
-func allZero(b []byte) bool { return !slices.ContainsFunc(b, func(c byte) bool { return c != 0 }) }
-
-func truncate(t testing.TB, path string, size int64) {
-	t.Helper()
-	if err := os.Truncate(path, size); err != nil {
-		t.Fatal(err)
-	}
+	m.check(t, s)
 }
 
 func flipByte(t testing.TB, path string, off int64) {

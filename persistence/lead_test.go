@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -15,32 +16,13 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// commitPaths are the two ways a write reaches a commit: committed by its
-// own caller when no commit runs (the default), or always handed to the
-// committer goroutine (Store.handOff, the earlier path).
-var commitPaths = []struct {
-	name    string
-	handOff bool
-}{{"lead", false}, {"hand-off", true}}
-
-// putRaw returns a write that stores an empty value under key in the
-// volumes bucket (VolumeIDs lists keys without decoding them).
-func putRaw(key string) func(tx *bolt.Tx) error {
-	return func(tx *bolt.Tx) error {
-		return tx.Bucket([]byte(bucketVolumes)).Put([]byte(key), []byte{})
-	}
-}
-
 func TestStore_Write_ConcurrentEachCallerOwnResult(t *testing.T) {
 	for _, path := range commitPaths {
 		t.Run(path.name, func(t *testing.T) {
 			checkLeaks(t)
 			ctx := ctxT(t)
 			file := storePath(t)
-			s, err := Open(file, Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := openT(t, file, Config{})
 			s.handOff = path.handOff
 
 			// Every fifth write fails with its own error and every fifth
@@ -108,17 +90,8 @@ func TestStore_Write_ConcurrentEachCallerOwnResult(t *testing.T) {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
-
-			s = openT(t, file, Config{})
-			got, err := s.VolumeIDs(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
 			slices.Sort(want)
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("after reopen: %d keys stored, want the %d good writes exactly (first stored %q)",
-					len(got), len(want), got[:min(3, len(got))])
-			}
+			assertStoredIDs(t, file, want)
 		})
 	}
 }
@@ -141,7 +114,7 @@ func TestStore_Write_LeaderFailsFollowersCommitted(t *testing.T) {
 			ctx := ctxT(t)
 			s := openT(t, storePath(t), Config{MaxBatchDelay: time.Hour})
 
-			// The leader's write holds commitMu until gate closes, so the
+			// The leader's write holds commits.mu until gate closes, so the
 			// followers queue behind it and join its batch.
 			entered, gate := make(chan struct{}), make(chan struct{})
 			leader := make(chan error, 1)
@@ -165,7 +138,7 @@ func TestStore_Write_LeaderFailsFollowersCommitted(t *testing.T) {
 			for i := range n {
 				go func() { followers <- s.write(ctx, putRaw(fmt.Sprintf("f%d", i))) }()
 			}
-			waitQueued(t, s, n)
+			waitQueued(t, &s.commits, n)
 			close(gate)
 
 			if err := <-leader; !tt.wantErr(err) {
@@ -200,7 +173,7 @@ func TestStore_Write_LeftQueuedCommittedAfterLeader(t *testing.T) {
 	for i := range n {
 		go func() { errs <- s.write(ctx, putRaw(fmt.Sprintf("v%d", i))) }()
 	}
-	waitQueued(t, s, 1) // the queue holds one; the others wait to join it
+	waitQueued(t, &s.commits, 1) // the queue holds one; the others wait to join it
 	release()
 	for range n {
 		if err := <-errs; err != nil {
@@ -215,102 +188,114 @@ func TestStore_Write_LeftQueuedCommittedAfterLeader(t *testing.T) {
 		t.Fatalf("stored %v, want %v", got, want)
 	}
 	// Six transactions of one write each: the blocker's and five more.
-	want := `
-# HELP csiactor_store_commit_batch_size Writes committed together in one store transaction or journal append.
-# TYPE csiactor_store_commit_batch_size histogram
-csiactor_store_commit_batch_size_bucket{le="1"} 6
-csiactor_store_commit_batch_size_bucket{le="2"} 6
-csiactor_store_commit_batch_size_bucket{le="4"} 6
-csiactor_store_commit_batch_size_bucket{le="8"} 6
-csiactor_store_commit_batch_size_bucket{le="16"} 6
-csiactor_store_commit_batch_size_bucket{le="32"} 6
-csiactor_store_commit_batch_size_bucket{le="64"} 6
-csiactor_store_commit_batch_size_bucket{le="128"} 6
-csiactor_store_commit_batch_size_bucket{le="256"} 6
-csiactor_store_commit_batch_size_bucket{le="512"} 6
-csiactor_store_commit_batch_size_bucket{le="1024"} 6
-csiactor_store_commit_batch_size_bucket{le="2048"} 6
-csiactor_store_commit_batch_size_bucket{le="+Inf"} 6
-csiactor_store_commit_batch_size_sum 6
-csiactor_store_commit_batch_size_count 6
-`
+	want := batchSizeText(1, 1, 1, 1, 1, 1)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "csiactor_store_commit_batch_size"); err != nil {
 		t.Fatal(err)
 	}
 }
 
+// TestStore_Close_WhileWriting closes a store under writers, of bbolt
+// writes and of journaled volume writes, both ways a write reaches a
+// commit.
 func TestStore_Close_WhileWriting(t *testing.T) {
-	for _, path := range commitPaths {
-		t.Run(path.name, func(t *testing.T) {
-			checkLeaks(t)
-			ctx := ctxT(t)
-			file := storePath(t)
-			s, err := Open(file, Config{NoSync: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.handOff = path.handOff
+	for _, tt := range []struct {
+		name      string
+		cfg       Config
+		minWrites int
+		write     func(ctx context.Context, s *Store, key string) error
+	}{
+		{"bbolt", Config{NoSync: true}, 200, func(ctx context.Context, s *Store, key string) error {
+			return s.write(ctx, putRaw(key))
+		}},
+		// Small checkpoints, so that Close meets them under way.
+		{"journal", Config{NoSync: true, CheckpointBytes: 2048, CheckpointDelay: time.Millisecond}, 300, func(ctx context.Context, s *Store, key string) error {
+			return s.PutVolume(ctx, volumeWithClaim(key))
+		}},
+	} {
+		for _, path := range commitPaths {
+			t.Run(tt.name+"/"+path.name, func(t *testing.T) {
+				checkLeaks(t)
+				ctx := ctxT(t)
+				file := storePath(t)
+				s := openT(t, file, tt.cfg)
+				s.handOff = path.handOff
+				committed := closeWhileWriting(t, s, tt.minWrites, func(key string) error { return tt.write(ctx, s, key) })
+				if files := journalPaths(t, file); len(files) != 0 {
+					t.Fatalf("journal files after Close: %v", files)
+				}
+				assertStoredIDs(t, file, committed)
+			})
+		}
+	}
+}
 
-			// Writers write new keys until the store is closed under
-			// them. A write that returned nil must survive; one that
-			// returned ErrClosed must not have been applied; no write may
-			// fail otherwise.
-			const writers, minWrites = 8, 200
-			var (
-				mu        sync.Mutex
-				committed []string // guarded by mu
-				refused   []string // guarded by mu
-				other     []error  // guarded by mu
-			)
-			started := make(chan struct{})
-			var once sync.Once
-			var wg sync.WaitGroup
-			for w := range writers {
-				wg.Go(func() {
-					for i := 0; ; i++ {
-						key := fmt.Sprintf("w%d-%05d", w, i)
-						err := s.write(ctx, putRaw(key))
-						mu.Lock()
-						switch {
-						case err == nil:
-							committed = append(committed, key)
-							if len(committed) == minWrites {
-								once.Do(func() { close(started) })
-							}
-						case errors.Is(err, ErrClosed):
-							refused = append(refused, key)
-						default:
-							other = append(other, fmt.Errorf("%s: %w", key, err))
-						}
-						mu.Unlock()
-						if err != nil {
-							return
-						}
+// closeWhileWriting has eight writers call write with new keys, each
+// until one of its writes fails, and closes s under them once minWrites
+// writes have returned nil. A write may return nil or ErrClosed only, and
+// each writer is refused once. It returns the keys of the writes that
+// returned nil, sorted: each of them must survive, and no other.
+func closeWhileWriting(t *testing.T, s *Store, minWrites int, write func(key string) error) []string {
+	t.Helper()
+	const writers = 8
+	var (
+		mu        sync.Mutex
+		committed []string // guarded by mu
+		refused   int      // guarded by mu
+		other     []error  // guarded by mu
+	)
+	started := make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				key := fmt.Sprintf("w%d-%05d", w, i)
+				err := write(key)
+				mu.Lock()
+				switch {
+				case err == nil:
+					committed = append(committed, key)
+					if len(committed) == minWrites {
+						once.Do(func() { close(started) })
 					}
-				})
-			}
-			<-started
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			wg.Wait()
-			for _, err := range other {
-				t.Errorf("write during Close: %v, want nil or ErrClosed", err)
-			}
-
-			s = openT(t, file, Config{})
-			got, err := s.VolumeIDs(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			slices.Sort(committed)
-			if !reflect.DeepEqual(got, committed) {
-				t.Fatalf("after reopen: %d keys stored, want the %d writes that returned nil", len(got), len(committed))
-			}
-			if len(refused) != writers {
-				t.Fatalf("%d writes refused, want one per writer", len(refused))
+				case errors.Is(err, ErrClosed):
+					refused++
+				default:
+					other = append(other, fmt.Errorf("%s: %w", key, err))
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
 			}
 		})
+	}
+	<-started
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for _, err := range other {
+		t.Errorf("write during Close: %v, want nil or ErrClosed", err)
+	}
+	if refused != writers {
+		t.Fatalf("%d writes refused, want one per writer", refused)
+	}
+	slices.Sort(committed)
+	return committed
+}
+
+// assertStoredIDs opens the store at path and fails unless VolumeIDs
+// lists exactly want, sorted.
+func assertStoredIDs(t *testing.T, path string, want []string) {
+	t.Helper()
+	got, err := openT(t, path, Config{}).VolumeIDs(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("after reopen: %d keys stored, want the %d writes that returned nil exactly (first stored %q)",
+			len(got), len(want), got[:min(3, len(got))])
 	}
 }
 

@@ -6,8 +6,6 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // loneVolumes is how many volumes BenchmarkPutVolumeLone's store holds, so
@@ -51,7 +49,7 @@ func BenchmarkPutVolumeLone(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			seedVolumes(b, s, loneVolumes)
+			seedVolumes(b, s, 0, loneVolumes)
 			v := volumeWithClaim(fmt.Sprintf("vol-%06d", loneVolumes/2))
 			ctx := context.Background()
 			put := func(n int) time.Duration {
@@ -102,42 +100,6 @@ func BenchmarkPutVolumeLone(b *testing.B) {
 			b.ReportMetric(float64(journal)/float64(written), "ratio")
 			b.ReportMetric(float64(journal)/float64(bbolt), "bbolt-ratio")
 		})
-	}
-}
-
-// setDirectVolumes checkpoints the journal, so that no read finds an
-// older write in the overlay, and then sends volume writes to bbolt
-// directly (direct) or to the journal. No write may be in flight.
-func (s *Store) setDirectVolumes(tb testing.TB, direct bool) {
-	tb.Helper()
-	if err := s.checkpoint(); err != nil {
-		tb.Fatal(err)
-	}
-	s.directVolumes = direct
-}
-
-// seedVolumes puts n volumes with one claim each in one transaction
-// (setup only).
-func seedVolumes(b *testing.B, s *Store, n int) {
-	b.Helper()
-	err := s.update(func(tx *bolt.Tx) error {
-		for i := range n {
-			v := volumeWithClaim(fmt.Sprintf("vol-%06d", i))
-			data, err := s.encodeVolume(&v)
-			if err != nil {
-				return err
-			}
-			if err := tx.Bucket([]byte(bucketVolumes)).Put([]byte(v.ID), data); err != nil {
-				return err
-			}
-			if err := tx.Bucket([]byte(bucketVolumesWithWork)).Put([]byte(v.ID), []byte{}); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		b.Fatal(err)
 	}
 }
 

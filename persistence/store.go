@@ -94,20 +94,8 @@ type Store struct {
 	mu     sync.RWMutex
 	closed bool // guarded by mu
 
-	// reqs is the queue of writes not yet taken into a batch.
-	reqs chan *writeReq
-	// commitMu is held by whoever takes writes from reqs and commits them:
-	// a writer committing the queue itself, or the committer goroutine.
-	commitMu sync.Mutex
-	// batch is the reusable slice of the batch being built; guarded by
-	// commitMu.
-	batch []*writeReq
-	// kick wakes the committer goroutine to commit what is queued; stop
-	// tells it to commit what is left and return; done is closed when it
-	// has.
-	kick chan struct{}
-	stop chan struct{}
-	done chan struct{}
+	// commits is the queue of bbolt writes and its group commit.
+	commits groupCommit[*writeReq]
 	// handOff makes every writer hand its write to the committer goroutine
 	// (the journal committer, for volume writes) instead of committing it
 	// itself when no commit is running: the store's earlier behaviour,
@@ -206,21 +194,11 @@ func open(path string, cfg Config, sc schema) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		path:  path,
-		cfg:   cfg,
-		log:   cfg.Logger.WithField("store", path),
-		db:    db,
-		reqs:  make(chan *writeReq, cfg.MaxBatchSize),
-		batch: make([]*writeReq, 0, cfg.MaxBatchSize),
-		kick:  make(chan struct{}, 1),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
+		path: path,
+		cfg:  cfg,
+		log:  cfg.Logger.WithField("store", path),
+		db:   db,
 		j: &journal{
-			reqs:    make(chan *journalReq, cfg.MaxBatchSize),
-			batch:   make([]*journalReq, 0, cfg.MaxBatchSize),
-			kick:    make(chan struct{}, 1),
-			stop:    make(chan struct{}),
-			done:    make(chan struct{}),
 			cur:     map[string]overlayEntry{},
 			ckKick:  make(chan struct{}, 1),
 			ckArm:   make(chan struct{}, 1),
@@ -231,6 +209,8 @@ func open(path string, cfg Config, sc schema) (*Store, error) {
 
 		binaryVolumes: volumeCodecCovers(),
 	}
+	s.commits.init(cfg.MaxBatchSize, s.commitLocked, nil)
+	s.j.appends.init(cfg.MaxBatchSize, s.appendLocked, (*journalReq).release)
 	if !s.binaryVolumes {
 		s.log.Warn("volume record types differ from the binary codec (codec.go): writing volumes as JSON, which loads slower at start-up")
 	}
@@ -238,14 +218,14 @@ func open(path string, cfg Config, sc schema) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	s.m = newMetrics(func() float64 { return float64(len(s.reqs) + len(s.j.reqs)) })
+	s.m = newMetrics(func() float64 { return float64(s.commits.queued() + s.j.appends.queued()) })
 	if err := s.m.register(cfg.Registerer); err != nil {
 		_ = s.closeJournal(true) // nothing is journaled yet: removes the new file
 		_ = db.Close()
 		return nil, err
 	}
-	go s.run()
-	go s.runJournal()
+	go s.commits.run()
+	go s.j.appends.run()
 	go s.runCheckpoints()
 	s.log.WithField("schema_version", sc.version).Debug("store opened")
 	return s, nil
@@ -288,8 +268,8 @@ func (s *Store) initStore(sc schema) error {
 	}
 	s.j.lastGen = rp.lastGen
 	s.j.segBytes = segmentBytes(s.cfg)
-	s.j.commitMu.Lock()
-	defer s.j.commitMu.Unlock()
+	s.j.appends.lock()
+	defer s.j.appends.unlock()
 	seg, err := s.takeSegmentLocked(0)
 	if err != nil {
 		return fmt.Errorf("store %s: %w", s.path, err)
@@ -335,10 +315,8 @@ func (s *Store) close(checkpoint bool) error {
 		s.mu.Lock()
 		s.closed = true
 		s.mu.Unlock()
-		close(s.stop)
-		<-s.done
-		close(s.j.stop)
-		<-s.j.done
+		s.commits.shutdown()
+		s.j.appends.shutdown()
 		close(s.j.ckStop)
 		<-s.j.ckDone
 		var errs []error
@@ -575,7 +553,7 @@ func (s *Store) view(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 }
 
 // update runs fn in one read-write transaction, guarded against damaged
-// pages. Only commitLocked (with commitMu held), checkpoints (with the
+// pages. Only commitLocked (with commits.mu held), checkpoints (with the
 // journal's ckMu held) and Open call it; bbolt runs one at a time.
 func (s *Store) update(fn func(tx *bolt.Tx) error) error {
 	return guard(s.path, func() error { return s.db.Update(fn) })

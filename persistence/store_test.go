@@ -1,17 +1,12 @@
 package persistence
 
 import (
-	"bufio"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -87,10 +82,7 @@ func TestStore_Open_ReopenKeepsEverything(t *testing.T) {
 	ctx := ctxT(t)
 	path := storePath(t)
 
-	s, err := Open(path, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openT(t, path, Config{})
 	var want []Allocation
 	for _, id := range []string{"c", "a", "b"} {
 		a, err := s.PutAllocation(ctx, Allocation{ID: id, Plugin: "hostpath", Type: "node", Command: []string{"/bin/plugin", "-v"}, Env: map[string]string{"K": "V"}})
@@ -168,68 +160,16 @@ func TestStore_Open_LockedInProcess(t *testing.T) {
 	}
 }
 
-// holdEnv makes the test binary a helper process that holds a store open
-// (see holdStore), like a second agent on the same data dir.
-const holdEnv = "CSIACTOR_TEST_HOLD_STORE"
-
-// holdVolumesEnv, with holdEnv, makes the helper put that many volumes
-// first, which stay in its journal (no checkpoint runs before Close).
-const holdVolumesEnv = "CSIACTOR_TEST_HOLD_VOLUMES"
-
-// holdStore opens path, puts the volumes holdVolumesEnv asks for, prints
-// "ready", and closes it when stdin closes.
-func holdStore(path string) {
-	s, err := Open(path, Config{CheckpointBytes: 1 << 40, CheckpointDelay: time.Hour})
-	if err != nil {
-		fmt.Println("error:", err.Error())
-		os.Exit(1)
-	}
-	n, _ := strconv.Atoi(os.Getenv(holdVolumesEnv))
-	for i := range n {
-		if err := s.PutVolume(context.Background(), volumeWithClaim(fmt.Sprintf("held-%d", i))); err != nil {
-			fmt.Println("error:", err.Error())
-			os.Exit(1)
-		}
-	}
-	fmt.Println("ready")
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	if err := s.Close(); err != nil {
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
 func TestStore_Open_LockedByAnotherProcess(t *testing.T) {
 	path := storePath(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), holdEnv+"="+path)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || line != "ready\n" {
-		_ = stdin.Close()
-		_ = cmd.Wait()
-		t.Fatalf("helper: %q, %v", line, err)
-	}
+	release := holdInChild(t, path, 0)
 
-	_, err = Open(path, Config{LockTimeout: 200 * time.Millisecond})
+	_, err := Open(path, Config{LockTimeout: 200 * time.Millisecond})
 	if !errors.Is(err, ErrInUse) {
 		t.Errorf("Open while another process holds the store: %v, want ErrInUse", err)
 	}
 
-	_ = stdin.Close()
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("helper exit: %v", err)
-	}
+	release()
 	// The lock went with the process: the store opens now.
 	openT(t, path, Config{LockTimeout: 200 * time.Millisecond})
 }
@@ -238,10 +178,7 @@ func TestStore_Open_LockedByAnotherProcess(t *testing.T) {
 func writeStore(t *testing.T, path string, n int) {
 	t.Helper()
 	ctx := ctxT(t)
-	s, err := Open(path, Config{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openT(t, path, Config{NoSync: true})
 	for i := range n {
 		if err := s.PutVolume(ctx, volumeWithClaim(fmt.Sprintf("vol-%05d", i))); err != nil {
 			t.Fatal(err)
@@ -391,7 +328,6 @@ func TestStore_Open_Corrupt(t *testing.T) {
 	}
 }
 
-// editBolt changes a closed store file with bbolt directly.
 // freelistOffset returns the file offset of the freelist page of the
 // bbolt file at path.
 func freelistOffset(t *testing.T, path string) int64 {
@@ -423,20 +359,6 @@ func freelistOffset(t *testing.T, path string) int64 {
 	return off
 }
 
-func editBolt(t *testing.T, path string, fn func(tx *bolt.Tx) error) {
-	t.Helper()
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(fn); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func setSchemaVersion(t *testing.T, path string, v uint64) {
 	t.Helper()
 	editBolt(t, path, func(tx *bolt.Tx) error {
@@ -465,10 +387,7 @@ func schemaVersion(t *testing.T, path string) uint64 {
 
 func TestStore_Open_NewFileGetsCurrentSchema(t *testing.T) {
 	path := storePath(t)
-	s, err := Open(path, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openT(t, path, Config{})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -584,10 +503,7 @@ func TestStore_Open_FailedMigrationChangesNothing(t *testing.T) {
 
 func TestStore_Close_Idempotent(t *testing.T) {
 	checkLeaks(t)
-	s, err := Open(storePath(t), Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openT(t, storePath(t), Config{})
 	for i := range 3 {
 		if err := s.Close(); err != nil {
 			t.Fatalf("Close #%d: %v", i+1, err)
@@ -598,10 +514,7 @@ func TestStore_Close_Idempotent(t *testing.T) {
 func TestStore_Close_ThenEveryMethodFails(t *testing.T) {
 	checkLeaks(t)
 	ctx := ctxT(t)
-	s, err := Open(storePath(t), Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openT(t, storePath(t), Config{})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -625,28 +538,12 @@ func TestStore_Close_ThenEveryMethodFails(t *testing.T) {
 }
 
 func TestStore_Close_DrainsQueuedWrites(t *testing.T) {
-	for _, tt := range []struct {
-		name string
-		// block holds the commit lock of the queue write uses.
-		block func(s *Store, t *testing.T) (release func())
-		wait  func(t *testing.T, s *Store, n int)
-		write func(ctx context.Context, s *Store, id string) error
-	}{
-		{"bbolt", (*Store).blockCommitter, waitQueued, func(ctx context.Context, s *Store, id string) error {
-			return s.write(ctx, putRaw(id))
-		}},
-		{"journal", (*Store).blockJournal, waitJournalQueued, func(ctx context.Context, s *Store, id string) error {
-			return s.PutVolume(ctx, volumeWithClaim(id))
-		}},
-	} {
+	for _, tt := range writeQueues {
 		t.Run(tt.name, func(t *testing.T) {
 			checkLeaks(t)
 			ctx := ctxT(t)
 			path := storePath(t)
-			s, err := Open(path, Config{MaxBatchDelay: time.Hour})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := openT(t, path, Config{MaxBatchDelay: time.Hour})
 			// Hold the commit lock so the writes below queue.
 			release := tt.block(s, t)
 			const n = 20
@@ -654,7 +551,7 @@ func TestStore_Close_DrainsQueuedWrites(t *testing.T) {
 			for i := range n {
 				go func() { errs <- tt.write(ctx, s, fmt.Sprintf("v%02d", i)) }()
 			}
-			tt.wait(t, s, n)
+			waitQueued(t, tt.queue(s), n)
 			closed := make(chan error, 1)
 			go func() { closed <- s.Close() }()
 			release()
@@ -672,54 +569,6 @@ func TestStore_Close_DrainsQueuedWrites(t *testing.T) {
 				t.Fatalf("after Close and reopen: %d volumes (%v), want %d", len(ids), err, n)
 			}
 		})
-	}
-}
-
-// blockCommitter queues a write that holds the committer inside its
-// transaction until the returned function is called, so that writes sent
-// meanwhile queue up and form one batch.
-func (s *Store) blockCommitter(t *testing.T) (release func()) {
-	t.Helper()
-	entered := make(chan struct{})
-	gate := make(chan struct{})
-	go func() {
-		_ = s.write(context.Background(), func(*bolt.Tx) error {
-			select {
-			case <-entered:
-			default:
-				close(entered)
-			}
-			<-gate
-			return nil
-		})
-	}()
-	<-entered
-	return func() { close(gate) }
-}
-
-// waitQueued waits until n writes are queued behind a blocked committer.
-func waitQueued(t *testing.T, s *Store, n int) {
-	t.Helper()
-	for len(s.reqs) < n {
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// blockJournal holds the journal's commit lock, as an append under way
-// does, until the returned function is called, so that volume writes sent
-// meanwhile queue up and form one group.
-func (s *Store) blockJournal(t *testing.T) (release func()) {
-	t.Helper()
-	s.j.commitMu.Lock()
-	return s.unlockAppend
-}
-
-// waitJournalQueued waits until n volume writes are queued behind a
-// blocked journal.
-func waitJournalQueued(t *testing.T, s *Store, n int) {
-	t.Helper()
-	for len(s.j.reqs) < n {
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -75,26 +75,10 @@ func TestStore_PutVolume_InvalidID(t *testing.T) {
 	}
 }
 
-func activeIDs(t *testing.T, s *Store) []string {
-	t.Helper()
-	vols, err := s.ActiveVolumes(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := []string{}
-	for _, v := range vols {
-		ids = append(ids, v.ID)
-	}
-	return ids
-}
-
 func TestStore_ActiveVolumes_FollowsPutAndDelete(t *testing.T) {
 	ctx := ctxT(t)
 	path := storePath(t)
-	s, err := Open(path, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openT(t, path, Config{})
 	for i := range 10 {
 		v := Volume{ID: fmt.Sprintf("v%d", i)}
 		if i%3 == 0 {

@@ -1,0 +1,262 @@
+package persistence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// groupCommit is the leader/follower scheme of one write queue: bbolt
+// transactions (commit.go) and journal appends (journal.go) each have one.
+//
+// A caller queues its write and then tries to take mu. If it gets it (no
+// commit is running: the usual case for a lone write), it commits the
+// queue itself, its own write included, in its own goroutine: no hand-off
+// to another goroutine and back. If a commit is running, the caller waits;
+// whoever holds mu makes sure the queue is committed after it: every holder
+// releases mu through unlock, which wakes the committer goroutine (run)
+// when writes are queued. So a writer that queued while mu was held, and
+// so did not commit itself, is always committed by someone.
+type groupCommit[R request] struct {
+	// reqs is the queue of writes not yet taken into a batch.
+	reqs chan R
+	// mu is held by whoever takes writes from reqs and commits them: a
+	// writer committing the queue itself, or run. Its user may hold it
+	// for more (the journal, to swap segments); it releases it through
+	// unlock all the same.
+	mu sync.Mutex
+	// batch is the reusable slice of the batch being built; guarded by mu.
+	batch []R
+	// commitLocked commits the first queued write and those queued behind
+	// it as one batch, and answers each of them. It reports false when the
+	// queue was empty. The caller holds mu.
+	commitLocked func() bool
+	// recycle, if set, takes back a write whose caller is done with it:
+	// its answer taken, or never queued.
+	recycle func(R)
+	// kick wakes run to commit what is queued; stop tells it to commit
+	// what is left and return; done is closed when it has.
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+}
+
+// request is a write queued on a groupCommit: *writeReq or *journalReq.
+type request interface {
+	reply() *replySlot
+}
+
+// replySlot is where the commit that finishes a queued write leaves its
+// outcome; both request types embed it.
+type replySlot struct {
+	// err is this write's own failure, set while its batch is built: the
+	// batch goes on without it.
+	err error
+	// answered is set by the commit that finished this write; guarded by
+	// the groupCommit's mu.
+	answered bool
+	// done receives the write's outcome once; buffered, so a commit never
+	// blocks on a caller that gave up.
+	done chan error
+}
+
+func (r *replySlot) reply() *replySlot { return r }
+
+// answer hands the write's outcome to its caller. The caller of answer
+// holds the groupCommit's mu.
+func (r *replySlot) answer(err error) {
+	r.answered = true
+	r.done <- err
+}
+
+// init makes the queue, of size writes, committed by commitLocked.
+func (q *groupCommit[R]) init(size int, commitLocked func() bool, recycle func(R)) {
+	q.reqs = make(chan R, size)
+	q.batch = make([]R, 0, size)
+	q.commitLocked = commitLocked
+	q.recycle = recycle
+	q.kick = make(chan struct{}, 1)
+	q.stop = make(chan struct{})
+	q.done = make(chan struct{})
+}
+
+// submit queues r and waits until it is committed, committing the queue
+// itself when no commit is running.
+//
+// If ctx ends while r is queued but not yet applied, the commit skips it.
+// If ctx ends after that, submit returns an error wrapping ctx.Err() at
+// once, and the write may or may not be committed: every write here
+// replaces a whole record, so repeating it is safe. A caller that is
+// committing returns when its commit is done, whatever ctx says.
+func (q *groupCommit[R]) submit(ctx context.Context, s *Store, r R) error {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		q.release(r)
+		return ErrClosed
+	}
+	select {
+	case q.reqs <- r:
+	case <-ctx.Done():
+		s.mu.RUnlock()
+		q.release(r)
+		return ctx.Err()
+	}
+	// Still under mu.RLock, so Close waits for a committing caller.
+	if !s.handOff && q.mu.TryLock() {
+		defer s.mu.RUnlock()
+		err := q.lead(r)
+		q.release(r)
+		return err
+	}
+	if s.handOff {
+		kick(q.kick)
+	}
+	s.mu.RUnlock()
+	select {
+	case err := <-r.reply().done:
+		q.release(r)
+		return err
+	case <-ctx.Done():
+		// A commit may still answer r: it is not released.
+		return fmt.Errorf("store write may or may not be committed: %w", ctx.Err())
+	}
+}
+
+func (q *groupCommit[R]) release(r R) {
+	if q.recycle != nil {
+		q.recycle(r)
+	}
+}
+
+// lead commits the queue until r, which is queued, is answered, and
+// returns r's outcome. The caller holds mu, which lead releases.
+func (q *groupCommit[R]) lead(r R) error {
+	defer q.unlock()
+	rep := r.reply()
+	for !rep.answered {
+		// Whoever takes r out of the queue holds mu and answers it
+		// before releasing it: r is queued until this commits it.
+		if !q.commitLocked() {
+			panic("persistence: a queued write left the queue unanswered")
+		}
+	}
+	return <-rep.done
+}
+
+// lock takes mu, for anything that must not run during a commit.
+func (q *groupCommit[R]) lock() { q.mu.Lock() }
+
+// unlock releases mu and, if writes are queued, wakes run to commit them.
+// Every holder of mu releases it here, whatever it held mu for: a writer
+// may have queued meanwhile, and a plain Unlock would leave it waiting for
+// whatever wakes run next (once, a journal prefault left a lone writer
+// waiting up to the next timed checkpoint, a second).
+func (q *groupCommit[R]) unlock() {
+	q.mu.Unlock()
+	if len(q.reqs) > 0 {
+		kick(q.kick)
+	}
+}
+
+// run is the committer goroutine. It commits the queue when kicked (a
+// commit left writes queued behind it, or a writer handed its write over)
+// and, when shutdown stops it, commits what is still queued and returns.
+func (q *groupCommit[R]) run() {
+	defer close(q.done)
+	for {
+		stopping := false
+		select {
+		case <-q.kick:
+		case <-q.stop:
+			// Close holds no writer inside submit any more and no new
+			// writer gets past its closed check: this is the last commit.
+			stopping = true
+		}
+		q.lock()
+		for q.commitLocked() {
+		}
+		q.unlock()
+		if stopping {
+			return
+		}
+	}
+}
+
+// shutdown stops run once it has committed what is queued. Close calls it
+// after it has marked the store closed.
+func (q *groupCommit[R]) shutdown() {
+	close(q.stop)
+	<-q.done
+}
+
+// queued is how many writes wait in the queue.
+func (q *groupCommit[R]) queued() int { return len(q.reqs) }
+
+// startLocked takes the first queued write into a new batch; false when
+// the queue is empty. The caller holds mu, and ends the batch with
+// endLocked.
+func (q *groupCommit[R]) startLocked() ([]R, bool) {
+	select {
+	case r := <-q.reqs:
+		return append(q.batch[:0], r), true
+	default:
+		return nil, false
+	}
+}
+
+// endLocked keeps batch's array for the next batch, dropping its
+// references to finished writes.
+func (q *groupCommit[R]) endLocked(batch []R) {
+	clear(batch)
+	q.batch = batch[:0]
+}
+
+// settleLocked records a finished batch in the metrics and answers each of
+// its writes: with its own failure, else with err, the batch's failure,
+// else nil. elapsed is the time the batch took. It returns how many writes
+// were applied. The caller holds the batch's groupCommit mu.
+func settleLocked[R request](s *Store, batch []R, elapsed time.Duration, err error) (applied int) {
+	if err == nil {
+		for _, r := range batch {
+			if r.reply().err == nil {
+				applied++
+			}
+		}
+	}
+	// Metrics before answers: a caller that got its answer sees them.
+	if applied > 0 {
+		s.m.commitSeconds.Observe(elapsed.Seconds())
+		s.m.batchSize.Observe(float64(applied))
+	}
+	for _, r := range batch {
+		rep := r.reply()
+		switch {
+		case rep.err != nil:
+			if errors.Is(rep.err, context.Canceled) || errors.Is(rep.err, context.DeadlineExceeded) {
+				s.m.writesCanceled.Inc()
+			} else {
+				s.m.writesError.Inc()
+			}
+			rep.answer(rep.err)
+		case err != nil:
+			s.m.writesError.Inc()
+			rep.answer(fmt.Errorf("commit store %s: %w", s.path, err))
+		default:
+			s.m.writesOK.Inc()
+			rep.answer(nil)
+		}
+	}
+	return applied
+}
+
+// kick sends on a wake-up channel of capacity one without blocking; a
+// wake-up already pending covers this one.
+func kick(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
