@@ -129,7 +129,7 @@ func (p *Pool) reap() {
 		p.reaper = nil
 		return
 	}
-	p.reaper.Reset(p.stack[0].idleSince.Add(p.idle).Sub(time.Now()))
+	p.reaper.Reset(time.Until(p.stack[0].idleSince.Add(p.idle)))
 }
 
 // Schedule implements actor.Dispatcher.
