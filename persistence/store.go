@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/sirupsen/logrus"
@@ -86,6 +87,10 @@ type Store struct {
 	// binaryVolumes is true when the binary volume codec covers the
 	// record types as compiled; otherwise volumes are written as JSON.
 	binaryVolumes bool
+	// encodeCap is the buffer size encodeVolume starts with: the last
+	// encoded size with some headroom, so that a record is encoded into
+	// one allocation instead of growing one three times.
+	encodeCap atomic.Int64
 
 	// mu guards closed. A writer holds it for reading from its closed
 	// check until its request is queued, or, when it commits the queue

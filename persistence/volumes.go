@@ -276,11 +276,16 @@ func (s *Store) decodeVolumeRange(ctx context.Context, raw [][]byte, out []Volum
 	return nil
 }
 
+// minEncodeCap is the least buffer encodeVolume starts with.
+const minEncodeCap = 256
+
 // encodeVolume encodes v for storage: binary when the codec covers the
 // record types as compiled, JSON otherwise (see codec.go).
 func (s *Store) encodeVolume(v *Volume) ([]byte, error) {
 	if s.binaryVolumes {
-		return appendVolume(make([]byte, 0, 512), v), nil
+		data := appendVolume(make([]byte, 0, max(minEncodeCap, s.encodeCap.Load())), v)
+		s.encodeCap.Store(int64(len(data) + len(data)/8))
+		return data, nil
 	}
 	// A copy, so that only this rare branch puts a Volume on the heap
 	// (json.Marshal makes its argument escape), not every caller's v.
