@@ -37,7 +37,13 @@
 // NoSync the file is mapped shared and a write is appended by copying it
 // into the mapping: into the page cache, where it survives a crash of the
 // process, without a syscall; with sync on it is appended with one
-// pwrite(2). Elsewhere the file grows with each write(2). An
+// pwrite(2). Elsewhere the file grows with each write(2). On Linux
+// (amd64, arm64) the fdatasync of an append goes through AIO
+// (IOCB_CMD_FDSYNC) and the writer waits for it parked on an eventfd, not
+// in the syscall: a goroutine in a blocking fdatasync keeps one of the
+// process's Ps, and under load, when the journal syncs back to back, that
+// is one core of the host's lost to everything else the agent does. Where
+// the kernel refuses AIO the journal uses fdatasync. An
 // in-memory overlay of the writes not yet in bbolt makes every read see
 // every returned write: [Store.Volume] looks there first; the scans
 // ([Store.ForEachVolume], [Store.VolumeIDs], [Store.ActiveVolumes])

@@ -537,6 +537,28 @@ func (s *Store) setSegmentKind(tb testing.TB, kind segmentKind) {
 	}
 }
 
+// setAIOSync turns the journal's AIO syncer off (appends are then synced
+// with a blocking fdatasync, as before it) or on again; off is the
+// baseline of the benchmarks with sync on.
+func (s *Store) setAIOSync(tb testing.TB, on bool) {
+	tb.Helper()
+	s.j.appends.lock()
+	defer s.j.appends.unlock()
+	switch {
+	case on && s.j.aio == nil:
+		a, err := newAIOSyncer()
+		if err != nil {
+			tb.Skipf("this host has no Linux AIO (%v)", err)
+		}
+		s.j.aio = a
+	case !on && s.j.aio != nil:
+		if err := s.j.aio.close(); err != nil {
+			tb.Fatal(err)
+		}
+		s.j.aio = nil
+	}
+}
+
 // testJournal builds a journal file of generation 1 with groups of the
 // given sizes, and returns it with the offset where each group starts (and
 // the file's length last) and the records in order.

@@ -56,6 +56,10 @@ type journal struct {
 	group    uint64     // seg's last group; guarded by appends.mu
 	buf      []byte     // reusable append buffer of plain segments; guarded by appends.mu
 	broken   error      // set when a failed append could not be undone; guarded by appends.mu
+	// aio syncs appends without holding a P (aiosync_linux.go); nil
+	// with sync off, where the kernel refuses it, and after Close.
+	// Guarded by appends.mu.
+	aio *aioSyncer
 
 	// rotMu guards the making of segments: which generation is next, and
 	// a spare made ready ahead of a rotation. Taken after appends.mu.
@@ -232,7 +236,7 @@ func (s *Store) appendGroupLocked(batch []*journalReq) error {
 	}
 	n, err := seg.f.WriteAt(buf, seg.size)
 	if err == nil && !s.cfg.NoSync {
-		err = fdatasync(seg.f)
+		err = s.syncAppend(seg.f)
 	}
 	if err == nil {
 		seg.size += int64(n)
@@ -258,6 +262,24 @@ func (s *Store) appendGroupLocked(batch []*journalReq) error {
 	return err
 }
 
+// syncAppend makes an appended group durable: through the journal's AIO
+// syncer when it has one, so that the P of the goroutine waiting for the
+// disk runs other goroutines meanwhile, else with fdatasync. A syncer the
+// kernel refuses is dropped for good. The caller holds appends.mu.
+func (s *Store) syncAppend(f *os.File) error {
+	j := s.j
+	if j.aio != nil {
+		err := j.aio.sync(f)
+		if !errors.Is(err, errAIOUnsupported) {
+			return err
+		}
+		s.log.WithError(err).Info("store journal: syncing with fdatasync from now on")
+		_ = j.aio.close()
+		j.aio = nil
+	}
+	return fdatasync(f)
+}
+
 // appendMappedLocked encodes the group of need bytes straight into seg's
 // mapping, where it fits, and with sync on fdatasyncs it. A failed
 // fdatasync is taken back by zeroing the group. The caller holds
@@ -267,7 +289,7 @@ func (s *Store) appendMappedLocked(seg *segment, batch []*journalReq, group uint
 	at := seg.data[seg.size : seg.size+need : seg.size+need]
 	err := encodeMapped(at, batch, group)
 	if err == nil && !s.cfg.NoSync {
-		err = fdatasync(seg.f)
+		err = s.syncAppend(seg.f)
 		if err != nil {
 			undo := clearMapped(at)
 			if undo == nil {
@@ -497,6 +519,12 @@ func (s *Store) closeJournal(checkpoint bool) error {
 	s.dropSpare()
 	j.appends.lock()
 	defer j.appends.unlock()
+	if j.aio != nil {
+		if cerr := j.aio.close(); cerr != nil {
+			s.log.WithError(cerr).Warn("cannot release the store journal's AIO context")
+		}
+		j.aio = nil
+	}
 	for _, seg := range slices.Concat(j.flushSegs, j.full) {
 		_ = seg.close()
 	}

@@ -229,6 +229,13 @@ func open(path string, cfg Config, sc schema) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	if !cfg.NoSync {
+		if a, err := newAIOSyncer(); err == nil {
+			s.j.aio = a
+		} else {
+			s.log.WithError(err).Debug("store journal syncs with fdatasync")
+		}
+	}
 	go s.commits.run()
 	go s.j.appends.run()
 	go s.runCheckpoints()
