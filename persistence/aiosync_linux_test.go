@@ -6,9 +6,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/csiactor/csiactor/internal/testbin"
 	"unsafe"
 
 	"github.com/sirupsen/logrus"
@@ -42,29 +43,17 @@ func TestAIOSyncer_Sync(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var wg sync.WaitGroup
-	errs := make(chan error, 4*25)
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 25 {
-				if _, err := f.WriteAt([]byte{byte(w), byte(i)}, int64(2*(w*25+i))); err != nil {
-					errs <- err
-					return
-				}
-				if err := a.sync(f); err != nil {
-					errs <- err
-					return
-				}
+	testbin.Parallel(t, 4, func(w int) error {
+		for i := range 25 {
+			if _, err := f.WriteAt([]byte{byte(w), byte(i)}, int64(2*(w*25+i))); err != nil {
+				return err
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+			if err := a.sync(f); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	// The last completion is the kernel's answer to our request.
 	if got, want := a.ev.obj, uint64(uintptr(unsafe.Pointer(&a.cb))); got != want || a.ev.res != 0 {
 		t.Fatalf("last completion: obj %#x res %d, want obj %#x res 0", got, a.ev.res, want)

@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/csiactor/csiactor/internal/testbin"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,35 +21,23 @@ func TestStore_PutVolume_ConcurrentWritersDurable(t *testing.T) {
 	path := storePath(t)
 	s := openT(t, path, Config{})
 	const writers, perWriter = 64, 50
-	var wg sync.WaitGroup
-	errs := make(chan error, writers)
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range perWriter {
-				v := volumeWithClaim(fmt.Sprintf("w%02d-v%02d", w, i))
-				v.Revision = uint64(i)
-				if err := s.PutVolume(ctx, v); err != nil {
-					errs <- err
-					return
-				}
-				// Every writer also rewrites its first volume, so many
-				// writes in a batch touch the same keys.
-				first := volumeWithClaim(fmt.Sprintf("w%02d-v00", w))
-				first.Revision = uint64(100 + i)
-				if err := s.PutVolume(ctx, first); err != nil {
-					errs <- err
-					return
-				}
+	testbin.Parallel(t, writers, func(w int) error {
+		for i := range perWriter {
+			v := volumeWithClaim(fmt.Sprintf("w%02d-v%02d", w, i))
+			v.Revision = uint64(i)
+			if err := s.PutVolume(ctx, v); err != nil {
+				return err
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+			// Every writer also rewrites its first volume, so many
+			// writes in a batch touch the same keys.
+			first := volumeWithClaim(fmt.Sprintf("w%02d-v00", w))
+			first.Revision = uint64(100 + i)
+			if err := s.PutVolume(ctx, first); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

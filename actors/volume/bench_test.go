@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/csiactor/csiactor/actors/claim"
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/fakeplugin"
+	"github.com/csiactor/csiactor/internal/testbin"
 	"github.com/csiactor/csiactor/persistence"
 )
 
@@ -197,7 +197,7 @@ func benchDurable(b *testing.B, root string) {
 		c.MaxInFlightPerPlugin = 64
 	}))
 	ctx := context.Background()
-	parallel(b, vols, func(i int) error {
+	testbin.Parallel(b, vols, func(i int) error {
 		_, err := e.m.Register(ctx, spec(fmt.Sprintf("vol%04d", i)))
 		return err
 	})
@@ -206,7 +206,7 @@ func benchDurable(b *testing.B, root string) {
 	for n := range b.N {
 		target.Store(int64((n + 1) * vols))
 		t0 := time.Now()
-		parallel(b, vols, func(i int) error {
+		testbin.Parallel(b, vols, func(i int) error {
 			id, alloc := fmt.Sprintf("vol%04d", i), fmt.Sprintf("a%d", n)
 			if _, err := e.m.Claim(ctx, claimReq(id, alloc, claim.ModeWrite, csi.AccessModeSingleNodeWriter)); err != nil {
 				return err
@@ -228,7 +228,7 @@ func benchDurable(b *testing.B, root string) {
 	var base time.Duration
 	for range b.N {
 		t0 := time.Now()
-		parallel(b, vols, func(i int) error {
+		testbin.Parallel(b, vols, func(i int) error {
 			v := persistence.Volume{ID: fmt.Sprintf("vol%04d", i), Plugin: testPlugin, ExternalID: "x"}
 			for w := range writesPerLifecycle {
 				v.Revision = uint64(w)
@@ -251,7 +251,7 @@ func benchDurable(b *testing.B, root string) {
 	for n := range b.N {
 		t0 := time.Now()
 		var next atomic.Int64
-		parallel(b, e.m.cfg.MaxInFlightPerPlugin, func(int) error {
+		testbin.Parallel(b, e.m.cfg.MaxInFlightPerPlugin, func(int) error {
 			for i := next.Add(1) - 1; i < vols; i = next.Add(1) - 1 {
 				if err := bare.runOn(ctx, fmt.Sprintf("vol%04d", i), 1_000_000+n); err != nil {
 					return err
@@ -267,27 +267,6 @@ func benchDurable(b *testing.B, root string) {
 	b.ReportMetric(lc/rpc.Seconds(), "rpc-bound-lifecycles/s")
 }
 
-// parallel runs fn(0..n-1) on n goroutines and fails b on the first error.
-func parallel(b *testing.B, n int, fn func(i int) error) {
-	b.Helper()
-	errs := make(chan error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := fn(i); err != nil {
-				errs <- err
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		b.Fatal(err)
-	}
-}
-
 // seedStore writes n volumes, each with one published claim, into a new
 // store file at path (sync off: setup only).
 func seedStore(b *testing.B, path string, n int) {
@@ -299,7 +278,7 @@ func seedStore(b *testing.B, path string, n int) {
 	defer s.Close()
 	now := time.Now()
 	const writers = 64
-	parallel(b, writers, func(w int) error {
+	testbin.Parallel(b, writers, func(w int) error {
 		for i := w; i < n; i += writers {
 			id := fmt.Sprintf("vol-%06d", i)
 			usage := "rw-file-system-single-node-writer"

@@ -1,6 +1,7 @@
 // Package testbin holds what the tests that run the built csiactor binary
 // share: building it, starting and waiting for the processes they run,
-// polling for what happens on its own, and finding the processes left.
+// polling for what happens on its own, and finding the processes left;
+// and the few helpers that tests of several packages share (Parallel).
 package testbin
 
 import (

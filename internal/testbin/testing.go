@@ -111,3 +111,25 @@ func Eventually(t testing.TB, what string, deadline, interval time.Duration, con
 		time.Sleep(interval)
 	}
 }
+
+// Parallel runs fn(0..n-1) on n goroutines, waits for them all, and fails
+// tb with the first error any of them returned.
+func Parallel(tb testing.TB, n int, fn func(i int) error) {
+	tb.Helper()
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(i); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		tb.Fatal(err)
+	}
+}
