@@ -61,48 +61,20 @@ func (l *eventLog) recentLocked() []Event {
 }
 
 // subscribe returns a channel with the backlog, then live events, closed
-// when ctx ends, done is closed, or the log closes. Its goroutine is counted in wg.
-func (l *eventLog) subscribe(ctx context.Context, done <-chan struct{}, wg *sync.WaitGroup) (<-chan Event, error) {
+// when ctx ends or the log closes. The broker's goroutine feeds it
+// directly: each event is one hand-over from the publisher to the
+// subscriber's goroutine and one to the subscriber.
+func (l *eventLog) subscribe(ctx context.Context) (<-chan Event, error) {
 	l.mu.Lock()
 	backlog := l.recentLocked()
-	sub, err := l.broker.Subscribe(l.size)
+	// Room for the whole backlog and for l.size live events behind it.
+	sub, err := l.broker.SubscribeFrom(l.size+len(backlog), backlog)
 	l.mu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrShutdown, err)
 	}
-	out := make(chan Event)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer close(out)
-		defer sub.Cancel()
-		send := func(e Event) bool {
-			select {
-			case out <- e:
-				return true
-			case <-ctx.Done():
-				return false
-			case <-done:
-				return false
-			}
-		}
-		for _, e := range backlog {
-			if !send(e) {
-				return
-			}
-		}
-		for {
-			select {
-			case e, ok := <-sub.C:
-				if !ok || !send(e) {
-					return
-				}
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out, nil
+	context.AfterFunc(ctx, sub.Cancel)
+	return sub.C, nil
 }
 
 // close ends every subscription.

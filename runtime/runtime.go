@@ -579,7 +579,7 @@ func (r *Runtime) Subscribe(ctx context.Context) (<-chan Event, error) {
 	if err := r.ready(); err != nil {
 		return nil, err
 	}
-	return r.events.subscribe(ctx, r.done, &r.wg)
+	return r.events.subscribe(ctx)
 }
 
 // forwardRegistryEvents turns registry events into runtime events until

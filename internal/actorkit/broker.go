@@ -57,6 +57,13 @@ type Subscription[T any] struct {
 // Subscribe returns a subscription that queues at most buffer values
 // (at least 1).
 func (b *Broker[T]) Subscribe(buffer int) (*Subscription[T], error) {
+	return b.SubscribeFrom(buffer, nil)
+}
+
+// SubscribeFrom is Subscribe for a subscriber that is to receive first
+// before the values published from now on: they are queued at once, as
+// if published, and count against buffer like them.
+func (b *Broker[T]) SubscribeFrom(buffer int, first []T) (*Subscription[T], error) {
 	if buffer < 1 {
 		buffer = 1
 	}
@@ -69,6 +76,9 @@ func (b *Broker[T]) Subscribe(buffer int) (*Subscription[T], error) {
 		done:   make(chan struct{}),
 		exited: make(chan struct{}),
 		size:   buffer,
+	}
+	for _, v := range first {
+		s.push(v)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
