@@ -118,3 +118,38 @@ func TestBroker_Close_EndsSubscriptions(t *testing.T) {
 	}
 	b.Publish(ev{n: 2}) // no subscribers, no panic
 }
+
+// SubscribeFrom delivers its first values before the ones published
+// after it, in order; first values beyond the buffer are dropped oldest
+// first and reported by one lag marker, like late reading of live ones.
+func TestBroker_SubscribeFrom_FirstThenLive(t *testing.T) {
+	defer leakcheck.Check(t)()
+	b := newTestBroker()
+	defer b.Close()
+	s, err := b.SubscribeFrom(10, []ev{{n: 0}, {n: 1}, {n: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Publish(ev{n: 3})
+	for i := range 4 {
+		if v := recv(t, s.C); v.n != i || v.lagged != 0 {
+			t.Fatalf("value %d: got %+v", i, v)
+		}
+	}
+
+	small, err := b.SubscribeFrom(2, []ev{{n: 10}, {n: 11}, {n: 12}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := recv(t, small.C); v.lagged != 1 {
+		t.Fatalf("got %+v, want a lag marker for 1 value", v)
+	}
+	for _, want := range []int{11, 12} {
+		if v := recv(t, small.C); v.n != want || v.lagged != 0 {
+			t.Fatalf("got %+v, want %d", v, want)
+		}
+	}
+	if got := small.Dropped(); got != 1 {
+		t.Fatalf("Dropped() = %d, want 1", got)
+	}
+}
