@@ -71,8 +71,9 @@ const (
 	aioMaxPending = 1      // io_setup's nr_events: one sync at a time
 )
 
-// errAIOUnsupported reports that the kernel or the file system does not
-// sync through AIO; the caller syncs with fdatasync instead.
+// errAIOUnsupported reports that a sync could not be done through AIO
+// (the kernel or the file system refuses it, or its completion was lost);
+// the caller syncs with fdatasync instead.
 var errAIOUnsupported = errors.New("fdatasync through AIO is not supported here")
 
 // newAIOSyncer sets up an AIO context and its eventfd. It fails where AIO
@@ -93,29 +94,29 @@ func newAIOSyncer() (*aioSyncer, error) {
 	return &aioSyncer{ctx: ctx, efd: os.NewFile(fd, "csiactor-journal-sync"), efdNum: uint32(fd)}, nil
 }
 
-// sync flushes f's data. It returns errAIOUnsupported, having done
-// nothing, when the kernel refuses an AIO fdsync of f.
+// sync flushes f's data. An error wrapping errAIOUnsupported means the
+// AIO machinery itself failed (the kernel refused the request, or its
+// completion could not be had), not the sync: the caller then syncs with
+// fdatasync, which gives the definite answer, and stops using a. Any other
+// error is the sync's own, as fdatasync would report it.
 func (a *aioSyncer) sync(f *os.File) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	serr, err := fdCall(f, a.submit)
-	if err != nil {
-		return err
-	}
 	switch {
-	case errors.Is(serr, syscall.EINVAL), errors.Is(serr, syscall.ENOSYS), errors.Is(serr, syscall.EOPNOTSUPP):
-		return errAIOUnsupported
+	case err != nil:
+		return err // f's descriptor cannot be had (f is closed)
 	case serr != nil:
-		return &os.PathError{Op: "io_submit fdatasync", Path: f.Name(), Err: serr}
+		return fmt.Errorf("%w: io_submit: %w", errAIOUnsupported, serr)
 	}
-	// The sync is in flight: its result must be reaped whatever happens,
-	// or the next one would read this one's.
+	// The sync is in flight. Its completion is reaped whatever happens;
+	// if it cannot be, the caller drops a (io_destroy waits for it).
 	var count [8]byte
 	_, rerr := io.ReadFull(a.efd, count[:])
 	res, gerr := a.reap(rerr != nil)
 	switch {
 	case gerr != nil:
-		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: fmt.Errorf("reap AIO completion: %w", gerr)}
+		return fmt.Errorf("%w: reap the completion: %w", errAIOUnsupported, gerr)
 	case res < 0:
 		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: syscall.Errno(-res)}
 	}

@@ -264,8 +264,9 @@ func (s *Store) appendGroupLocked(batch []*journalReq) error {
 
 // syncAppend makes an appended group durable: through the journal's AIO
 // syncer when it has one, so that the P of the goroutine waiting for the
-// disk runs other goroutines meanwhile, else with fdatasync. A syncer the
-// kernel refuses is dropped for good. The caller holds appends.mu.
+// disk runs other goroutines meanwhile, else with fdatasync. A syncer that
+// fails (the kernel refuses it, a completion is lost) is dropped for good,
+// and this sync is done with fdatasync. The caller holds appends.mu.
 func (s *Store) syncAppend(f *os.File) error {
 	j := s.j
 	if j.aio != nil {
