@@ -233,7 +233,9 @@ func open(path string, cfg Config, sc schema) (*Store, error) {
 		if a, err := newAIOSyncer(); err == nil {
 			s.j.aio = a
 		} else {
-			s.log.WithError(err).Debug("store journal syncs with fdatasync")
+			// Worth an operator's notice: under load every sync now
+			// holds one of the process's Ps (see aiosync_linux.go).
+			s.log.WithError(err).Info("store journal syncs with fdatasync: AIO is not available")
 		}
 	}
 	go s.commits.run()
