@@ -143,13 +143,17 @@ func (a *aioSyncer) submit(fd int) error {
 // waiting on the eventfd failed (wait), it blocks in io_getevents until it
 // is.
 func (a *aioSyncer) reap(wait bool) (int64, error) {
-	var zero syscall.Timespec
-	timeout := uintptr(unsafe.Pointer(&zero))
-	if wait {
-		timeout = 0 // no timeout: block
-	}
 	for {
-		n, _, e := syscall.Syscall6(syscall.SYS_IO_GETEVENTS, a.ctx, 1, 1, uintptr(unsafe.Pointer(&a.ev)), timeout, 0)
+		// Each pointer becomes a uintptr in the call expression itself,
+		// as unsafe.Pointer's rules require for syscall arguments.
+		var n uintptr
+		var e syscall.Errno
+		if wait {
+			n, _, e = syscall.Syscall6(syscall.SYS_IO_GETEVENTS, a.ctx, 1, 1, uintptr(unsafe.Pointer(&a.ev)), 0, 0)
+		} else {
+			var now syscall.Timespec // zero: do not wait
+			n, _, e = syscall.Syscall6(syscall.SYS_IO_GETEVENTS, a.ctx, 1, 1, uintptr(unsafe.Pointer(&a.ev)), uintptr(unsafe.Pointer(&now)), 0)
+		}
 		switch {
 		case e == syscall.EINTR:
 			continue
@@ -159,7 +163,7 @@ func (a *aioSyncer) reap(wait bool) (int64, error) {
 			return a.ev.res, nil
 		}
 		// Signalled but not there yet (it cannot be, but if so): wait.
-		timeout = 0
+		wait = true
 	}
 }
 
