@@ -72,19 +72,34 @@ func TestPluginsAdapter_Client_CachedUntilChange(t *testing.T) {
 	r, older, newer := startForAdapter(t)
 	target := filepath.Join(t.TempDir(), "target")
 
-	c, facts, err := r.plugins.Client(ctx, "fake", claim.NodePlugin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if facts.NodeID != fakeplugin.DefaultNodeID {
-		t.Errorf("facts = %+v", facts)
-	}
-	again, _, err := r.plugins.Client(ctx, "fake", claim.NodePlugin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if again != c {
-		t.Errorf("second Client did not come from the cache")
+	// The registry's events of the start-up may still be on their way
+	// when the allocations show healthy, and each one drops the cache: the
+	// second Client must come from the cache when no event came between
+	// the two (the adapter's generation did not move).
+	var c csi.Client
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		gen := r.plugins.generation()
+		first, facts, err := r.plugins.Client(ctx, "fake", claim.NodePlugin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if facts.NodeID != fakeplugin.DefaultNodeID {
+			t.Errorf("facts = %+v", facts)
+		}
+		again, _, err := r.plugins.Client(ctx, "fake", claim.NodePlugin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.plugins.generation() == gen {
+			if again != first {
+				t.Fatalf("second Client did not come from the cache")
+			}
+			c = first
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("registry events kept dropping the cache for 10s after start-up")
+		}
 	}
 	if err := unpublish(ctx, c, target); err != nil {
 		t.Fatal(err)
@@ -153,4 +168,11 @@ func TestPluginsAdapter_Client_FailoverOnHealth(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// generation is how many times the adapter's cache was dropped.
+func (p *pluginsAdapter) generation() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gen
 }
