@@ -157,7 +157,9 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 			Socket: a.Socket, Command: a.Command, Env: a.Env})
 	}
 	pc := r.cfg.Plugins
-	r.registry, err = registry.Start(ctx, r.system, registry.Config{
+	// Subscribed before the registry actor starts: the events of the
+	// allocations it registers and restores as it starts are the first.
+	r.registry, r.regSub, err = registry.StartSubscribed(ctx, r.system, registry.Config{
 		Log:     r.log.WithField("component", "registry"),
 		Store:   r.store,
 		DataDir: r.cfg.DataDir,
@@ -172,18 +174,16 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 		Registerer:        r.reg,
 		Restarts:          r.restarts,
 		ConfigAllocations: configured,
-	})
+	}, RecentEvents)
 	if err != nil {
 		return fmt.Errorf("start registry: %w", mapErr(err))
 	}
 	r.plugins = newPluginsAdapter(r.registry, pc.HeartbeatInterval)
-	if r.regSub, err = r.registry.Subscribe(RecentEvents); err != nil {
-		return fmt.Errorf("subscribe to registry: %w", err)
-	}
 	r.wg.Add(1)
 	go r.forwardRegistryEvents(r.regSub)
-	// Allocations restored before the subscription began: their plugins'
-	// retry counters start at 0 too.
+	// The restored allocations reach forwardRegistryEvents as registered
+	// events, but later: their plugins' retry counters exist at 0 before
+	// Start returns.
 	restored, err := r.registry.Allocations(ctx)
 	if err != nil {
 		return fmt.Errorf("list restored allocations: %w", err)

@@ -40,12 +40,25 @@ type Handle struct {
 // wraps ErrInvalidConfig (naming the field or the config allocation) or
 // ErrStore. Call Shutdown before shutting the actor system down.
 func Start(ctx context.Context, system *actor.ActorSystem, cfg Config) (*Handle, error) {
+	h, _, err := start(ctx, system, cfg, false, 0)
+	return h, err
+}
+
+// StartSubscribed is Start with a subscription (see Handle.Subscribe)
+// taken before the registry actor starts, so that it has every event the
+// registry publishes, those of the allocations Start itself registers and
+// restores too, which a Subscribe after Start may miss.
+func StartSubscribed(ctx context.Context, system *actor.ActorSystem, cfg Config, buffer int) (*Handle, *actorkit.Subscription[Event], error) {
+	return start(ctx, system, cfg, true, buffer)
+}
+
+func start(ctx context.Context, system *actor.ActorSystem, cfg Config, subscribe bool, buffer int) (*Handle, *actorkit.Subscription[Event], error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cfg = cfg.withDefaults()
 	if err := reconcile(ctx, cfg); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	h := &Handle{system: system, cfg: cfg, reg: cfg.Registerer, stopped: make(chan struct{})}
 	restarts := cfg.Restarts
@@ -67,7 +80,7 @@ func Start(ctx context.Context, system *actor.ActorSystem, cfg Config) (*Handle,
 				for _, done := range h.metrics[:i] {
 					h.reg.Unregister(done)
 				}
-				return nil, fmt.Errorf("registry: register metrics: %w", err)
+				return nil, nil, fmt.Errorf("registry: register metrics: %w", err)
 			}
 		}
 	}
@@ -75,12 +88,12 @@ func Start(ctx context.Context, system *actor.ActorSystem, cfg Config) (*Handle,
 	sh.sup, err = actorkit.NewSupervisor("plugin", cfg.Supervisor, cfg.Log, restarts, actorkit.Hooks{})
 	if err != nil {
 		h.unregister()
-		return nil, err
+		return nil, nil, err
 	}
 	h.guard, err = actorkit.NewSupervisor("registry", cfg.Supervisor, cfg.Log, restarts, actorkit.Hooks{})
 	if err != nil {
 		h.unregister()
-		return nil, err
+		return nil, nil, err
 	}
 	if cfg.Plugin.Launcher == nil {
 		cfg.Plugin.Launcher = proc.NewLauncher()
@@ -88,14 +101,25 @@ func Start(ctx context.Context, system *actor.ActorSystem, cfg Config) (*Handle,
 	}
 	sh.launcher = cfg.Plugin.Launcher
 	h.cfg = cfg
+	var sub *actorkit.Subscription[Event]
+	if subscribe {
+		if buffer <= 0 {
+			buffer = cfg.EventBuffer
+		}
+		// The broker is new and open: Subscribe cannot fail here.
+		sub, _ = sh.broker.Subscribe(buffer)
+	}
 	props := actor.PropsFromProducer(func() actor.Actor { return newActor(cfg, sh) },
 		actor.WithSupervisor(sh.sup), actor.WithGuardian(h.guard))
 	h.pid, err = system.Root.SpawnNamed(props, cfg.Name)
 	if err != nil {
+		if sub != nil {
+			sub.Cancel()
+		}
 		h.release()
-		return nil, fmt.Errorf("registry: spawn: %w", err)
+		return nil, nil, fmt.Errorf("registry: spawn: %w", err)
 	}
-	return h, nil
+	return h, sub, nil
 }
 
 // PID returns the registry actor, for actors that message it directly.

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/csiactor/csiactor/actors/plugin"
 	"github.com/csiactor/csiactor/actors/plugin/proc"
+	"github.com/csiactor/csiactor/internal/actorkit"
 	"github.com/csiactor/csiactor/internal/leakcheck"
 	"github.com/csiactor/csiactor/persistence"
 )
@@ -81,4 +83,35 @@ func TestHandle_Restore_KillsLeftoverProcess(t *testing.T) {
 	if _, err := os.Stat(socket); err != nil {
 		t.Errorf("socket of the new process: %v", err)
 	}
+}
+
+// StartSubscribed's subscription exists before the registry actor starts:
+// the first event it delivers is the restore of the stored allocation,
+// which a Subscribe after Start can miss (the actor restores as it
+// starts).
+func TestStartSubscribed_SeesRestore(t *testing.T) {
+	defer leakcheck.Check(t)()
+	e := newEnv(t, nil)
+	spec := execSpec(t, "e1", "p", plugin.Node)
+	e.register(spec)
+	e.waitHealthy("e1")
+	e.stop()
+
+	cfg := e.config()
+	e.sys = actorkit.NewSystem(cfg.Log)
+	h, sub, err := StartSubscribed(context.Background(), e.sys, cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.h = h
+	defer e.close()
+	select {
+	case ev := <-sub.C:
+		if ev.Type != EventRegistered || ev.Alloc != "e1" {
+			t.Fatalf("first event %+v, want registered (restored) for e1", ev)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no event from the restore")
+	}
+	sub.Cancel()
 }
