@@ -551,11 +551,10 @@ func (s *Store) setAIOSync(tb testing.TB, on bool) {
 			tb.Skipf("this host has no Linux AIO (%v)", err)
 		}
 		s.j.aio = a
-	case !on && s.j.aio != nil:
-		if err := s.j.aio.close(); err != nil {
+	case !on:
+		if err := s.j.dropAIOLocked(); err != nil {
 			tb.Fatal(err)
 		}
-		s.j.aio = nil
 	}
 }
 

@@ -275,10 +275,20 @@ func (s *Store) syncAppend(f *os.File) error {
 			return err
 		}
 		s.log.WithError(err).Info("store journal: syncing with fdatasync from now on")
-		_ = j.aio.close()
-		j.aio = nil
+		_ = j.dropAIOLocked() // it failed already; its own close adds nothing
 	}
 	return fdatasync(f)
+}
+
+// dropAIOLocked releases the journal's AIO syncer, if any: appends are
+// synced with fdatasync from then on. The caller holds appends.mu.
+func (j *journal) dropAIOLocked() error {
+	if j.aio == nil {
+		return nil
+	}
+	err := j.aio.close()
+	j.aio = nil
+	return err
 }
 
 // appendMappedLocked encodes the group of need bytes straight into seg's
@@ -520,11 +530,8 @@ func (s *Store) closeJournal(checkpoint bool) error {
 	s.dropSpare()
 	j.appends.lock()
 	defer j.appends.unlock()
-	if j.aio != nil {
-		if cerr := j.aio.close(); cerr != nil {
-			s.log.WithError(cerr).Warn("cannot release the store journal's AIO context")
-		}
-		j.aio = nil
+	if cerr := j.dropAIOLocked(); cerr != nil {
+		s.log.WithError(cerr).Warn("cannot release the store journal's AIO context")
 	}
 	for _, seg := range slices.Concat(j.flushSegs, j.full) {
 		_ = seg.close()
