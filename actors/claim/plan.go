@@ -151,6 +151,12 @@ func Retire(v *persistence.Volume, alloc, lastError string, now time.Time) (pers
 // user → node-detached → ControllerUnpublishVolume when the volume is
 // (or may be) published to this host and no other claim here still needs
 // it → controller-detached → ready-to-free → freed.
+//
+// A step that tears down what other claims could share (the staging, the
+// controller attachment) is recorded as undone before it runs: its outcome
+// is uncertain until it answers, so a claim that arrives meanwhile does it
+// again (both are idempotent) instead of trusting a staging or attachment
+// that may be gone.
 func AdvanceRelease(v *persistence.Volume, alloc string, now time.Time) (s Step, run, changed bool) {
 	for {
 		i := FindClaim(v.PastClaims, alloc)
@@ -172,6 +178,15 @@ func AdvanceRelease(v *persistence.Volume, alloc string, now time.Time) (s Step,
 			case j >= 0 && slices.Contains(v.Stagings[j].Users, alloc):
 				return stepFor(v, c, NodeUnpublish), true, changed
 			case j >= 0 && len(v.Stagings[j].Users) == 0:
+				// A staging being torn down is not one a new claim may
+				// join as it is: from the moment NodeUnstageVolume may
+				// have run (its outcome can be lost to a timeout or a
+				// crash), the record says unstaged, persisted before the
+				// call, so a claim that joins meanwhile stages again.
+				if v.Stagings[j].Staged {
+					v.Stagings[j].Staged = false
+					changed = true
+				}
 				return stepFor(v, c, NodeUnstage), true, changed
 			default:
 				// Unpublished, and someone else still uses (or
@@ -180,6 +195,16 @@ func AdvanceRelease(v *persistence.Volume, alloc string, now time.Time) (s Step,
 			}
 		case StateNodeDetached:
 			if (v.ControllerPublished || c.ControllerRequired) && !controllerNeeded(v, alloc) {
+				// The same for the attachment: once ControllerUnpublish
+				// may have run, the volume is not known to be published
+				// here, and the next claim publishes it again. This
+				// claim keeps the unpublish to do (ControllerRequired)
+				// until it succeeds.
+				if v.ControllerPublished {
+					v.ControllerPublished, v.PublishContext = false, nil
+					c.ControllerRequired = true
+					changed = true
+				}
 				return stepFor(v, c, ControllerUnpublish), true, changed
 			}
 			set(StateControllerDetached)

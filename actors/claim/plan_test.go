@@ -219,6 +219,108 @@ func TestSteps_SharedStagingAndController(t *testing.T) {
 	}
 }
 
+// A claim that arrives while the last user's NodeUnstageVolume is in
+// flight joins a staging that is about to be gone: it must stage again.
+func TestSteps_ClaimDuringUnstageStagesAgain(t *testing.T) {
+	mnmw := fsCap(csi.AccessModeMultiNodeMultiWriter)
+	v := vol(mnmw)
+	f := Facts{NodeID: "n1", ControllerRequired: true, StageUnstage: true}
+	Reserve(v, Request{"a", ModeWrite, mnmw}, f, "/d", now)
+	publishAll(t, v, "a")
+	Retire(v, "a", "", now)
+	s, _, _ := AdvanceRelease(v, "a", now)
+	ApplyRelease(v, s, now) // NodeUnpublish
+	unstage, run, changed := AdvanceRelease(v, "a", now)
+	if !run || unstage.Method != NodeUnstage {
+		t.Fatalf("next release step %v (run %v), want NodeUnstage", unstage.Method, run)
+	}
+	if !changed || v.Stagings[0].Staged {
+		t.Fatalf("staging still recorded as staged while its unstage runs: %+v", v.Stagings)
+	}
+	// b is reserved while the unstage is in flight, then the unstage ends.
+	Reserve(v, Request{"b", ModeWrite, mnmw}, f, "/d", now)
+	ApplyRelease(v, unstage, now)
+	if got := releaseAll(t, v, "a"); len(got) != 0 {
+		t.Errorf("a's release ran %v after b joined, want nothing more (b needs the attachment)", got)
+	}
+	if got := publishAll(t, v, "b"); !slices.Equal(got, []Method{NodeStage, NodePublish}) {
+		t.Errorf("claim that joined during the unstage ran %v, want NodeStage then NodePublish", got)
+	}
+	// An unstage that fails (outcome unknown) and is then overtaken by a
+	// new user: the new user stages again all the same.
+	Retire(v, "b", "", now)
+	s, _, _ = AdvanceRelease(v, "b", now)
+	ApplyRelease(v, s, now) // NodeUnpublish
+	if s, _, _ = AdvanceRelease(v, "b", now); s.Method != NodeUnstage {
+		t.Fatalf("step %v, want NodeUnstage", s.Method)
+	}
+	Reserve(v, Request{"c", ModeWrite, mnmw}, f, "/d", now)
+	if got := releaseAll(t, v, "b"); len(got) != 0 {
+		t.Errorf("b's release ran %v after c joined, want nothing more", got)
+	}
+	if got := publishAll(t, v, "c"); !slices.Equal(got, []Method{NodeStage, NodePublish}) {
+		t.Errorf("claim that joined after an uncertain unstage ran %v, want NodeStage then NodePublish", got)
+	}
+}
+
+// A ControllerUnpublishVolume that may have taken effect (a lost answer,
+// a crash) leaves the attachment uncertain: the next claim publishes it
+// again, and the released claim does not unpublish it from under it.
+func TestSteps_ClaimAfterUncertainControllerUnpublishPublishesAgain(t *testing.T) {
+	mnmw := fsCap(csi.AccessModeMultiNodeMultiWriter)
+	v := vol(mnmw)
+	f := Facts{NodeID: "n1", ControllerRequired: true, StageUnstage: true}
+	Reserve(v, Request{"a", ModeWrite, mnmw}, f, "/d", now)
+	publishAll(t, v, "a")
+	Retire(v, "a", "", now)
+	var s Step
+	for range 3 {
+		var run bool
+		if s, run, _ = AdvanceRelease(v, "a", now); !run {
+			t.Fatal("release finished before ControllerUnpublish")
+		}
+		if s.Method == ControllerUnpublish {
+			break
+		}
+		ApplyRelease(v, s, now)
+	}
+	if s.Method != ControllerUnpublish || v.ControllerPublished || v.PublishContext != nil {
+		t.Fatalf("at %v the record still says controller-published (%v, %v)", s.Method, v.ControllerPublished, v.PublishContext)
+	}
+	// The unpublish's answer is lost; it is retried as it was.
+	if again, run, _ := AdvanceRelease(v, "a", now); !run || again.Method != ControllerUnpublish {
+		t.Errorf("retry after a failed ControllerUnpublish: %v (run %v), want ControllerUnpublish again", again.Method, run)
+	}
+	// Before the retry, b claims: it publishes again, and a's teardown
+	// leaves the attachment to b.
+	Reserve(v, Request{"b", ModeWrite, mnmw}, f, "/d", now)
+	if got := publishAll(t, v, "b"); !slices.Equal(got, []Method{ControllerPublish, NodeStage, NodePublish}) {
+		t.Errorf("claim after an uncertain ControllerUnpublish ran %v", got)
+	}
+	if got := releaseAll(t, v, "a"); len(got) != 0 {
+		t.Errorf("a's release ran %v while b holds the attachment", got)
+	}
+	if !v.ControllerPublished || v.PublishContext["dev"] != "/dev/x" {
+		t.Errorf("b's attachment lost: %+v", v)
+	}
+	// Not controller-required, yet published (another claim's facts): the
+	// uncertain unpublish is still retried until it succeeds.
+	w := vol(mnmw)
+	Reserve(w, Request{"a", ModeWrite, mnmw}, Facts{NodeID: "n1", StageUnstage: true}, "/d", now)
+	publishAll(t, w, "a")
+	w.ControllerPublished = true
+	Retire(w, "a", "", now)
+	for range 3 {
+		if s, _, _ = AdvanceRelease(w, "a", now); s.Method == ControllerUnpublish {
+			break
+		}
+		ApplyRelease(w, s, now)
+	}
+	if again, run, _ := AdvanceRelease(w, "a", now); !run || again.Method != ControllerUnpublish {
+		t.Errorf("retry of an uncertain ControllerUnpublish of a claim without the controller fact: %v (run %v)", again.Method, run)
+	}
+}
+
 func TestSteps_NoStagingNoController(t *testing.T) {
 	snw := fsCap(csi.AccessModeSingleNodeWriter)
 	v := vol(snw)

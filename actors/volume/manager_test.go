@@ -460,3 +460,76 @@ func TestManager_Claim_ReadAndWriteShareStaging(t *testing.T) {
 	e.waitFreed("vol1")
 	e.checkClean()
 }
+
+// A claim that arrives while the last user's NodeUnstageVolume is in flight
+// must stage again, not publish into a staging that is going away (the
+// plugin answers FailedPrecondition "must be staged" to that forever).
+func TestManager_Claim_DuringLastUsersUnstage(t *testing.T) {
+	e := newEnv(t, fullPlugin)
+	e.register("vol1", fsCap(csi.AccessModeMultiNodeMultiWriter))
+	ctx := ctxT(t)
+	if _, err := e.m.Claim(ctx, claimReq("vol1", "a", claim.ModeWrite, csi.AccessModeMultiNodeMultiWriter)); err != nil {
+		t.Fatal(err)
+	}
+	e.plugin.SetFault("NodeUnstageVolume", fakeplugin.Fault{Delay: 300 * time.Millisecond, Times: 1})
+	if _, err := e.m.Release(ctx, "vol1", "a"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a's NodeUnstageVolume in flight", func() bool { return e.plugin.Calls("NodeUnstageVolume") == 1 })
+	bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	b, err := e.m.Claim(bctx, claimReq("vol1", "b", claim.ModeWrite, csi.AccessModeMultiNodeMultiWriter))
+	if err != nil {
+		t.Fatalf("claim during the last user's unstage: %s", err)
+	}
+	if e.plugin.Staged()["ext-vol1"] != b.StagingPath || !slices.Contains(e.plugin.Published()["ext-vol1"], b.TargetPath) {
+		t.Errorf("plugin after b's claim: staged %v, published %v", e.plugin.Staged(), e.plugin.Published())
+	}
+	if n := e.plugin.Calls("NodeStageVolume"); n != 2 {
+		t.Errorf("NodeStageVolume called %d times, want 2 (a, then b after a's unstage)", n)
+	}
+	e.waitFreed("vol1")
+	e.checkAgree()
+	if _, err := e.m.Release(ctx, "vol1", "b"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFreed("vol1")
+	e.checkClean()
+}
+
+// A ControllerUnpublishVolume that took effect but whose answer was lost
+// leaves the attachment uncertain: the next claim publishes again instead
+// of staging a volume that is no longer attached.
+func TestManager_Claim_AfterUncertainControllerUnpublish(t *testing.T) {
+	e := newEnv(t, fullPlugin)
+	e.register("vol1", fsCap(csi.AccessModeMultiNodeMultiWriter))
+	ctx := ctxT(t)
+	if _, err := e.m.Claim(ctx, claimReq("vol1", "a", claim.ModeWrite, csi.AccessModeMultiNodeMultiWriter)); err != nil {
+		t.Fatal(err)
+	}
+	e.plugin.SetFault("ControllerUnpublishVolume", fakeplugin.Fault{Code: codes.Unavailable, AfterApply: true, Message: "reply lost"})
+	if _, err := e.m.Release(ctx, "vol1", "a"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a's ControllerUnpublishVolume applied and failing", func() bool {
+		v, _ := e.m.Get(ctx, "vol1")
+		return len(v.PastClaims) == 1 && strings.Contains(v.PastClaims[0].LastError, "reply lost") &&
+			len(e.plugin.ControllerPublished()) == 0
+	})
+	bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := e.m.Claim(bctx, claimReq("vol1", "b", claim.ModeWrite, csi.AccessModeMultiNodeMultiWriter)); err != nil {
+		t.Fatalf("claim after an uncertain ControllerUnpublishVolume: %s", err)
+	}
+	if _, ok := e.plugin.ControllerPublished()["ext-vol1"]; !ok {
+		t.Errorf("volume not controller-published for b: %v", e.plugin.ControllerPublished())
+	}
+	e.waitFreed("vol1")
+	e.plugin.ClearFaults()
+	e.checkAgree()
+	if _, err := e.m.Release(ctx, "vol1", "b"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFreed("vol1")
+	e.checkClean()
+}
