@@ -31,6 +31,11 @@ var (
 	// process or another) holds the store in the data directory. The error
 	// also wraps persistence.ErrInUse.
 	ErrDataDirInUse = errors.New("data dir in use by another csiactor agent")
+	// ErrStoreLost is returned by Start when the store file is missing or
+	// empty but the data dir holds what an earlier agent left (plugin or
+	// volume directories): a new store would forget every allocation and
+	// claim and orphan their mounts, so nothing is created or overwritten.
+	ErrStoreLost = errors.New("store lost")
 )
 
 // FieldError is a validation error that names the bad field, as a dotted

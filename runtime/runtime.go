@@ -121,6 +121,9 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 	if err := os.MkdirAll(r.cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
 	}
+	if err := checkStoreNotLost(r.cfg.DataDir); err != nil {
+		return err
+	}
 	r.store, err = persistence.Open(filepath.Join(r.cfg.DataDir, StoreFileName), persistence.Config{
 		NoSync:     r.cfg.Store.NoSync,
 		Registerer: r.reg,

@@ -322,3 +322,59 @@ func TestRuntime_Claim_ExamplePlugin(t *testing.T) {
 		t.Errorf("volume after delete: %v, want ErrNotFound", err)
 	}
 }
+
+// TestRuntime_Start_StoreLost checks that a missing or empty store file
+// next to the plugin and volume directories of an earlier agent is refused
+// with an error naming the file and what to do, and that nothing is
+// created or overwritten; a fresh data dir still starts.
+func TestRuntime_Start_StoreLost(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name, state string
+		create      bool
+	}{{"empty", "empty (0 bytes)", true}, {"missing", "missing", false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			if _, err := e.rt.RegisterVolume(ctx, "vol-1", volSpec("single-node-writer")); err != nil {
+				t.Fatal(err)
+			}
+			e.attach("node-1", testPlugin, runtime.TypeNode, fakeplugin.Config{})
+			if _, err := e.rt.Claim(ctx, "vol-1", claimReq("alloc-1", runtime.ModeWrite, "single-node-writer")); err != nil {
+				t.Fatal(err)
+			}
+			e.stop()
+			store := filepath.Join(e.dataDir, runtime.StoreFileName)
+			if err := os.Remove(store); err != nil {
+				t.Fatal(err)
+			}
+			if tt.create {
+				if err := os.WriteFile(store, nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rt, err := runtime.New(e.cfg, runtime.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = rt.Start(ctx)
+			if !errors.Is(err, runtime.ErrStoreLost) {
+				t.Fatalf("Start on a data dir whose store is %s = %v, want ErrStoreLost", tt.name, err)
+			}
+			for _, want := range []string{store + " is " + tt.state, filepath.Join(e.dataDir, "volumes"), "restore state.db from a backup"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+			if err := rt.Shutdown(ctx); err != nil {
+				t.Errorf("Shutdown of the refused runtime = %v", err)
+			}
+			fi, err := os.Stat(store)
+			switch {
+			case tt.create && (err != nil || fi.Size() != 0):
+				t.Errorf("the empty store file was touched: %v, %v", fi, err)
+			case !tt.create && !errors.Is(err, os.ErrNotExist):
+				t.Errorf("a store file was created: %v", err)
+			}
+		})
+	}
+}
