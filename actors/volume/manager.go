@@ -62,8 +62,9 @@ type Manager struct {
 	inflight   prometheus.Gauge
 	collectors []prometheus.Collector
 
-	// hook, when set (tests only), is called at every point where a crash
-	// matters; see faultPoints in the tests.
+	// hook, when set, is called at every point where a crash matters; see
+	// crashPoints in the tests. Tests set it; a binary built with the
+	// crashpoints tag sets it from CrashPointEnv.
 	hook func(point, volume string)
 
 	mu      sync.Mutex
@@ -103,6 +104,7 @@ func NewManager(root *actor.RootContext, cfg Config, store Store, plugins Plugin
 		cfg:          cfg,
 		log:          cfg.Logger,
 		root:         root,
+		hook:         crashHook(),
 		store:        store,
 		plugins:      plugins,
 		index:        map[string]struct{}{},

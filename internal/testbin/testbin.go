@@ -30,9 +30,10 @@ func GoCommand() (string, error) {
 }
 
 // Build builds ./cmd/csiactor into a new directory under os.TempDir named
-// with prefix (with the race detector when race is set). It returns the
-// binary and its directory, which the caller removes.
-func Build(prefix string, race bool) (bin, dir string, err error) {
+// with prefix (with the race detector when race is set, and the given
+// build tags). It returns the binary and its directory, which the caller
+// removes.
+func Build(prefix string, race bool, tags ...string) (bin, dir string, err error) {
 	goBin, err := GoCommand()
 	if err != nil {
 		return "", "", err
@@ -44,6 +45,9 @@ func Build(prefix string, race bool) (bin, dir string, err error) {
 	args := []string{"build", "-o", bin}
 	if race {
 		args = append(args, "-race")
+	}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
 	}
 	args = append(args, "github.com/csiactor/csiactor/cmd/csiactor")
 	if out, err := exec.Command(goBin, args...).CombinedOutput(); err != nil {

@@ -19,6 +19,8 @@ type Binary struct {
 	Prefix string
 	// Race builds with the race detector.
 	Race bool
+	// Tags are build tags for the build.
+	Tags []string
 	// Env, when not empty, names an environment variable that, when set,
 	// is the path of the binary to test instead of building one.
 	Env string
@@ -51,7 +53,7 @@ func (b *Binary) Path(t testing.TB) string {
 			b.path, b.err = filepath.Abs(p)
 			return
 		}
-		b.path, b.dir, b.err = Build(b.Prefix, b.Race)
+		b.path, b.dir, b.err = Build(b.Prefix, b.Race, b.Tags...)
 	})
 	if b.err != nil {
 		t.Fatal(b.err)

@@ -46,8 +46,11 @@ const BinaryEnv = "CSIACTOR_E2E_BINARY"
 
 // binary is the csiactor binary under test, built on first use with `go
 // build` (with -race when the tests run with -race, so the agent's own data
-// races fail the tests too), or the one $CSIACTOR_E2E_BINARY names.
-var binary = &testbin.Binary{Kind: "end-to-end test", Prefix: "csiae2e-bin-", Race: raceEnabled, Env: BinaryEnv}
+// races fail the tests too), or the one $CSIACTOR_E2E_BINARY names. It is
+// built with the crashpoints tag, whose crash points do nothing unless
+// $CSIACTOR_CRASH_AT names one (see TestAgent_SIGKILLAtEveryStep).
+var binary = &testbin.Binary{Kind: "end-to-end test", Prefix: "csiae2e-bin-", Race: raceEnabled, Env: BinaryEnv,
+	Tags: []string{"crashpoints"}}
 
 func TestMain(m *testing.M) { binary.Main(m) }
 
@@ -64,6 +67,8 @@ type host struct {
 	stateDir string
 	// killTimeout is plugins.kill_timeout in the config file.
 	killTimeout string
+	// agentEnv is added to the environment of the agents started next.
+	agentEnv []string
 }
 
 // newHost makes the base directory and registers the cleanup that runs
@@ -177,7 +182,7 @@ func (h *host) startAgent() *agent {
 		stderr: filepath.Join(h.base, fmt.Sprintf("agent-%d.stderr", h.starts)),
 	}
 	a.cmd = exec.Command(h.bin, "agent", "-config", h.config)
-	a.cmd.Env = cleanEnv()
+	a.cmd.Env = append(cleanEnv(), h.agentEnv...)
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var files []*os.File
 	for _, p := range []string{a.stdout, a.stderr} {
