@@ -14,7 +14,8 @@ import (
 	"github.com/csiactor/csiactor/internal/fakeplugin"
 )
 
-// classifyTable is DESIGN §4's table, one row per gRPC code.
+// classifyTable is the error classification of the csi package's doc
+// (retry or final, by RPC kind), one row per gRPC code.
 var classifyTable = []struct {
 	code               codes.Code
 	publish, unpublish Outcome

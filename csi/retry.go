@@ -26,7 +26,7 @@ type Backoff struct {
 	Jitter float64
 }
 
-// DefaultBackoff returns the backoff of DESIGN §4: 500 ms, doubling, ±20%
+// DefaultBackoff returns the backoff of claim and release steps: 500 ms, doubling, ±20%
 // jitter, capped at 2 minutes.
 func DefaultBackoff() Backoff {
 	return Backoff{Initial: 500 * time.Millisecond, Max: 2 * time.Minute, Multiplier: 2, Jitter: 0.2}

@@ -186,9 +186,9 @@ const lifecycleChunk = 25
 // The runtime variant also runs as many bare lifecycles of both kinds
 // (without and with per-RPC timeouts), interleaved in chunks with its own
 // (outside its timer), and reports its time ratio to each: all then see the
-// same machine load. Target (DESIGN §6): ratio ≤ 1.2. "ratio" is against
+// same machine load. Stretch target: ratio ≤ 1.2. "ratio" is against
 // RPCs without any timeout; "ratio-timeouts" against RPCs that carry a
-// timeout each, as the runtime's do (every RPC has one, DESIGN §4), which
+// timeout each, as the runtime's do (every RPC has one), which
 // the plugin pays for: here it runs in the same process.
 func BenchmarkLifecycle(b *testing.B) {
 	e := newBenchEnv(b)

@@ -103,8 +103,7 @@ type VolumesConfig struct {
 	// MaxClaimAttempts bounds the attempts of one publish step that keeps
 	// failing with a retryable error (unavailable, timeout, aborted,
 	// resource exhausted); then the claim fails and is torn down. Zero, the
-	// default, retries until the step succeeds or fails finally, as DESIGN
-	// §4 says; the caller can release a claim that keeps retrying. Release
+	// default, retries until the step succeeds or fails finally; the caller can release a claim that keeps retrying. Release
 	// steps are always retried until done.
 	MaxClaimAttempts int `yaml:"max_claim_attempts"`
 }
@@ -128,7 +127,7 @@ type BackoffConfig struct {
 	Jitter float64 `yaml:"jitter"`
 }
 
-// DefaultBackoff is the backoff of DESIGN §4: 500 ms, doubling, ±20 %
+// DefaultBackoff is the backoff of claim and release steps: 500 ms, doubling, ±20 %
 // jitter, capped at 2 minutes.
 func DefaultBackoff() BackoffConfig {
 	return BackoffConfig{Initial: 500 * time.Millisecond, Max: 2 * time.Minute, Multiplier: 2, Jitter: 0.2}

@@ -18,7 +18,7 @@ import (
 
 // TestRuntime_Metrics_Contract gathers the runtime's registry after a claim
 // and release, with one failed NodeStageVolume and one failed
-// NodeUnstageVolume on the way, and checks every metric of DESIGN §5: its
+// NodeUnstageVolume on the way, and checks every metric README lists: its
 // type, its labels and, where the value is certain, the exact exposition.
 func TestRuntime_Metrics_Contract(t *testing.T) {
 	ctx := context.Background()

@@ -43,7 +43,7 @@ func (r Request) same(c *persistence.Claim) bool {
 		c.AttachmentMode == r.Capability.AttachmentMode.String()
 }
 
-// Admit decides whether r may be reserved on v, by DESIGN §4's table (one
+// Admit decides whether r may be reserved on v, by the access-mode table (one
 // host: "node" is this host):
 //
 //	access mode                                     readers  writers

@@ -8,8 +8,7 @@ import (
 	"github.com/csiactor/csiactor/csi"
 )
 
-// fingerprint asks the plugin who it is and what it can do, as DESIGN §3
-// says: Probe (with the client's probe timeout), GetPluginInfo,
+// fingerprint asks the plugin who it is and what it can do: Probe (with the client's probe timeout), GetPluginInfo,
 // GetPluginCapabilities, then the controller and/or node capabilities and
 // NodeGetInfo by type. It stops at the first failure; a plugin that answers
 // ready=false fails with ErrNotReady. It never retries: the heartbeat is

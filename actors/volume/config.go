@@ -23,7 +23,7 @@ const (
 	// DefaultMaxClaimAttempts is the default Config.MaxClaimAttempts: 0,
 	// a publish step that keeps failing with a retryable error is retried
 	// (with backoff, waiting for the plugin to be healthy) until it
-	// succeeds or fails finally, as DESIGN §4 says. A caller that does not
+	// succeeds or fails finally. A caller that does not
 	// want to wait releases the claim.
 	DefaultMaxClaimAttempts = 0
 )

@@ -433,7 +433,7 @@ func (b *Backend) Volume(_ context.Context, id string) (runtime.Volume, error) {
 	return copyVolume(v.v), nil
 }
 
-// Claim implements api.Backend with the claim limits of DESIGN §4.
+// Claim implements api.Backend with the runtime's claim limits per access mode.
 func (b *Backend) Claim(_ context.Context, volumeID string, req runtime.ClaimRequest) (runtime.Claim, error) {
 	if err := req.Validate(); err != nil {
 		return runtime.Claim{}, err

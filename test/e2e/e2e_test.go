@@ -321,7 +321,7 @@ func (h *host) waitHealthy() {
 	})
 }
 
-// checkMetrics checks that /metrics has every metric family of DESIGN §5
+// checkMetrics checks that /metrics has every metric family README lists
 // that has samples by now, plus the Go and process collectors, with the
 // values this run makes certain.
 func checkMetrics(t *testing.T, m []sample) {
@@ -357,7 +357,7 @@ func checkMetrics(t *testing.T, m []sample) {
 	if ss := find(m, "csiactor_csi_operations_seconds_bucket", map[string]string{"method": "Probe", "le": "0.001"}); len(ss) == 0 {
 		t.Errorf("csiactor_csi_operations_seconds has no 1 ms bucket")
 	}
-	// Families DESIGN §5 lists that need an event this run may not have
+	// Families README lists that need an event this run may not have
 	// (an actor restart) are checked only when present.
 	if ss := find(m, "csiactor_actor_restarts_total", nil); len(ss) > 0 {
 		for _, s := range ss {
@@ -378,7 +378,7 @@ func checkRetryMetrics(t *testing.T, h *host, a *agent) {
 	if v, ok := value(a.metrics(), "csiactor_csi_operations_seconds_count", failed); !ok || v < 1 {
 		t.Errorf("/metrics: csiactor_csi_operations_seconds_count%v = %g (present %t), want at least 1", failed, v, ok)
 	}
-	// DESIGN §5 lists csiactor_csi_retries_total. The claim steps are
+	// README lists csiactor_csi_retries_total. The claim steps are
 	// retried by the volume actors, which do not count into it yet, so the
 	// family may have no samples at all; once it has, it must count these.
 	if len(find(a.metrics(), "csiactor_csi_retries_total", nil)) == 0 {
