@@ -103,8 +103,9 @@ type VolumesConfig struct {
 	// MaxClaimAttempts bounds the attempts of one publish step that keeps
 	// failing with a retryable error (unavailable, timeout, aborted,
 	// resource exhausted); then the claim fails and is torn down. Zero, the
-	// default, retries until the step succeeds or fails finally; the caller can release a claim that keeps retrying. Release
-	// steps are always retried until done.
+	// default, retries until the step succeeds or fails finally; the
+	// caller can release a claim that keeps retrying. Release steps are
+	// always retried until done.
 	MaxClaimAttempts int `yaml:"max_claim_attempts"`
 }
 

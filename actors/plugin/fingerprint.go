@@ -8,11 +8,11 @@ import (
 	"github.com/csiactor/csiactor/csi"
 )
 
-// fingerprint asks the plugin who it is and what it can do: Probe (with the client's probe timeout), GetPluginInfo,
-// GetPluginCapabilities, then the controller and/or node capabilities and
-// NodeGetInfo by type. It stops at the first failure; a plugin that answers
-// ready=false fails with ErrNotReady. It never retries: the heartbeat is
-// the retry.
+// fingerprint asks the plugin who it is and what it can do: Probe (with
+// the client's probe timeout), GetPluginInfo, GetPluginCapabilities, then
+// the controller and/or node capabilities and NodeGetInfo by type. It
+// stops at the first failure; a plugin that answers ready=false fails with
+// ErrNotReady. It never retries: the heartbeat is the retry.
 func fingerprint(ctx context.Context, c csi.Client, typ Type) (Fingerprint, error) {
 	var fp Fingerprint
 	ready, err := c.Probe(ctx)
