@@ -39,7 +39,7 @@ func checkStoreNotLost(dataDir string) error {
 		return nil
 	}
 	return &kindError{kind: ErrStoreLost, err: fmt.Errorf(
-		"store %s is %s but %s left by an earlier agent: a new store would forget every allocation and claim and orphan their mounts; "+
-			"restore %s from a backup, or to start over stop the plugins, unmount what is mounted under %s and move %s aside",
-		path, state, strings.Join(found, " and "), StoreFileName, filepath.Join(dataDir, "volumes"), strings.Join(found, " and "))}
+		"store %s is %s, yet an earlier agent's directories are still there (%s): a new store would forget every allocation and claim and orphan their mounts; "+
+			"restore %s from a backup, or, to start over, stop the plugins, unmount what is mounted under %s and move those directories aside",
+		path, state, strings.Join(found, ", "), StoreFileName, filepath.Join(dataDir, "volumes"))}
 }
