@@ -122,3 +122,15 @@ func Classify(kind RPCKind, err error) Outcome {
 		return Final
 	}
 }
+
+// Unanswered reports whether err says that the plugin did not answer the
+// call at all (DeadlineExceeded, Canceled, Unavailable), as opposed to
+// answering with an error. The agent takes a plugin process that was
+// running before it started and does not answer for hung.
+func Unanswered(err error) bool {
+	switch Code(err) {
+	case codes.DeadlineExceeded, codes.Canceled, codes.Unavailable:
+		return err != nil
+	}
+	return false
+}

@@ -14,7 +14,10 @@ import (
 )
 
 // StaleProcess identifies a process of an exec-managed allocation that a
-// previous run of the agent started (from the persisted allocation).
+// previous run of the agent started, as persisted with the allocation.
+// The State file in the allocation's directory, which names the log shim
+// too, takes precedence; StaleProcess is for records of agents that wrote
+// none.
 type StaleProcess struct {
 	PID      int
 	PIDStart uint64
@@ -23,9 +26,11 @@ type StaleProcess struct {
 // Props returns the props of the allocation actor for spec, which must be
 // valid and have its Socket set (see Spec.WithSocket; a bare command name
 // is not looked up again here: the start fails and is retried if it is
-// not found). When stale is set,
-// that process is killed (if it still runs) before the plugin is started,
-// so two copies never run. opts are added to the props (middleware, for
+// not found). An exec-managed actor first looks for the process a
+// previous agent left running (the State file in the socket's directory,
+// else stale) and adopts it when it still runs and answers on its socket;
+// otherwise what is left of it is killed before the plugin is started, so
+// two copies never run. opts are added to the props (middleware, for
 // example).
 func Props(cfg Config, spec Spec, stale StaleProcess, opts ...actor.PropsOption) (*actor.Props, error) {
 	if err := cfg.Validate(); err != nil {
@@ -81,9 +86,16 @@ type Actor struct {
 	failures int  // fingerprints failed in a row
 
 	proc          *proc.Process
+	adopting      bool        // proc was adopted and has not answered yet
+	adoptTried    bool        // the first start looked for a process to adopt
+	hungKill      bool        // proc was killed for staying unhealthy
 	exits         []time.Time // exits within the restart window
 	startFailures int         // failed starts in a row
 	restartStep   int         // backoff step of the next restart
+
+	hung           *timer    // fires HealthTimeout after unhealthySince
+	unhealthySince time.Time // zero while healthy
+	overdue        bool      // an attached allocation passed HealthTimeout
 }
 
 // Receive handles one message.
@@ -122,6 +134,10 @@ func (a *Actor) Receive(ctx actor.Context) {
 	case *restartProcess:
 		if m.owner == a {
 			a.onRestartProcess(ctx)
+		}
+	case *healthTimedOut:
+		if m.owner == a {
+			a.onHealthTimedOut(ctx)
 		}
 	}
 }

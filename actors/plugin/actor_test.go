@@ -362,7 +362,7 @@ func TestActor_Exec_KillsStaleProcessFirst(t *testing.T) {
 	defer leakcheck.Check(t)()
 	l := proc.NewLauncher()
 	defer l.Close()
-	old, err := l.Start(context.Background(), proc.Spec{Command: []string{"sleep", "300"}})
+	old, err := l.Start(context.Background(), proc.Spec{Command: []string{"sleep", "300"}, OutputDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,5 +379,162 @@ func TestActor_Exec_KillsStaleProcessFirst(t *testing.T) {
 	}
 	if s.PID == old.PID() {
 		t.Error("new process has the stale PID")
+	}
+}
+
+// An agent's shutdown leaves the plugin process running (its last status
+// keeps the PID, for the store); the next actor adopts it without a
+// restart, and sees its death at once although it is not its child.
+func TestActor_Exec_ShutdownLeavesProcess_NextActorAdopts(t *testing.T) {
+	defer leakcheck.Check(t)()
+	spec, err := Spec{ID: "ad1", Plugin: "fake", Type: Monolith, Command: fakeCommand(t), Env: fakeEnv("adopt.csi")}.WithSocket(shortDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, spec, StaleProcess{}, nil)
+	first := h.waitHealthy()
+	st := h.shutdown(ReasonShutdown)
+	h.close()
+	if st.Status.PID != first.PID || st.Status.PIDStart != first.PIDStart || st.Status.Description != ReasonShutdown {
+		t.Errorf("final status PID %d start %d %q; want the running process %d kept, %q", st.Status.PID, st.Status.PIDStart, st.Status.Description, first.PID, ReasonShutdown)
+	}
+	if !alive(first.PID) {
+		t.Fatal("the plugin process did not outlive the shutdown")
+	}
+	rec, err := proc.ReadState(filepath.Dir(spec.Socket))
+	if err != nil || rec.PID != first.PID || !alive(rec.ShimPID) {
+		t.Fatalf("recorded %+v, %v; want the plugin and a live shim", rec, err)
+	}
+
+	h2 := newHarness(t, spec, StaleProcess{PID: st.Status.PID, PIDStart: st.Status.PIDStart}, nil)
+	defer h2.close()
+	again := h2.waitHealthy()
+	if again.PID != first.PID || again.Exits != 0 {
+		t.Errorf("after adoption PID %d exits %d; want %d and no exit", again.PID, again.Exits, first.PID)
+	}
+	var adopted bool
+	for _, e := range h2.hook.AllEntries() {
+		adopted = adopted || strings.HasPrefix(e.Message, "adopted the plugin process")
+	}
+	if !adopted {
+		t.Error("no log line says the process was adopted")
+	}
+
+	if err := syscall.Kill(first.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	h2.waitUnhealthy("plugin process exited with unknown status (adopted process); restarting in ")
+	third := h2.waitHealthy()
+	if third.PID == first.PID || third.Exits != 1 {
+		t.Errorf("after the adopted process died: PID %d exits %d", third.PID, third.Exits)
+	}
+	h2.shutdown(ReasonDeregistered)
+	for _, pid := range []int{third.PID, rec.ShimPID} {
+		if alive(pid) {
+			t.Errorf("process %d survived the deregistration", pid)
+		}
+	}
+}
+
+func TestActor_Exec_StopOnShutdown(t *testing.T) {
+	defer leakcheck.Check(t)()
+	spec, err := Spec{ID: "so1", Plugin: "fake", Type: Node, Command: fakeCommand(t), Env: fakeEnv("so")}.WithSocket(shortDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, spec, StaleProcess{}, func(c *Config) { c.StopOnShutdown = true })
+	defer h.close()
+	s := h.waitHealthy()
+	rec, _ := proc.ReadState(filepath.Dir(spec.Socket))
+	st := h.shutdown(ReasonShutdown)
+	if st.Status.PID != 0 {
+		t.Errorf("final PID %d, want 0 for a stopped process", st.Status.PID)
+	}
+	for _, pid := range []int{s.PID, rec.ShimPID} {
+		if alive(pid) {
+			t.Errorf("process %d survived a shutdown with StopOnShutdown", pid)
+		}
+	}
+	if got, _ := proc.ReadState(filepath.Dir(spec.Socket)); got != (proc.State{}) {
+		t.Errorf("recorded state %+v after the stop, want none", got)
+	}
+}
+
+// A process left running that does not answer on its socket is hung: the
+// next actor kills it and starts a new one.
+func TestActor_Exec_AdoptedButSilent_Replaced(t *testing.T) {
+	defer leakcheck.Check(t)()
+	dir := shortDir(t)
+	silent, err := Spec{ID: "h1", Plugin: "fake", Type: Node, Command: []string{"sleep", "300"}}.WithSocket(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, silent, StaleProcess{}, nil)
+	first := h.waitFor("a process", func(s Status) bool { return s.PID != 0 })
+	h.shutdown(ReasonShutdown)
+	h.close()
+	if !alive(first.PID) {
+		t.Fatal("the silent process did not outlive the shutdown")
+	}
+	// The same allocation now runs a real plugin; the silent process from
+	// before does not answer, so it must not be kept.
+	spec := silent
+	spec.Command, spec.Env = fakeCommand(t), fakeEnv("h")
+	h2 := newHarness(t, spec, StaleProcess{}, nil)
+	defer h2.close()
+	s := h2.waitHealthy()
+	if s.PID == first.PID {
+		t.Fatal("the silent process was kept")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(first.PID) {
+		if time.Now().After(deadline) {
+			t.Fatal("the silent process still runs beside the new one")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h2.shutdown(ReasonDeregistered)
+}
+
+// An exec-managed plugin that never gets healthy is killed after
+// HealthTimeout and restarted with the backoff.
+func TestActor_Exec_HealthTimeout_Restarts(t *testing.T) {
+	defer leakcheck.Check(t)()
+	spec, err := Spec{ID: "t1", Plugin: "fake", Type: Node, Command: []string{"sleep", "300"}}.WithSocket(shortDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, spec, StaleProcess{}, func(c *Config) { c.HealthTimeout = 300 * time.Millisecond })
+	defer h.close()
+	first := h.waitFor("a process", func(s Status) bool { return s.PID != 0 })
+	s := h.waitUnhealthy("plugin process exited with signal: killed after it was not healthy for 300ms; restarting in ")
+	if s.Exits != 1 {
+		t.Errorf("Exits = %d, want 1", s.Exits)
+	}
+	second := h.waitFor("a new process", func(s Status) bool { return s.PID != 0 })
+	if second.PID == first.PID || alive(first.PID) {
+		t.Errorf("new PID %d, old %d alive %v", second.PID, first.PID, alive(first.PID))
+	}
+	h.shutdown(ReasonDeregistered)
+}
+
+// An attached plugin that stays unhealthy is only reported; once it
+// comes, it is healthy as usual.
+func TestActor_Attached_HealthTimeout_Reported(t *testing.T) {
+	defer leakcheck.Check(t)()
+	sock := filepath.Join(shortDir(t), "late.sock")
+	h := newHarness(t, attached("at1", Node, "unix://"+sock), StaleProcess{}, func(c *Config) { c.HealthTimeout = 200 * time.Millisecond })
+	defer h.close()
+	s := h.waitUnhealthy("not healthy for over 200ms: ")
+	if s.PID != 0 || s.Exits != 0 {
+		t.Errorf("PID %d exits %d for an attached allocation", s.PID, s.Exits)
+	}
+	fake := fakeplugin.New(fakeplugin.Config{Name: "late"})
+	if err := fake.Serve(sock); err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Stop()
+	if s := h.waitHealthy(); s.Description != "healthy" {
+		t.Errorf("description %q", s.Description)
 	}
 }

@@ -53,6 +53,17 @@ type Config struct {
 	// StopGrace is how long a process has between SIGTERM and SIGKILL.
 	// Default 10 s.
 	StopGrace time.Duration
+	// StopOnShutdown makes an actor stopped with ReasonShutdown stop its
+	// plugin process too. By default the process and its log shim are
+	// left running, for the next agent to adopt; only deregistration (and
+	// a restart of the actor after a failure) stops them.
+	StopOnShutdown bool
+	// HealthTimeout is how long an allocation may stay unhealthy, from its
+	// start or from its last healthy moment: then an exec-managed
+	// allocation's process is killed and restarted with the backoff, and
+	// an attached allocation's health description says so. Default 2
+	// minutes.
+	HealthTimeout time.Duration
 	// BaseEnv is the environment every exec-managed process starts from,
 	// before the allocation's Env and CSI_ENDPOINT. Default: PATH from the
 	// agent's environment (or a standard PATH), nothing else.
@@ -85,6 +96,7 @@ func DefaultConfig() Config {
 		},
 		CrashLoopExits: 3,
 		StopGrace:      10 * time.Second,
+		HealthTimeout:  2 * time.Minute,
 		BaseEnv:        []string{"PATH=" + path},
 	}
 }
@@ -104,6 +116,7 @@ func (c Config) withDefaults() Config {
 	set(&c.FingerprintTimeout, d.FingerprintTimeout)
 	set(&c.DialTimeout, d.DialTimeout)
 	set(&c.StopGrace, d.StopGrace)
+	set(&c.HealthTimeout, d.HealthTimeout)
 	rb := c.RestartBackoff
 	set(&rb.Initial, d.RestartBackoff.Initial)
 	set(&rb.Max, d.RestartBackoff.Max)
@@ -140,6 +153,7 @@ func (c Config) Validate() error {
 		{"fingerprint_timeout", c.FingerprintTimeout},
 		{"dial_timeout", c.DialTimeout},
 		{"stop_grace", c.StopGrace},
+		{"health_timeout", c.HealthTimeout},
 	} {
 		if d.v < 0 {
 			return fmt.Errorf("%w: %s must not be negative", ErrInvalidConfig, d.name)

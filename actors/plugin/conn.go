@@ -105,6 +105,10 @@ func (a *Actor) onDialed(ctx actor.Context, m *dialed) {
 		return
 	}
 	if m.err != nil {
+		if a.answered(m.err) {
+			a.report(ctx)
+			return
+		}
 		if a.client == nil && !a.procDown() {
 			a.setHealth(false, "connecting: "+m.err.Error())
 			a.report(ctx)
@@ -181,6 +185,12 @@ func (a *Actor) fingerprintNow() {
 func (a *Actor) onFingerprinted(ctx actor.Context, m *fingerprinted) {
 	a.fpActive = false
 	if a.done {
+		return
+	}
+	if !a.procDown() && a.answered(m.err) {
+		a.heart.Reset(a.cfg.UnhealthyRetry)
+		a.fpAgain = false
+		a.report(ctx)
 		return
 	}
 	next := a.cfg.HeartbeatInterval

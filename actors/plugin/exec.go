@@ -13,43 +13,62 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/csiactor/csiactor/actors/plugin/proc"
+	"github.com/csiactor/csiactor/csi"
 )
 
-// startProcess starts the plugin process of an exec-managed allocation.
-// A failure to start is retried with the same backoff as an exit, but is
+// procDir is the allocation's directory: its socket, its output files
+// and its process State.
+func (a *Actor) procDir() string { return filepath.Dir(a.spec.Socket) }
+
+// startProcess starts the plugin process of an exec-managed allocation,
+// or, the first time, adopts the one a previous agent left running. A
+// failure to start is retried with the same backoff as an exit, but is
 // counted and described as a failed start, not as an exit.
 func (a *Actor) startProcess() {
-	if a.stale.PID != 0 {
-		ctx, cancel := context.WithTimeout(a.ctx, 10*time.Second)
-		killed, err := proc.KillStale(ctx, a.stale.PID, a.stale.PIDStart)
-		cancel()
-		switch {
-		case err != nil:
-			a.log.WithError(err).WithField("pid", a.stale.PID).Error("could not kill the plugin process left by a previous agent")
-		case killed:
-			a.log.WithField("pid", a.stale.PID).Warn("killed the plugin process left by a previous agent")
+	if !a.adoptTried {
+		a.adoptTried = true
+		if a.adopt() {
+			return
 		}
-		a.stale = StaleProcess{}
 	}
 	if err := a.prepareSocketDir(); err != nil {
 		a.startFailed(err, err.Error())
 		return
 	}
 	p, err := a.cfg.Launcher.Start(a.ctx, proc.Spec{
-		Command: a.spec.command(),
-		Env:     a.spec.environ(a.cfg.BaseEnv),
-		Log:     a.log,
+		Command:   a.spec.command(),
+		Env:       a.spec.environ(a.cfg.BaseEnv),
+		OutputDir: a.procDir(),
+		Log:       a.log,
 	})
 	if err != nil {
 		a.startFailed(err, startErrorText(err))
 		return
 	}
-	a.proc = p
+	// At once: an agent killed from here on leaves a process the next one
+	// must know of.
+	if err := proc.WriteState(a.procDir(), p.State()); err != nil {
+		a.log.WithError(err).Error("cannot record the plugin process for the next agent")
+	}
 	a.failures = 0
 	a.startFailures = 0
-	a.status.PID, a.status.PIDStart = p.PID(), p.StartTicks()
 	a.setHealth(false, fmt.Sprintf("starting: process %d started", p.PID()))
 	a.log.WithField("pid", p.PID()).Info("plugin process started")
+	a.watchProcess(p)
+	// Connected already (a restart): gRPC reconnects on its own and the
+	// watcher reports READY; fingerprint soon in case it never left READY.
+	if a.client != nil {
+		a.heart.Reset(a.cfg.UnhealthyRetry)
+	}
+}
+
+// watchProcess makes p the allocation's process and sends procExited when
+// it exits.
+func (a *Actor) watchProcess(p *proc.Process) {
+	a.proc = p
+	a.hungKill = false
+	a.status.PID, a.status.PIDStart = p.PID(), p.StartTicks()
+	a.restartHealthClock()
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -60,11 +79,80 @@ func (a *Actor) startProcess() {
 		case <-a.ctx.Done():
 		}
 	}()
-	// Connected already (a restart): gRPC reconnects on its own and the
-	// watcher reports READY; fingerprint soon in case it never left READY.
-	if a.client != nil {
-		a.heart.Reset(a.cfg.UnhealthyRetry)
+}
+
+// adopt takes over the plugin process and log shim a previous agent left
+// running, as recorded in the State file (or, for an agent that wrote
+// none, in the store). It reports whether it did; if not, whatever is left
+// of them has been killed. An adopted process still has to answer on its
+// socket (see answered).
+func (a *Actor) adopt() bool {
+	dir := a.procDir()
+	st, err := proc.ReadState(dir)
+	if err != nil {
+		a.log.WithError(err).Warn("cannot read the recorded plugin process")
 	}
+	if st.PID == 0 && a.stale.PID != 0 {
+		st = proc.State{PID: a.stale.PID, PIDStart: a.stale.PIDStart}
+	}
+	if st.PID == 0 {
+		return false
+	}
+	log := a.log.WithField("pid", st.PID)
+	p, err := proc.Adopt(proc.Adopted{State: st, OutputDir: dir, Log: a.log})
+	if err == nil {
+		a.adopting = true
+		a.setHealth(false, fmt.Sprintf("starting: adopted process %d left running by the previous agent", p.PID()))
+		log.Info("adopted the plugin process left running by the previous agent")
+		a.watchProcess(p)
+		return true
+	}
+	log.WithError(err).Info("not adopting the plugin process of the previous agent")
+	a.killLeftover(st)
+	return false
+}
+
+// killLeftover kills what is left of the processes st names, and of the
+// stale process, so that two copies of the plugin never run.
+func (a *Actor) killLeftover(st proc.State) {
+	ctx, cancel := context.WithTimeout(a.ctx, 10*time.Second)
+	defer cancel()
+	if err := proc.WriteState(a.procDir(), st); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		a.log.WithError(err).Debug("record the leftover process")
+	}
+	killed, err := proc.KillLeftover(ctx, a.procDir(), a.stale.PID, a.stale.PIDStart)
+	switch {
+	case err != nil:
+		a.log.WithError(err).WithField("pid", st.PID).Error("could not kill the plugin process left by a previous agent")
+	case killed:
+		a.log.WithField("pid", st.PID).Warn("killed the plugin process left by a previous agent")
+	}
+	a.stale = StaleProcess{}
+}
+
+// answered settles an adoption with the result of the first call to the
+// adopted process: one that does not answer at all is hung, and is
+// replaced by a new process. It reports whether it replaced it.
+func (a *Actor) answered(err error) bool {
+	if !a.adopting {
+		return false
+	}
+	a.adopting = false
+	if err == nil || !csi.Unanswered(err) {
+		return false
+	}
+	p := a.proc
+	a.log.WithError(err).WithField("pid", p.PID()).Warn("the adopted plugin process does not answer on its socket: killing it and starting a new one")
+	p.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.StopGrace+5*time.Second)
+	if err := p.Stop(ctx, 0); err != nil {
+		a.log.WithError(err).Error("the adopted plugin process did not stop")
+	}
+	cancel()
+	a.proc = nil
+	a.status.PID, a.status.PIDStart = 0, 0
+	a.startProcess()
+	return true
 }
 
 // prepareSocketDir creates <data_dir>/plugins/<id> with mode 0700 and
@@ -89,13 +177,22 @@ func (a *Actor) onProcExited(ctx actor.Context, m *procExited) {
 		return
 	}
 	a.proc = nil
+	a.adopting = false
 	a.status.PID, a.status.PIDStart = 0, 0
 	a.status.Exits++
+	if err := proc.RemoveState(a.procDir()); err != nil {
+		a.log.WithError(err).Debug("remove the recorded plugin process")
+	}
 	if time.Since(m.p.Started()) >= a.cfg.RestartBackoff.Window {
 		a.restartStep = 0 // it ran well for a while: start the backoff over
 	}
-	a.log.WithField("status", m.p.Status()).Warn("plugin process exited")
-	a.processExited(m.p.Status())
+	status := m.p.Status()
+	if a.hungKill {
+		status = fmt.Sprintf("signal: killed after it was not healthy for %s", a.cfg.HealthTimeout)
+	}
+	a.log.WithField("status", status).Warn("plugin process exited")
+	a.processExited(status)
+	a.hung.Stop() // the restart starts the clock again
 	a.report(ctx)
 }
 
@@ -165,4 +262,40 @@ func (a *Actor) onRestartProcess(ctx actor.Context) {
 	}
 	a.startProcess()
 	a.report(ctx)
+}
+
+// restartHealthClock starts HealthTimeout over: on every start, adoption
+// and transition to unhealthy.
+func (a *Actor) restartHealthClock() {
+	a.unhealthySince = time.Now()
+	a.hung.Reset(a.cfg.HealthTimeout)
+}
+
+// onHealthTimedOut acts on an allocation unhealthy for HealthTimeout: the
+// process of an exec-managed one is killed (its exit restarts it with the
+// backoff); an attached one is described as overdue.
+func (a *Actor) onHealthTimedOut(ctx actor.Context) {
+	if a.done || a.status.Healthy || a.unhealthySince.IsZero() || a.procDown() {
+		return
+	}
+	if left := a.cfg.HealthTimeout - time.Since(a.unhealthySince); left > 0 {
+		a.hung.Reset(left)
+		return
+	}
+	if a.spec.ExecManaged() {
+		if a.hungKill {
+			return
+		}
+		a.log.WithField("pid", a.proc.PID()).WithField("reason", a.status.Description).
+			Warnf("plugin not healthy for %s: killing its process to restart it", a.cfg.HealthTimeout)
+		a.hungKill = true
+		a.proc.Kill()
+		return
+	}
+	if !a.overdue {
+		a.overdue = true
+		a.log.WithField("reason", a.status.Description).Warnf("attached plugin not healthy for %s; it runs outside the agent, which only reports it", a.cfg.HealthTimeout)
+		a.setHealth(false, a.status.Description)
+		a.report(ctx)
+	}
 }

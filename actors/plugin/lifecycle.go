@@ -3,13 +3,16 @@ package plugin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/csiactor/csiactor/actors/plugin/proc"
 	"github.com/csiactor/csiactor/csi"
 )
 
@@ -22,6 +25,8 @@ func (a *Actor) onStarted(ctx actor.Context) {
 	a.status = Status{Description: "starting: connecting to " + a.spec.Socket, Since: time.Now()}
 	a.heart = startTimer(a.ctx, &a.wg, func() { a.send(&heartbeat{a}) })
 	a.heart.Reset(a.cfg.HeartbeatInterval)
+	a.hung = startTimer(a.ctx, &a.wg, func() { a.send(&healthTimedOut{a}) })
+	a.restartHealthClock()
 	if a.spec.ExecManaged() {
 		a.rerun = startTimer(a.ctx, &a.wg, func() { a.send(&restartProcess{a}) })
 		a.startProcess()
@@ -75,15 +80,25 @@ func (a *Actor) teardown(reason string) {
 	}
 	a.done = true
 	a.cancel()
-	if a.proc != nil {
+	keep := reason == ReasonShutdown && !a.cfg.StopOnShutdown
+	switch {
+	case a.proc != nil && keep:
+		a.proc.Detach()
+		a.log.WithField("pid", a.proc.PID()).Info("plugin process left running for the next agent")
+		a.proc = nil
+	case a.proc != nil:
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.StopGrace+5*time.Second)
 		if err := a.proc.Stop(ctx, a.cfg.StopGrace); err != nil {
 			a.log.WithError(err).Error("plugin process did not stop")
 		} else {
 			a.log.WithField("status", a.proc.Status()).Info("plugin process stopped")
+			if err := proc.RemoveState(a.procDir()); err != nil {
+				a.log.WithError(err).Warn("remove the recorded plugin process")
+			}
 		}
 		cancel()
 		a.proc = nil
+		a.status.PID, a.status.PIDStart = 0, 0
 	}
 	a.wg.Wait()
 	if c := a.handoff.take(); c != nil {
@@ -103,7 +118,6 @@ func (a *Actor) teardown(reason string) {
 		}
 	}
 	a.status.Client = nil
-	a.status.PID, a.status.PIDStart = 0, 0
 	a.setHealth(false, reason)
 	if reason == ReasonDeregistered && a.spec.ExecManaged() {
 		if err := os.RemoveAll(filepath.Dir(a.spec.Socket)); err != nil {
@@ -112,8 +126,22 @@ func (a *Actor) teardown(reason string) {
 	}
 }
 
-// setHealth sets health and description, logging transitions.
+// setHealth sets health and description, logging transitions, and keeps
+// the HealthTimeout clock.
 func (a *Actor) setHealth(healthy bool, desc string) {
+	switch {
+	case healthy:
+		a.unhealthySince = time.Time{}
+		a.overdue = false
+		if a.hung != nil {
+			a.hung.Stop()
+		}
+	case a.unhealthySince.IsZero() && !a.done && a.hung != nil:
+		a.restartHealthClock()
+	}
+	if a.overdue && !healthy && !a.done {
+		desc = fmt.Sprintf("not healthy for over %s: %s", a.cfg.HealthTimeout, strings.TrimPrefix(desc, "not healthy for over "+a.cfg.HealthTimeout.String()+": "))
+	}
 	if a.status.Healthy != healthy {
 		a.status.Since = time.Now()
 		if healthy {

@@ -89,3 +89,7 @@ type procExited struct {
 // restartProcess is sent to the actor by its restart timer goroutine when
 // the backoff after a process exit has passed.
 type restartProcess struct{ owner *Actor }
+
+// healthTimedOut is sent to the actor by its health timer goroutine when
+// the allocation may have been unhealthy for Config.HealthTimeout.
+type healthTimedOut struct{ owner *Actor }

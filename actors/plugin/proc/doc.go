@@ -1,27 +1,43 @@
-// Package proc starts, watches and stops the processes of exec-managed
-// plugin allocations.
+// Package proc starts, adopts, watches and stops the processes of
+// exec-managed plugin allocations, and keeps their output.
 //
 // # Basics
 //
-// A [Launcher] owns one goroutine locked to one OS thread, and every
-// process is started from it. Each process runs in its own process group
-// (so stopping it stops its children too) and gets SIGKILL from the kernel
-// when the agent dies (Pdeathsig), so a plugin never outlives a killed
-// agent. [Process.Stop] sends SIGTERM to the group, then SIGKILL after a
-// grace period, and always waits for the process, so no zombie is left.
-// Standard output and error are written to a logrus entry, one line per
-// entry.
+// [Launcher.Start] starts a plugin process together with its log shim,
+// each in its own session: neither dies with the agent, and a terminal's
+// signals reach neither. The plugin's stdout and stderr are pipes to the
+// shim, which appends every line, stamped with the time and the stream, to
+// size-bounded rotated files in the plugin's output directory
+// ([OutputFile], OutputFile.1, ...). The shim outlives the agent with the
+// plugin, so no line is lost while no agent runs, and the plugin never
+// writes to a pipe without a reader (which would kill it with SIGPIPE).
+// The agent follows the file and logs each line too.
 //
-// The PID and the start time read from /proc/<pid>/stat identify a process
-// across agent restarts: [KillStale] stops a process left over from a
-// previous run of the agent, and never a process that merely reuses its PID.
+// The PIDs and start times (from /proc/<pid>/stat) of the plugin and its
+// shim identify them across agent restarts ([State], written by the
+// caller with [WriteState]): the next agent takes them over with [Adopt],
+// or stops them with [KillLeftover]; a process that merely reuses a PID is
+// never taken for them.
+//
+// Every process is watched through a pidfd (pidfd_open and poll), so the
+// exit of an adopted process, which is not a child of this agent, is seen
+// as fast as a child's. [Process.Stop] sends SIGTERM to the plugin's
+// process group, then SIGKILL after a grace period, and waits for the
+// plugin, its shim and its output. [Process.Detach] stops watching and
+// leaves both running.
+//
+// [ReadOutput] and [FollowOutput] read a plugin's kept output, for the
+// API.
 //
 // # Caveats
 //
-// Linux only. Pdeathsig fires when the OS thread that started the process
-// exits, not when the agent process exits; that is why all starts happen
-// on the launcher's locked thread, and why the launcher, on Close, gives
-// its thread back to the Go runtime (which keeps it) instead of letting
-// the thread exit. Pdeathsig reaches only the plugin's own process, not
-// processes the plugin started; those are stopped with the group by Stop.
+// Linux only (pidfd_open needs Linux 5.3). The log shim is this same
+// program re-executed through /proc/self/exe with CSIACTOR_LOG_SHIM=1 in
+// its environment: this package's init runs the shim instead of the
+// program then, so any program that imports it (the csiactor binary, an
+// embedder, a test binary) can start plugins, and an agent whose binary
+// was replaced by an upgrade still can. The exit status of an adopted
+// process is unknown (only its parent, init, learns it). A plugin started
+// in the instant before an agent is killed, before its State is written,
+// is not known to the next agent.
 package proc

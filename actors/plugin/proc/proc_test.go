@@ -18,17 +18,20 @@ import (
 	"github.com/csiactor/csiactor/internal/leakcheck"
 )
 
-// The test binary doubles as a tiny "agent" for the Pdeathsig test: it
-// starts a process through a Launcher, prints its PID, and waits to be
-// killed.
+// The test binary doubles as a tiny "agent" for the survival test: it
+// starts a plugin through a Launcher (output in $PROC_TEST_AGENT), writes
+// its State there, prints "ok", and waits to be killed.
 func TestMain(m *testing.M) {
-	if os.Getenv("PROC_TEST_AGENT") == "1" {
+	if dir := os.Getenv("PROC_TEST_AGENT"); dir != "" {
 		l := NewLauncher()
-		p, err := l.Start(context.Background(), Spec{Command: []string{"sleep", "300"}})
-		if err != nil {
+		p, err := l.Start(context.Background(), Spec{
+			Command:   []string{"sh", "-c", "while :; do echo tick; sleep 0.05; done"},
+			OutputDir: dir,
+		})
+		if err != nil || WriteState(dir, p.State()) != nil {
 			os.Exit(2)
 		}
-		os.Stdout.WriteString(strconv.Itoa(p.PID()) + "\n")
+		os.Stdout.WriteString("ok\n")
 		select {}
 	}
 	leakcheck.VerifyTestMain(m)
@@ -105,9 +108,10 @@ func TestLauncher_Start_OutputAndExitStatus(t *testing.T) {
 	logger, hook := test.NewNullLogger()
 	p, err := l.Start(context.Background(), Spec{
 		Command: []string{"sh", "-c", `echo "hello $GREETING"; echo oops >&2; pwd; exit 3`},
-		Env:     []string{"GREETING=world"},
-		Dir:     "/",
-		Log:     logrus.NewEntry(logger).WithField("alloc", "a1"),
+		Env:       []string{"GREETING=world"},
+		Dir:       "/",
+		OutputDir: t.TempDir(),
+		Log:       logrus.NewEntry(logger).WithField("alloc", "a1"),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +154,7 @@ func TestProcess_Stop(t *testing.T) {
 			l := NewLauncher()
 			defer l.Close()
 			logger, hook := test.NewNullLogger()
-			p, err := l.Start(context.Background(), Spec{Command: []string{"sh", "-c", tt.script}, Log: logrus.NewEntry(logger)})
+			p, err := l.Start(context.Background(), Spec{Command: []string{"sh", "-c", tt.script}, OutputDir: t.TempDir(), Log: logrus.NewEntry(logger)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -178,8 +182,9 @@ func startGroup(t *testing.T, l *Launcher, tail string) (*Process, int) {
 	t.Helper()
 	logger, hook := test.NewNullLogger()
 	p, err := l.Start(context.Background(), Spec{
-		Command: []string{"sh", "-c", "sleep 300 & echo $!; " + tail},
-		Log:     logrus.NewEntry(logger),
+		Command:   []string{"sh", "-c", "sleep 300 & echo $!; " + tail},
+		OutputDir: t.TempDir(),
+		Log:       logrus.NewEntry(logger),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -228,12 +233,15 @@ func TestLauncher_Start_Errors(t *testing.T) {
 	if _, err := l.Start(context.Background(), Spec{}); !errors.Is(err, ErrInvalidSpec) {
 		t.Errorf("empty command: err = %v, want ErrInvalidSpec", err)
 	}
-	if _, err := l.Start(context.Background(), Spec{Command: []string{"/nonexistent/plugin"}}); err == nil || !strings.Contains(err.Error(), "/nonexistent/plugin") {
+	if _, err := l.Start(context.Background(), Spec{Command: []string{"true"}}); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("no output dir: err = %v, want ErrInvalidSpec", err)
+	}
+	if _, err := l.Start(context.Background(), Spec{Command: []string{"/nonexistent/plugin"}, OutputDir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "/nonexistent/plugin") {
 		t.Errorf("missing binary: err = %v, want an error naming it", err)
 	}
 	l.Close()
 	l.Close()
-	if _, err := l.Start(context.Background(), Spec{Command: []string{"true"}}); !errors.Is(err, ErrClosed) {
+	if _, err := l.Start(context.Background(), Spec{Command: []string{"true"}, OutputDir: t.TempDir()}); !errors.Is(err, ErrClosed) {
 		t.Errorf("after Close: err = %v, want ErrClosed", err)
 	}
 }
@@ -274,16 +282,20 @@ func TestKillStale(t *testing.T) {
 	}
 }
 
-// TestLauncher_Pdeathsig kills an "agent" (this test binary in agent mode)
-// with SIGKILL and checks that the plugin it started dies with it.
-func TestLauncher_Pdeathsig(t *testing.T) {
+// TestLauncher_PluginOutlivesAgent kills an "agent" (this test binary in
+// agent mode) with SIGKILL: the plugin it started and its log shim keep
+// running, and no line of the plugin's output is lost while no agent
+// runs. Then this test adopts them (they are not its children), sees the
+// output go on, and stops both.
+func TestLauncher_PluginOutlivesAgent(t *testing.T) {
 	defer leakcheck.Check(t)()
+	dir := t.TempDir()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	agent := exec.Command(self, "-test.run=^$")
-	agent.Env = append(os.Environ(), "PROC_TEST_AGENT=1")
+	agent.Env = append(os.Environ(), "PROC_TEST_AGENT="+dir)
 	out, err := agent.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -291,20 +303,129 @@ func TestLauncher_Pdeathsig(t *testing.T) {
 	if err := agent.Start(); err != nil {
 		t.Fatal(err)
 	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ok\n" {
 		_ = agent.Process.Kill()
 		_ = agent.Wait()
-		t.Fatalf("agent printed nothing: %v", err)
+		t.Fatalf("agent printed %q, %v", line, err)
 	}
-	plugin, err := strconv.Atoi(strings.TrimSpace(line))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if gone(plugin) {
-		t.Fatal("plugin not running")
+	st, err := ReadState(dir)
+	if err != nil || st.PID == 0 || st.ShimPID == 0 {
+		t.Fatalf("state %+v, %v", st, err)
 	}
 	_ = agent.Process.Signal(syscall.SIGKILL)
 	_ = agent.Wait()
-	waitGone(t, plugin)
+
+	before := countTicks(t, dir)
+	time.Sleep(300 * time.Millisecond)
+	if gone(st.PID) || gone(st.ShimPID) {
+		t.Fatalf("plugin (gone %v) or shim (gone %v) died with the agent", gone(st.PID), gone(st.ShimPID))
+	}
+	if after := countTicks(t, dir); after <= before {
+		t.Fatalf("no output written while no agent runs: %d lines, then %d", before, after)
+	}
+
+	// A wrong start time is another process: not adopted.
+	if _, err := Adopt(Adopted{State: State{PID: st.PID, PIDStart: st.PIDStart + 1, ShimPID: st.ShimPID, ShimPIDStart: st.ShimPIDStart}, OutputDir: dir}); !errors.Is(err, ErrNotAdopted) {
+		t.Fatalf("adopt with a wrong start time: %v, want ErrNotAdopted", err)
+	}
+	logger, hook := test.NewNullLogger()
+	p, err := Adopt(Adopted{State: st, OutputDir: dir, Log: logrus.NewEntry(logger)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Adopted() || p.PID() != st.PID || p.State() != st {
+		t.Errorf("adopted %+v, want %+v", p.State(), st)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(hook.AllEntries()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the adopted plugin's output does not reach the log")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if e := hook.AllEntries()[0]; e.Message != "tick" || e.Data["stream"] != Stdout {
+		t.Errorf("forwarded %q on %v, want tick on stdout", e.Message, e.Data["stream"])
+	}
+	if err := p.Stop(context.Background(), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if p.Status() != "unknown status (adopted process)" {
+		t.Errorf("Status() = %q", p.Status())
+	}
+	waitGone(t, st.PID)
+	waitGone(t, st.ShimPID)
+}
+
+func countTicks(t *testing.T, dir string) int {
+	t.Helper()
+	lines, err := ReadOutput(dir, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(lines)
+}
+
+// Detach leaves the plugin and its shim running; Adopt takes them over.
+func TestProcess_Detach_ThenAdopt(t *testing.T) {
+	defer leakcheck.Check(t)()
+	l := NewLauncher()
+	defer l.Close()
+	dir := t.TempDir()
+	p, err := l.Start(context.Background(), Spec{Command: []string{"sleep", "300"}, OutputDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := p.State()
+	p.Detach()
+	p.Detach()
+	if gone(st.PID) || gone(st.ShimPID) {
+		t.Fatal("Detach stopped the plugin or its shim")
+	}
+	if err := p.Stop(context.Background(), time.Second); err != nil || gone(st.PID) {
+		t.Fatalf("Stop after Detach: %v, plugin gone %v; want a no-op", err, gone(st.PID))
+	}
+	q, err := Adopt(Adopted{State: st, OutputDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The adopted plugin's death is seen although it is not our child
+	// (here it still is: its zombie is seen through the pidfd too).
+	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-q.Exited():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the adopted process's exit was not seen")
+	}
+	wait(t, q)
+	// Ours to reap after all: the test binary started it.
+	_ = p.plugin.cmd.Wait()
+	_ = p.shim.cmd.Wait()
+	waitGone(t, st.ShimPID)
+}
+
+func TestKillLeftover(t *testing.T) {
+	defer leakcheck.Check(t)()
+	l := NewLauncher()
+	defer l.Close()
+	dir := t.TempDir()
+	p, err := l.Start(context.Background(), Spec{Command: []string{"sleep", "300"}, OutputDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteState(dir, p.State()); err != nil {
+		t.Fatal(err)
+	}
+	killed, err := KillLeftover(context.Background(), dir, 0, 0)
+	if !killed || err != nil {
+		t.Fatalf("KillLeftover = %v, %v", killed, err)
+	}
+	wait(t, p)
+	if st, err := ReadState(dir); err != nil || st != (State{}) {
+		t.Errorf("state after KillLeftover: %+v, %v; want removed", st, err)
+	}
+	if killed, err := KillLeftover(context.Background(), dir, 0, 0); killed || err != nil {
+		t.Errorf("again: %v, %v; want nothing to kill", killed, err)
+	}
 }

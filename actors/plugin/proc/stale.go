@@ -46,3 +46,32 @@ func KillStale(ctx context.Context, pid int, startTicks uint64) (bool, error) {
 		}
 	}
 }
+
+// KillLeftover stops what a previous run of the agent left running for a
+// plugin whose output directory is dir: the plugin process and its log
+// shim recorded in dir's State, and the process pid with start time
+// startTicks (from the store; zero for none), each only if it still runs
+// with its recorded start time. It then removes the State file. It
+// reports whether it killed anything.
+func KillLeftover(ctx context.Context, dir string, pid int, startTicks uint64) (bool, error) {
+	st, err := ReadState(dir)
+	if err != nil {
+		return false, err
+	}
+	var killed bool
+	var errs []error
+	for _, p := range []struct {
+		pid   int
+		start uint64
+	}{{st.PID, st.PIDStart}, {pid, startTicks}, {st.ShimPID, st.ShimPIDStart}} {
+		k, err := KillStale(ctx, p.pid, p.start)
+		killed = killed || k
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return killed, err
+	}
+	return killed, RemoveState(dir)
+}
