@@ -107,7 +107,7 @@ func TestLauncher_Start_OutputAndExitStatus(t *testing.T) {
 	defer l.Close()
 	logger, hook := test.NewNullLogger()
 	p, err := l.Start(context.Background(), Spec{
-		Command: []string{"sh", "-c", `echo "hello $GREETING"; echo oops >&2; pwd; exit 3`},
+		Command:   []string{"sh", "-c", `echo "hello $GREETING"; echo oops >&2; pwd; exit 3`},
 		Env:       []string{"GREETING=world"},
 		Dir:       "/",
 		OutputDir: t.TempDir(),
