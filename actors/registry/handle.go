@@ -280,8 +280,10 @@ func (h *Handle) Subscribe(buffer int) (*actorkit.Subscription[Event], error) {
 	return s, err
 }
 
-// Shutdown stops every allocation actor (each stops its process, closes
-// its client and runs its last fingerprint), waits until their final
+// Shutdown stops every allocation actor (each closes its client, runs its
+// last fingerprint, and leaves its plugin process running for the next
+// agent to adopt, or stops it when Config.Plugin.StopOnShutdown is set),
+// waits until their final
 // states are persisted, then stops the registry actor, closes every
 // subscription and releases the launcher and metrics. It is idempotent;
 // later calls return the first call's result. When ctx ends first, the

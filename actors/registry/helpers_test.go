@@ -137,7 +137,10 @@ func (e *env) config() Config {
 			FingerprintTimeout: 5 * time.Second,
 			DialTimeout:        500 * time.Millisecond,
 			StopGrace:          5 * time.Second,
-			RestartBackoff:     actorkit.BackoffConfig{Initial: 50 * time.Millisecond, Max: 500 * time.Millisecond, Window: time.Minute},
+			// Most tests want a restart to start from nothing; see
+			// TestHandle_Restart_AdoptsRunningPlugin for the default.
+			StopOnShutdown: true,
+			RestartBackoff: actorkit.BackoffConfig{Initial: 50 * time.Millisecond, Max: 500 * time.Millisecond, Window: time.Minute},
 		},
 		Supervisor: actorkit.BackoffConfig{Initial: time.Millisecond, Max: 10 * time.Millisecond},
 	}

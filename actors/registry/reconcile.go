@@ -68,7 +68,7 @@ func reconcile(ctx context.Context, cfg Config) error {
 // record deleted.
 func removeStored(ctx context.Context, cfg Config, rec persistence.Allocation, why string) error {
 	log := cfg.Log.WithFields(logrus.Fields{"alloc": rec.ID, "plugin": rec.Plugin, "seq": rec.Seq})
-	killLeftover(ctx, log, rec)
+	killLeftover(ctx, log, cfg.DataDir, rec)
 	if len(rec.Command) > 0 {
 		if err := os.RemoveAll(filepath.Dir(plugin.SocketPath(cfg.DataDir, rec.ID))); err != nil {
 			log.WithError(err).Warn("remove socket directory")
@@ -113,7 +113,7 @@ func putConfigured(ctx context.Context, cfg Config, spec plugin.Spec, old persis
 		rec = recordFromSpec(spec)
 		rec.HealthMsg = "starting"
 		rec.CreatedAt = old.CreatedAt
-		if !killLeftover(ctx, log, old) {
+		if !killLeftover(ctx, log, cfg.DataDir, old) {
 			// Maybe still there: the new actor tries again before it
 			// starts its own process.
 			rec.PID, rec.PIDStart = old.PID, old.PIDStart
@@ -135,15 +135,18 @@ func putConfigured(ctx context.Context, cfg Config, spec plugin.Spec, old persis
 	return nil
 }
 
-// killLeftover kills the process a killed agent left for rec, if it still
-// runs. It reports false when the process may still be there.
-func killLeftover(ctx context.Context, log *logrus.Entry, rec persistence.Allocation) bool {
-	if rec.PID == 0 {
+// killLeftover kills the plugin process (and its log shim) an earlier
+// agent left running for rec, if it still runs: plugins outlive the agent,
+// so an allocation removed from the config file or replaced in it has its
+// old process stopped here. It reports false when the process may still
+// be there.
+func killLeftover(ctx context.Context, log *logrus.Entry, dataDir string, rec persistence.Allocation) bool {
+	if len(rec.Command) == 0 {
 		return true
 	}
 	kctx, cancel := context.WithTimeout(ctx, leftoverKillTimeout)
 	defer cancel()
-	killed, err := proc.KillStale(kctx, rec.PID, rec.PIDStart)
+	killed, err := proc.KillLeftover(kctx, filepath.Dir(plugin.SocketPath(dataDir, rec.ID)), rec.PID, rec.PIDStart)
 	switch {
 	case err != nil:
 		log.WithError(err).WithField("pid", rec.PID).Error("could not kill the plugin process left by a previous agent")

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"os/exec"
@@ -75,11 +76,12 @@ func (l *leftover) waitKilled(t *testing.T) {
 }
 
 // liveChildren returns the PIDs of this test's child processes that run
-// (zombies left out), sorted.
+// (zombies and the plugins' log shims left out), sorted.
 func liveChildren(t *testing.T) []int {
 	var out []int
 	for pid, state := range children(t) {
-		if state != "Z" {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if state != "Z" && !strings.HasPrefix(string(cmdline), "csiactor-log-shim\x00") {
 			out = append(out, pid)
 		}
 	}

@@ -588,3 +588,33 @@ func containsAll(got, want []string) bool {
 	}
 	return true
 }
+
+// By default a restart of the agent leaves exec-managed plugins running:
+// the store keeps the PID through the shutdown, and the next registry's
+// actor adopts the same process.
+func TestHandle_Restart_AdoptsRunningPlugin(t *testing.T) {
+	defer leakcheck.Check(t)()
+	e := newEnv(t, func(c *Config) { c.Plugin.StopOnShutdown = false })
+	e.register(execSpec(t, "e1", "p", plugin.Monolith))
+	first := e.waitHealthy("e1")["e1"]
+	e.stop()
+	if _, ok := children(t)[first.PID]; !ok {
+		t.Fatalf("plugin process %d did not outlive the shutdown", first.PID)
+	}
+	rec, err := e.store.Allocation(ctx(t), "e1")
+	if err != nil || rec.PID != first.PID || rec.HealthMsg != plugin.ReasonShutdown {
+		t.Errorf("stored e1: pid %d %q, %v; want pid %d kept, %q", rec.PID, rec.HealthMsg, err, first.PID, plugin.ReasonShutdown)
+	}
+	e.start()
+	again := e.waitHealthy("e1")["e1"]
+	if again.PID != first.PID || again.Exits != 0 {
+		t.Errorf("after restart PID %d exits %d; want the same process %d", again.PID, again.Exits, first.PID)
+	}
+	if err := e.h.Deregister(ctx(t), "e1"); err != nil {
+		t.Fatal(err)
+	}
+	if st, ok := children(t)[first.PID]; ok && st != "Z" {
+		t.Errorf("plugin process %d runs after deregistration (state %s)", first.PID, st)
+	}
+	e.close()
+}
