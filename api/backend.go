@@ -25,6 +25,11 @@ type Backend interface {
 	Allocations(ctx context.Context) ([]runtime.Allocation, error)
 	// Plugins lists every plugin, by name.
 	Plugins(ctx context.Context) ([]runtime.Plugin, error)
+	// AllocationLogs calls fn with the output lines of the exec-managed
+	// allocation id, oldest first, as q says (see
+	// runtime.Runtime.AllocationLogs). It fails with ErrNotFound for an
+	// unknown or attached allocation before fn is called.
+	AllocationLogs(ctx context.Context, id string, q runtime.LogsQuery, fn func(runtime.LogLine) error) error
 	// Plugin returns one plugin, or ErrNotFound.
 	Plugin(ctx context.Context, name string) (runtime.Plugin, error)
 

@@ -227,8 +227,53 @@ func (c *Client) Events(ctx context.Context) ([]runtime.Event, error) {
 	return evs, nil
 }
 
-// ErrStreamEnded is returned by FollowEvents when the agent closes the event
-// stream (it is shutting down, or went away).
+// AllocationLogs calls fn with the output lines of the exec-managed
+// allocation id as q says: the last q.Tail lines (every kept line when
+// negative), then with q.Follow every new line until ctx is done (it
+// returns ctx.Err()), fn returns an error (it returns that), or the agent
+// ends the stream (nil without Follow; ErrStreamEnded with it).
+func (c *Client) AllocationLogs(ctx context.Context, id string, q runtime.LogsQuery, fn func(runtime.LogLine) error) error {
+	v := url.Values{}
+	if q.Tail >= 0 {
+		v.Set("tail", strconv.Itoa(q.Tail))
+	}
+	if q.Follow {
+		v.Set("follow", "true")
+	}
+	resp, err := c.send(ctx, http.MethodGet, "/v1/allocations/"+url.PathEscape(id)+"/logs", v, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			var l runtime.LogLine
+			if derr := json.Unmarshal(line, &l); derr != nil {
+				return fmt.Errorf("decode log line: %w", derr)
+			}
+			if ferr := fn(l); ferr != nil {
+				return ferr
+			}
+		}
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, io.EOF) && q.Follow:
+			return ErrStreamEnded
+		case errors.Is(err, io.EOF):
+			return nil
+		default:
+			return fmt.Errorf("read logs: %w", err)
+		}
+	}
+}
+
+// ErrStreamEnded is returned by FollowEvents and a following
+// AllocationLogs when the agent closes the stream (it is shutting down,
+// went away, or the allocation was deregistered).
 var ErrStreamEnded = errors.New("the agent closed the event stream")
 
 // FollowEvents calls fn with the recent events and then with every new one

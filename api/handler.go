@@ -109,6 +109,7 @@ func newServer(b Backend, opts Options) *server {
 	m.HandleFunc("GET /v1/allocations", s.allocations)
 	m.HandleFunc("PUT /v1/allocations/{id}", s.registerAllocation)
 	m.HandleFunc("DELETE /v1/allocations/{id}", s.deregisterAllocation)
+	m.HandleFunc("GET /v1/allocations/{id}/logs", s.allocationLogs)
 	m.HandleFunc("GET /v1/volumes", s.volumes)
 	m.HandleFunc("POST /v1/volumes", s.createVolume)
 	m.HandleFunc("GET /v1/volumes/{id}", s.volume)
@@ -249,6 +250,80 @@ func (s *server) deregisterAllocation(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// allocationLogs streams an exec-managed allocation's output as
+// newline-delimited JSON LogLines: the last tail lines (every kept line
+// without tail), then, with follow=true, every new line until the client
+// goes or the allocation is deregistered.
+func (s *server) allocationLogs(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, "id")
+	if !ok {
+		return
+	}
+	q, ok := query(w, r, "follow", "tail")
+	if !ok {
+		return
+	}
+	follow, ok := boolParam(w, q, "follow")
+	if !ok {
+		return
+	}
+	lq := runtime.LogsQuery{Tail: -1, Follow: follow}
+	if v := q.Get("tail"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("tail: %q: want a whole number of lines, 0 or more", v))
+			return
+		}
+		lq.Tail = n
+	}
+	rc := http.NewResponseController(w)
+	started := false
+	begin := func() error {
+		if started {
+			return nil
+		}
+		started = true
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.Header().Set("Cache-Control", "no-cache")
+		w.WriteHeader(http.StatusOK)
+		if follow {
+			return rc.Flush()
+		}
+		return nil
+	}
+	if follow {
+		// Unknown and attached allocations are refused before the stream
+		// starts; the stream's headers go out at once, lines or not.
+		if err := s.b.AllocationLogs(r.Context(), id, runtime.LogsQuery{Tail: 0}, func(runtime.LogLine) error { return nil }); err != nil {
+			writeBackendError(w, err)
+			return
+		}
+		if begin() != nil {
+			return
+		}
+	}
+	enc := json.NewEncoder(w)
+	err := s.b.AllocationLogs(r.Context(), id, lq, func(l runtime.LogLine) error {
+		if err := begin(); err != nil {
+			return err
+		}
+		if err := enc.Encode(l); err != nil {
+			return err
+		}
+		if follow {
+			return rc.Flush()
+		}
+		return nil
+	})
+	if err != nil && !started {
+		writeBackendError(w, err)
+		return
+	}
+	if !started {
+		_ = begin() // no lines
+	}
 }
 
 func (s *server) volumes(w http.ResponseWriter, r *http.Request) {

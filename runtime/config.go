@@ -27,6 +27,7 @@ const (
 	DefaultProbeTimeout      = 5 * time.Second
 	DefaultRPCTimeout        = 2 * time.Minute
 	DefaultKillTimeout       = 5 * time.Second
+	DefaultHealthTimeout     = 2 * time.Minute
 	DefaultMaxInFlight       = 16
 	// APISocketName is the API socket's file name in the data dir.
 	APISocketName = "api.sock"
@@ -94,6 +95,17 @@ type PluginsConfig struct {
 	KillTimeout time.Duration `yaml:"kill_timeout"`
 	// RestartBackoff paces restarts of exec-managed plugins that exit.
 	RestartBackoff BackoffConfig `yaml:"restart_backoff"`
+	// HealthTimeout is how long an allocation may stay unhealthy after its
+	// start, or after it was last healthy: then an exec-managed plugin's
+	// process is killed and restarted with RestartBackoff, and an attached
+	// allocation is reported (its health description and an event). At
+	// least ProbeTimeout.
+	HealthTimeout time.Duration `yaml:"health_timeout"`
+	// StopOnAgentExit makes the agent stop its exec-managed plugins when
+	// it shuts down. By default they keep running (FUSE mounts die with
+	// their plugin) and the next agent adopts them; only deregistration,
+	// removal from the config file and the exit of `agent -dev` stop them.
+	StopOnAgentExit bool `yaml:"stop_on_agent_exit"`
 }
 
 // VolumesConfig tunes the claim and release steps.
@@ -163,6 +175,7 @@ func DefaultConfig() Config {
 			MaxInFlight:       DefaultMaxInFlight,
 			KillTimeout:       DefaultKillTimeout,
 			RestartBackoff:    DefaultBackoff(),
+			HealthTimeout:     DefaultHealthTimeout,
 		},
 		Volumes: VolumesConfig{Retry: DefaultBackoff()},
 	}
@@ -181,6 +194,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.Plugins.RPCTimeout, d.Plugins.RPCTimeout)
 	setDefault(&c.Plugins.MaxInFlight, d.Plugins.MaxInFlight)
 	setDefault(&c.Plugins.KillTimeout, d.Plugins.KillTimeout)
+	setDefault(&c.Plugins.HealthTimeout, d.Plugins.HealthTimeout)
 	c.Plugins.RestartBackoff = c.Plugins.RestartBackoff.WithDefaults()
 	c.Volumes.Retry = c.Volumes.Retry.WithDefaults()
 	c.Allocations = append([]AllocationConfig(nil), c.Allocations...)
@@ -265,6 +279,7 @@ func (c Config) Validate() error {
 		{"plugins.probe_timeout", p.ProbeTimeout},
 		{"plugins.rpc_timeout", p.RPCTimeout},
 		{"plugins.kill_timeout", p.KillTimeout},
+		{"plugins.health_timeout", p.HealthTimeout},
 	} {
 		if d.v < 0 {
 			return fieldErr(d.key, fmt.Sprintf("%s is negative", d.v))
@@ -272,6 +287,9 @@ func (c Config) Validate() error {
 	}
 	if p.ProbeTimeout > p.HeartbeatInterval {
 		return fieldErr("plugins.probe_timeout", fmt.Sprintf("%s is longer than plugins.heartbeat_interval (%s)", p.ProbeTimeout, p.HeartbeatInterval))
+	}
+	if p.HealthTimeout < p.ProbeTimeout {
+		return fieldErr("plugins.health_timeout", fmt.Sprintf("%s is shorter than plugins.probe_timeout (%s)", p.HealthTimeout, p.ProbeTimeout))
 	}
 	if p.MaxInFlight < 0 {
 		return fieldErr("plugins.max_in_flight", "must not be negative")

@@ -32,6 +32,8 @@ plugins:
     max: 1m
     multiplier: 3
     jitter: 0.5
+  health_timeout: 5m
+  stop_on_agent_exit: true
 volumes:
   retry:
     initial: 250ms
@@ -64,6 +66,7 @@ func TestParseConfig_Full(t *testing.T) {
 		HeartbeatInterval: 30 * time.Second, ProbeTimeout: 2 * time.Second, RPCTimeout: 90 * time.Second,
 		MaxInFlight: 4, KillTimeout: 10 * time.Second,
 		RestartBackoff: BackoffConfig{Initial: time.Second, Max: time.Minute, Multiplier: 3, Jitter: 0.5},
+		HealthTimeout:  5 * time.Minute, StopOnAgentExit: true,
 	}
 	// Keys left out of a nested block keep their defaults.
 	want.Volumes.Retry.Initial = 250 * time.Millisecond
@@ -133,6 +136,10 @@ func TestParseConfig_Errors(t *testing.T) {
 		{"duplicate alloc id", "allocations:\n  - {id: a, plugin: p, type: node, socket: /s}\n  - {id: a, plugin: p, type: node, socket: /t}\n", `line 3: allocations[1].id: "a" is also the ID of allocations[0]`},
 		{"probe longer than heartbeat", "plugins:\n  heartbeat_interval: 1s\n  probe_timeout: 2s\n", `line 3: plugins.probe_timeout: 2s is longer than plugins.heartbeat_interval (1s)`},
 		{"negative duration", "plugins:\n  kill_timeout: -1s\n", `line 2: plugins.kill_timeout: -1s is negative`},
+		{"negative health timeout", "plugins:\n  health_timeout: -1m\n", `line 2: plugins.health_timeout: -1m0s is negative`},
+		{"health timeout under probe timeout", "plugins:\n  probe_timeout: 5s\n  health_timeout: 1s\n", `line 3: plugins.health_timeout: 1s is shorter than plugins.probe_timeout (5s)`},
+		{"health timeout not a duration", "plugins:\n  health_timeout: 120\n", `line 2: plugins.health_timeout: want a duration`},
+		{"stop_on_agent_exit not a bool", "plugins:\n  stop_on_agent_exit: sometimes\n", `line 2: plugins.stop_on_agent_exit: want true or false`},
 		{"backoff max", "volumes:\n  retry:\n    initial: 1m\n    max: 1s\n", `line 4: volumes.retry.max: 1s is shorter than initial (1m0s)`},
 		{"backoff jitter", "plugins:\n  restart_backoff:\n    jitter: 2\n", `line 3: plugins.restart_backoff.jitter: 2: want a fraction from 0 to 1`},
 		{"relative data dir", "data_dir: var/lib\n", `line 1: data_dir: "var/lib" is not an absolute path`},

@@ -171,6 +171,8 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 			ProbeTimeout:      pc.ProbeTimeout,
 			RPCTimeout:        pc.RPCTimeout,
 			StopGrace:         pc.KillTimeout,
+			StopOnShutdown:    pc.StopOnAgentExit,
+			HealthTimeout:     pc.HealthTimeout,
 			RestartBackoff:    actorBackoff(pc.RestartBackoff),
 			Metrics:           metrics,
 		},
@@ -235,9 +237,12 @@ func actorBackoff(b BackoffConfig) actorkit.BackoffConfig {
 // Shutdown stops the runtime: the volume manager first (in-flight steps end
 // and stay persisted, to resume on the next start), then every allocation
 // actor (each runs its last fingerprint, "agent shutting down", which is
-// persisted, and stops its plugin process), then the actor system and the
-// store. It returns when every goroutine, process and socket it owned is
-// gone. It is idempotent; calls after the first return nil at once.
+// persisted), then the actor system and the store. Exec-managed plugin
+// processes keep running, with their log shims, for the next Start to
+// adopt, unless Config.Plugins.StopOnAgentExit is set: then they are
+// stopped too. It returns when every goroutine and socket it owned is
+// gone, and every process it stops. It is idempotent; calls after the
+// first return nil at once.
 func (r *Runtime) Shutdown(ctx context.Context) error {
 	r.life.Lock()
 	defer r.life.Unlock()

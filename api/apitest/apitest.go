@@ -36,14 +36,15 @@ type Backend struct {
 	// NodeID is the node ID of every node and monolith allocation.
 	NodeID string
 
-	mu      sync.Mutex               // guards everything below
-	seq     int                      // last allocation sequence number
-	allocs  map[string]*alloc        // by ID
-	volumes map[string]*volume       // by ID
-	events  []runtime.Event          // newest last, at most maxEvents
-	subs    map[*subscriber]struct{} // live subscribers
-	fail    map[string]error         // method name → error to return
-	now     func() time.Time         // clock for events
+	mu      sync.Mutex                   // guards everything below
+	seq     int                          // last allocation sequence number
+	allocs  map[string]*alloc            // by ID
+	volumes map[string]*volume           // by ID
+	events  []runtime.Event              // newest last, at most maxEvents
+	subs    map[*subscriber]struct{}     // live subscribers
+	fail    map[string]error             // method name → error to return
+	logs    map[string][]runtime.LogLine // by allocation ID
+	now     func() time.Time             // clock for events
 }
 
 type alloc struct {
@@ -200,6 +201,68 @@ func (b *Backend) viewLocked(a *alloc) runtime.Allocation {
 		}
 	}
 	return out
+}
+
+// AppendLogs adds lines to the output of the exec-managed allocation id,
+// as its plugin would write them.
+func (b *Backend) AppendLogs(id string, lines ...runtime.LogLine) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.logs == nil {
+		b.logs = map[string][]runtime.LogLine{}
+	}
+	b.logs[id] = append(b.logs[id], lines...)
+}
+
+// AllocationLogs implements api.Backend: the lines given to AppendLogs;
+// a follow polls for more until ctx ends or the allocation is
+// deregistered.
+func (b *Backend) AllocationLogs(ctx context.Context, id string, q runtime.LogsQuery, fn func(runtime.LogLine) error) error {
+	if err := runtime.ValidateID("id", id); err != nil {
+		return err
+	}
+	next, err := func() (int, error) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if err := b.failLocked("AllocationLogs"); err != nil {
+			return 0, err
+		}
+		a, ok := b.allocs[id]
+		if !ok {
+			return 0, fmt.Errorf("%w: allocation %s", runtime.ErrNotFound, id)
+		}
+		if len(a.spec.Command) == 0 {
+			return 0, fmt.Errorf("%w: allocation %q has no logs: it is attached", runtime.ErrNotFound, id)
+		}
+		n := len(b.logs[id])
+		if q.Tail >= 0 && n > q.Tail {
+			return n - q.Tail, nil
+		}
+		return 0, nil
+	}()
+	if err != nil {
+		return err
+	}
+	for {
+		b.mu.Lock()
+		_, exists := b.allocs[id]
+		lines := append([]runtime.LogLine(nil), b.logs[id][min(next, len(b.logs[id])):]...)
+		b.mu.Unlock()
+		for _, l := range lines {
+			if err := fn(l); err != nil {
+				return err
+			}
+		}
+		next += len(lines)
+		if !q.Follow || !exists {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // DeregisterAllocation implements api.Backend.

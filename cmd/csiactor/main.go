@@ -18,8 +18,9 @@ func main() {
 		// The first SIGINT or SIGTERM ends ctx: the agent shuts down in
 		// order, a followed event stream ends. A second one ends the
 		// process at once instead of waiting for, say, a plugin that
-		// ignores SIGTERM. (Exec-managed plugins die with the agent: they
-		// get Pdeathsig.) The signal is caught rather than left to its
+		// ignores SIGTERM (exec-managed plugins run in sessions of their
+		// own and outlive the agent; the next one adopts them). The signal
+		// is caught rather than left to its
 		// default action, which is "ignore" for a background job of a
 		// non-interactive shell.
 		<-ctx.Done()

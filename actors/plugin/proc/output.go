@@ -173,6 +173,9 @@ func readOutput(dir string, tail int) (lines []Line, f *os.File, off int64, err 
 			return nil, nil, 0, fmt.Errorf("read plugin output: %w", err)
 		}
 		off = fi.Size()
+		if tail == 0 {
+			return nil, f, off, nil // nothing to read: the follower goes on from the end
+		}
 		b := make([]byte, off)
 		n, err := f.ReadAt(b, 0)
 		if err != nil && err != io.EOF {

@@ -80,15 +80,21 @@ plugin allocations, serves the full API on the unix socket <data_dir>/api.sock
 address (api.http_addr, default 127.0.0.1:7460), with the full API there too
 for requests bearing the token in api.token_file.
 
-A second SIGINT or SIGTERM during the shutdown exits at once: exec-managed
-plugins are killed with the agent, and a -dev data dir is left behind.
+Exec-managed plugins keep running when the agent stops, crashes or is
+upgraded (FUSE mounts die with their plugin), each with a log shim that
+keeps its output in <data_dir>/plugins/<alloc>/output.log; the next agent
+adopts them. Deregistration, removal from the config file, the exit of
+-dev and plugins.stop_on_agent_exit stop them.
+
+A second SIGINT or SIGTERM during the shutdown exits at once, leaving
+whatever was still being stopped running, and a -dev data dir behind.
 
 Flags override the config file, which overrides the defaults.
 
 -dev runs the embedded default: a fresh temporary data dir (unless -data-dir
 is given; removed on exit) and the example CSI plugin of this binary,
-registered as the exec-managed monolith allocation "example". It prints the
-CSIACTOR_ADDR to use.`,
+registered as the exec-managed monolith allocation "example", stopped when
+the agent exits. It prints the CSIACTOR_ADDR to use.`,
 		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
 			configFile := fs.String("config", "", "YAML or JSON config `file`")
 			dev := fs.Bool("dev", false, "run with a temporary data dir and the example plugin")
@@ -160,6 +166,8 @@ CSIACTOR_ADDR to use.`,
 							return fmt.Errorf("-dev: allocations[%d] of the config file has the ID %q, which -dev gives the example plugin", i, DevAllocationID)
 						}
 					}
+					// Nothing outlives -dev: its plugins stop with it.
+					cfg.Plugins.StopOnAgentExit = true
 					exe, err := os.Executable()
 					if err != nil {
 						return fmt.Errorf("dev: find this binary for the example plugin: %w", err)

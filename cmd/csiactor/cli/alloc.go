@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 
@@ -12,8 +14,8 @@ import (
 func allocCommand() *command {
 	return &command{
 		name:    "alloc",
-		summary: "list, register and deregister plugin allocations",
-		usage:   "csiactor alloc list|register|deregister [flags] [args]",
+		summary: "list, register and deregister plugin allocations; print their logs",
+		usage:   "csiactor alloc list|register|deregister|logs [flags] [args]",
 		subs: []*command{
 			clientLeaf(&command{
 				name:    "list",
@@ -36,6 +38,7 @@ func allocCommand() *command {
 				}
 			}),
 			allocRegisterCommand(),
+			allocLogsCommand(),
 			clientLeaf(&command{
 				name:    "deregister",
 				summary: "deregister an allocation (stopping it if exec-managed)",
@@ -141,4 +144,60 @@ func writeAllocations(e *env, as []runtime.Allocation, withPlugin bool) error {
 		t.row(row...)
 	}
 	return t.flush()
+}
+
+func allocLogsCommand() *command {
+	return clientLeaf(&command{
+		name:    "logs",
+		summary: "print an exec-managed allocation's plugin output",
+		usage:   "csiactor alloc logs [-f] [-tail N] [flags] ID",
+		help: `Prints what the plugin of the exec-managed allocation ID wrote to its
+stdout and stderr (GET /v1/allocations/ID/logs): stdout lines on stdout,
+stderr lines on stderr. The agent keeps the output in rotated files under
+<data_dir>/plugins/ID/, written by a log shim that runs beside the plugin,
+so lines written while no agent ran are there too.
+
+-tail N prints only the last N lines first (default: every kept line); -f
+keeps printing new lines until interrupted or the allocation is
+deregistered. With -json, prints the API's newline-delimited JSON (time,
+stream, line). An attached allocation has no logs: its plugin runs outside
+the agent.`,
+	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
+		follow := fs.Bool("f", false, "keep printing new lines until interrupted")
+		fs.BoolVar(follow, "follow", false, "same as -f")
+		tail := fs.Int("tail", -1, "print only the last `N` lines first (default: all)")
+		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
+			if err := wantArgs(args, "ID"); err != nil {
+				return err
+			}
+			if err := checkID("ID", args[0]); err != nil {
+				return err
+			}
+			set := false
+			fs.Visit(func(f *flag.Flag) { set = set || f.Name == "tail" })
+			if set && *tail < 0 {
+				return usagef("-tail %d: want 0 or more lines", *tail)
+			}
+			enc := json.NewEncoder(e.stdout)
+			print := func(l runtime.LogLine) error {
+				if cf.json {
+					return enc.Encode(l)
+				}
+				w := e.stdout
+				if l.Stream == "stderr" {
+					w = e.stderr
+				}
+				_, err := fmt.Fprintln(w, l.Line)
+				return err
+			}
+			err := cl.AllocationLogs(ctx, args[0], runtime.LogsQuery{Tail: *tail, Follow: *follow}, print)
+			switch {
+			case *follow && errors.Is(err, context.Canceled) && ctx.Err() != nil:
+				return nil // interrupted: the normal end of -f
+			case *follow && errors.Is(err, api.ErrStreamEnded):
+				return nil // deregistered, or the agent stopped
+			}
+			return err
+		}
+	})
 }

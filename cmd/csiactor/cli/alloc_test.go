@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/csiactor/csiactor/runtime"
 )
@@ -95,4 +96,49 @@ func TestAllocDeregister_Cases(t *testing.T) {
 	r := runCLI(t, env, "alloc", "deregister", "hp1")
 	r.want(t, 1, "")
 	r.contains(t, "stderr", "csiactor: not found: allocation hp1")
+}
+
+func TestAllocLogs_Cases(t *testing.T) {
+	b, env := populated(t)
+	t0 := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	b.AppendLogs("nfs-node",
+		runtime.LogLine{Time: t0, Stream: "stdout", Line: "starting"},
+		runtime.LogLine{Time: t0, Stream: "stderr", Line: "warning: slow"},
+		runtime.LogLine{Time: t0, Stream: "stdout", Line: "serving"})
+	r := runCLI(t, env, "alloc", "logs", "nfs-node")
+	r.want(t, 0, "starting\nserving\n")
+	if r.stderr != "warning: slow\n" {
+		t.Errorf("stderr %q, want the plugin's stderr line", r.stderr)
+	}
+	runCLI(t, env, "alloc", "logs", "-tail", "1", "nfs-node").want(t, 0, "serving\n")
+	runCLI(t, env, "alloc", "logs", "-json", "-tail", "1", "nfs-node").
+		want(t, 0, `{"time":"2026-03-04T05:06:07Z","stream":"stdout","line":"serving"}`+"\n")
+
+	r = runCLI(t, env, "alloc", "logs", "hp1")
+	r.want(t, 1, "")
+	r.contains(t, "stderr", `csiactor: not found: allocation "hp1" has no logs: it is attached`)
+	r = runCLI(t, env, "alloc", "logs", "nope")
+	r.want(t, 1, "")
+	r.contains(t, "stderr", "csiactor: not found: allocation nope")
+	r = runCLI(t, env, "alloc", "logs", "-tail", "-2", "nfs-node")
+	r.want(t, 2, "")
+	r.contains(t, "stderr", "-tail -2: want 0 or more lines")
+	runCLI(t, env, "alloc", "logs").want(t, 2, "")
+
+	// -f prints the tail, then new lines, and ends when the allocation is
+	// deregistered.
+	done := make(chan result, 1)
+	go func() { done <- runCLI(t, env, "alloc", "logs", "-f", "-tail", "0", "nfs-node") }()
+	time.Sleep(100 * time.Millisecond)
+	b.AppendLogs("nfs-node", runtime.LogLine{Time: t0, Stream: "stdout", Line: "later"})
+	time.Sleep(100 * time.Millisecond)
+	if err := b.DeregisterAllocation(context.Background(), "nfs-node"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		r.want(t, 0, "later\n")
+	case <-time.After(30 * time.Second):
+		t.Fatal("alloc logs -f did not end after the deregistration")
+	}
 }
