@@ -20,9 +20,8 @@ func main() {
 		// process at once instead of waiting for, say, a plugin that
 		// ignores SIGTERM (exec-managed plugins run in sessions of their
 		// own and outlive the agent; the next one adopts them). The signal
-		// is caught rather than left to its
-		// default action, which is "ignore" for a background job of a
-		// non-interactive shell.
+		// is caught rather than left to its default action, which is
+		// "ignore" for a background job of a non-interactive shell.
 		<-ctx.Done()
 		again := make(chan os.Signal, 1)
 		signal.Notify(again, os.Interrupt, syscall.SIGTERM)

@@ -3,7 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,7 +17,8 @@ import (
 )
 
 // TestAgent_KillAndRestart_KeepsClaimsAndMounts is the operator's tour of
-// the agent, through the CLI binary, with a SIGKILL in the middle.
+// the agent, through the CLI binary, with a SIGKILL in the middle (the
+// plugin keeps running and is adopted).
 //
 // The example plugin allows two volumes controller-published at once, so
 // a third claim is reserved and retried (ResourceExhausted is transient)
@@ -139,12 +139,10 @@ func TestAgent_KillAndRestart_KeepsClaimsAndMounts(t *testing.T) {
 	if r := waitSpill(); r.code != 1 {
 		t.Errorf("the claim command waiting on the killed agent: %s; want exit 1", r)
 	}
-	// The kernel kills the plugin when the agent dies (Pdeathsig).
-	h.eventually("the plugin process dies with the agent", settleDeadline, func() (bool, string) {
-		left := testbin.ProcessesWith(h.stateDir)
-		return len(left) == 0, fmt.Sprintf("still running: %v", left)
-	})
-
+	// The plugin outlives the agent: it runs in a session of its own.
+	if left := testbin.ProcessesWith(h.stateDir); len(left) != 1 || left[0] != plugins[0] {
+		t.Fatalf("plugin processes after the agent was killed: %v, want %d still running", left, plugins[0])
+	}
 	// With no agent running, the mounts stay and the data is there.
 	if isRoot() {
 		for _, p := range []string{t1, t2} {
@@ -174,6 +172,10 @@ func TestAgent_KillAndRestart_KeepsClaimsAndMounts(t *testing.T) {
 	// --- Second run ------------------------------------------------------
 	a2 := h.startAgent()
 	h.waitHealthy()
+	// The new agent adopted the plugin that kept running: no restart.
+	if now := testbin.ProcessesWith(h.stateDir); len(now) != 1 || now[0] != plugins[0] {
+		t.Errorf("plugin processes after the restart: %v, want the adopted %d alone", now, plugins[0])
+	}
 
 	// The half-way claim first (its publish attempts are bounded): it is
 	// still reserved, and the gauges, rebuilt from the store, count it
@@ -285,20 +287,18 @@ func TestAgent_KillAndRestart_KeepsClaimsAndMounts(t *testing.T) {
 	if !strings.Contains(a2.logs(), "agent stopped") {
 		t.Errorf("the agent's log does not end with \"agent stopped\":\n%s", testbin.Tail(a2.logs(), 10))
 	}
-	if left := testbin.ProcessesWith(h.stateDir); len(left) > 0 {
-		t.Errorf("plugin processes left after a clean shutdown: %v", left)
+	// The plugin keeps running for the next agent, on its socket.
+	if left := testbin.ProcessesWith(h.stateDir); len(left) != 1 || left[0] != plugins[0] {
+		t.Errorf("plugin processes after a clean shutdown: %v, want %d left running", left, plugins[0])
 	}
 	if _, err := os.Lstat(filepath.Join(h.dataDir, runtime.APISocketName)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the API socket is still there after shutdown (lstat: %v)", err)
 	}
-	if _, err := os.Lstat(filepath.Join(h.dataDir, "plugins", "example", "csi.sock")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the plugin socket is still there after shutdown (lstat: %v)", err)
-	}
 	// The last fingerprint, with a closed client, was persisted.
 	st := h.openStore()
 	alloc, err := st.Allocation(t.Context(), "example")
-	if err != nil || alloc.Healthy || alloc.HealthMsg != "agent shutting down" {
-		t.Errorf("stored allocation after shutdown: healthy %t, %q, err %v; want unhealthy \"agent shutting down\"", alloc.Healthy, alloc.HealthMsg, err)
+	if err != nil || alloc.Healthy || alloc.HealthMsg != "agent shutting down" || alloc.PID != plugins[0] {
+		t.Errorf("stored allocation after shutdown: healthy %t, %q, pid %d, err %v; want unhealthy \"agent shutting down\" with the running pid %d", alloc.Healthy, alloc.HealthMsg, alloc.PID, err, plugins[0])
 	}
 	st.Close()
 }

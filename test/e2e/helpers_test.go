@@ -69,6 +69,9 @@ type host struct {
 	killTimeout string
 	// agentEnv is added to the environment of the agents started next.
 	agentEnv []string
+	// pluginsExtra is added to the plugins section of the config file
+	// (indented lines).
+	pluginsExtra string
 }
 
 // newHost makes the base directory and registers the cleanup that runs
@@ -130,7 +133,7 @@ plugins:
   restart_backoff:
     initial: 100ms
     max: 2s
-volumes:
+%svolumes:
   # A publish step that keeps failing is given up after 10 attempts; these
   # make that about a minute, far longer than the test keeps a claim
   # waiting, with retries no more than 10 s apart.
@@ -138,7 +141,7 @@ volumes:
     initial: 1s
     max: 10s
 allocations:
-%s`, h.dataDir, h.killTimeout, allocations)
+%s`, h.dataDir, h.killTimeout, h.pluginsExtra, allocations)
 	if err := os.WriteFile(h.config, []byte(cfg), 0o600); err != nil {
 		h.t.Fatal(err)
 	}
