@@ -16,7 +16,10 @@
 // use), 413 for a body over the limit, 503 when the plugin is unavailable
 // or the agent is shutting down, and 500 otherwise. GET /v1/events writes
 // newline-delimited JSON; with ?follow=true it keeps streaming until the
-// client goes away.
+// client goes away. GET /v1/allocations/{id}/logs writes an exec-managed
+// plugin's output the same way ({"time","stream","line"} per line; ?tail=N
+// for the last N lines), and with ?follow=true streams until the client
+// goes or the allocation is deregistered.
 //
 // [Client] mirrors [Backend] over HTTP, so either can be used where the
 // other is expected. Its errors are [*Error] (the agent answered with an

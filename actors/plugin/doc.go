@@ -13,9 +13,15 @@
 //     GetPluginCapabilities, the controller and/or node capabilities,
 //     NodeGetInfo) on start and every Config.HeartbeatInterval, more often
 //     while the allocation is unhealthy;
-//   - for an exec-managed allocation, the plugin process: started with
-//     CSI_ENDPOINT set, restarted with exponential backoff when it exits,
-//     stopped (whole process group, SIGTERM then SIGKILL) on shutdown.
+//   - for an exec-managed allocation, the plugin process (see package
+//     proc): started with CSI_ENDPOINT set and a log shim that keeps its
+//     output, or adopted when a previous agent left it running (same PID
+//     and start time, and it answers on its socket; one that does not is
+//     killed and replaced); restarted with exponential backoff when it
+//     exits or stays unhealthy for Config.HealthTimeout; stopped (whole
+//     process group, SIGTERM then SIGKILL) on deregistration, and on
+//     shutdown only with Config.StopOnShutdown: otherwise it is left
+//     running for the next agent.
 //
 // Every change of health, fingerprint, client or process is sent to the
 // parent as a [StatusChanged]. Death is noticed without waiting for the
@@ -36,5 +42,6 @@
 //
 // A restarted actor (after a panic) starts from its spec again: it stops
 // its process in Restarting and starts a new one. The message that failed
-// is lost.
+// is lost. An attached allocation unhealthy for Config.HealthTimeout is
+// only described so ("not healthy for over …"): the agent does not run it.
 package plugin

@@ -169,7 +169,7 @@ func TestSampleUnit_Settings(t *testing.T) {
 	for key, want := range map[string]string{
 		"Service.Type":               "simple",
 		"Service.ExecStart":          "/usr/local/bin/csiactor agent -config /etc/csiactor/csiactor.yaml",
-		"Service.KillMode":           "mixed",
+		"Service.KillMode":           "process", // plugins outlive the agent
 		"Service.Restart":            "on-failure",
 		"Service.StateDirectory":     "csiactor",
 		"Install.WantedBy":           "multi-user.target",
