@@ -83,7 +83,7 @@ func allocationFromInfo(i registry.AllocationInfo) Allocation {
 	return Allocation{
 		ID: i.ID, Plugin: i.Plugin, Type: string(i.Type), Socket: i.Socket,
 		Command: i.Command, Healthy: i.Healthy, HealthDescription: i.HealthDescription,
-		Singleton: i.Singleton, NodeID: i.NodeID, Source: string(i.Source),
+		Singleton: i.Singleton, NodeID: i.NodeID, Source: string(i.Source), PID: i.PID,
 	}
 }
 

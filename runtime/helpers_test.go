@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,7 +20,35 @@ import (
 	"github.com/csiactor/csiactor/runtime"
 )
 
-func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
+// fakePluginEnv makes the test binary run as an exec-managed CSI plugin
+// (see runFakePlugin).
+const fakePluginEnv = "CSIACTOR_RT_FAKE_PLUGIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(fakePluginEnv) != "" {
+		os.Exit(runFakePlugin())
+	}
+	leakcheck.VerifyTestMain(m)
+}
+
+// runFakePlugin serves a fake plugin on $CSI_ENDPOINT until SIGTERM,
+// saying so on stdout and stderr.
+func runFakePlugin() int {
+	path := strings.TrimPrefix(os.Getenv("CSI_ENDPOINT"), "unix://")
+	p := fakeplugin.New(fullPlugin)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
+	if err := p.Serve(path); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	fmt.Println("fake plugin serving on", path)
+	fmt.Fprintln(os.Stderr, "a line on stderr")
+	<-sig
+	p.Stop()
+	fmt.Println("fake plugin stopped")
+	return 0
+}
 
 // waitLimit bounds every wait for something that happens in the
 // background (a plugin turning healthy, a release reaching freed). It is a

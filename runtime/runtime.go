@@ -94,8 +94,9 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 func (r *Runtime) Config() Config { return r.cfg }
 
 // Start opens the store in the data directory, starts the actor system,
-// restores every persisted allocation (starting exec-managed plugins again)
-// and registers the configured ones, then resumes every unfinished claim and
+// restores every persisted allocation (adopting the exec-managed plugins a
+// previous run left running, starting the others) and registers the
+// configured ones, then resumes every unfinished claim and
 // release. It returns once all of that is under way; plugins become healthy
 // in the background (see WaitHealthy).
 //

@@ -128,6 +128,9 @@ type Allocation struct {
 	// Source is where the allocation was registered: "config" (the config
 	// file, which is authoritative for it on every start) or "api".
 	Source string `json:"source,omitempty"`
+	// PID is the plugin process of an exec-managed allocation, started or
+	// adopted by this agent; 0 while none runs.
+	PID int `json:"pid,omitempty"`
 }
 
 // AllocationSpec is the body of a register-allocation request: an attached

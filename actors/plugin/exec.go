@@ -112,14 +112,12 @@ func (a *Actor) adopt() bool {
 	return false
 }
 
-// killLeftover kills what is left of the processes st names, and of the
-// stale process, so that two copies of the plugin never run.
+// killLeftover kills what is left of the processes the State file names
+// (st, for the log) and of the stale process, so that two copies of the
+// plugin never run.
 func (a *Actor) killLeftover(st proc.State) {
 	ctx, cancel := context.WithTimeout(a.ctx, 10*time.Second)
 	defer cancel()
-	if err := proc.WriteState(a.procDir(), st); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		a.log.WithError(err).Debug("record the leftover process")
-	}
 	killed, err := proc.KillLeftover(ctx, a.procDir(), a.stale.PID, a.stale.PIDStart)
 	switch {
 	case err != nil:
