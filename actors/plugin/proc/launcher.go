@@ -519,7 +519,7 @@ func (p *Process) forward(stop <-chan bool, done chan<- struct{}) {
 		logLine(p.log.WithField("stream", stream), l.Text)
 		return nil
 	}
-	t := time.NewTicker(followInterval)
+	t := time.NewTicker(forwardInterval)
 	defer t.Stop()
 	for {
 		_, _ = p.fwd.poll(logf)

@@ -230,8 +230,13 @@ func splitRecords(b []byte) [][]byte {
 	return out
 }
 
-// followInterval is how often a follower looks for new output.
-const followInterval = 50 * time.Millisecond
+// How often a follower looks for new output: one that serves the API,
+// and the agent's own, which logs every plugin's lines (a read and a stat
+// per allocation each time).
+const (
+	followInterval  = 100 * time.Millisecond
+	forwardInterval = 200 * time.Millisecond
+)
 
 // FollowOutput calls fn with the last tail lines of the output in dir
 // (every kept line when tail is negative), then with every line written
