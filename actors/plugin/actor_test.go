@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -537,4 +538,53 @@ func TestActor_Attached_HealthTimeout_Reported(t *testing.T) {
 	if s := h.waitHealthy(); s.Description != "healthy" {
 		t.Errorf("description %q", s.Description)
 	}
+}
+
+// A plugin process that an agent started but was killed before it could
+// record it (no State file, nothing in the store) still listens on the
+// allocation's socket: it is found by its socket and killed before the
+// new process starts, so two copies never run.
+func TestActor_Exec_KillsUnrecordedListener(t *testing.T) {
+	defer leakcheck.Check(t)()
+	spec, err := Spec{ID: "u1", Plugin: "fake", Type: Node, Command: fakeCommand(t), Env: fakeEnv("u")}.WithSocket(shortDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(spec.Socket), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	orphan := exec.Command(spec.command()[0], spec.command()[1:]...)
+	orphan.Env = spec.environ(nil)
+	orphan.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := orphan.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = orphan.Wait(); close(exited) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(spec.Socket); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the orphan plugin does not listen")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	h := newHarness(t, spec, StaleProcess{}, nil)
+	defer h.close()
+	s := h.waitHealthy()
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the unrecorded plugin process still runs beside the new one")
+	}
+	if s.PID == orphan.Process.Pid {
+		t.Error("the unrecorded process was taken for the allocation's")
+	}
+	if ws := orphan.ProcessState.Sys().(syscall.WaitStatus); ws.Signal() != syscall.SIGKILL {
+		t.Errorf("the orphan ended with %s, want SIGKILL", orphan.ProcessState)
+	}
+	h.shutdown(ReasonDeregistered)
 }

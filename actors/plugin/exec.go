@@ -31,6 +31,7 @@ func (a *Actor) startProcess() {
 			return
 		}
 	}
+	a.killListener()
 	if err := a.prepareSocketDir(); err != nil {
 		a.startFailed(err, err.Error())
 		return
@@ -126,6 +127,21 @@ func (a *Actor) killLeftover(st proc.State) {
 		a.log.WithField("pid", st.PID).Warn("killed the plugin process left by a previous agent")
 	}
 	a.stale = StaleProcess{}
+}
+
+// killListener kills a process that listens on the allocation's socket
+// although no record names it: one started by an agent killed before it
+// wrote the State file. Two copies of the plugin never run.
+func (a *Actor) killListener() {
+	ctx, cancel := context.WithTimeout(a.ctx, 10*time.Second)
+	defer cancel()
+	pid, err := proc.KillListener(ctx, a.spec.Socket)
+	switch {
+	case err != nil:
+		a.log.WithError(err).WithField("pid", pid).Error("could not kill the unrecorded process on the plugin's socket")
+	case pid != 0:
+		a.log.WithField("pid", pid).Warn("killed an unrecorded plugin process that listened on the allocation's socket")
+	}
 }
 
 // answered settles an adoption with the result of the first call to the

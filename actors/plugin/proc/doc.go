@@ -39,5 +39,8 @@
 // was replaced by an upgrade still can. The exit status of an adopted
 // process is unknown (only its parent, init, learns it). A plugin started
 // in the instant before an agent is killed, before its State is written,
-// is not known to the next agent.
+// is unknown to the next agent; once it listens on its socket,
+// [KillListener] finds it there (SO_PEERCRED). One that has not listened
+// yet when the next agent starts its own may still race it for the
+// socket.
 package proc

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // KillStale stops a process left over from a previous run of the agent:
@@ -74,4 +78,49 @@ func KillLeftover(ctx context.Context, dir string, pid int, startTicks uint64) (
 		return killed, err
 	}
 	return killed, RemoveState(dir)
+}
+
+// KillListener kills the process that listens on the unix socket path, if
+// one does (found by SO_PEERCRED on a connection to it), with its process
+// group, and reports its PID (0 when nothing answered). It is for a
+// plugin's own socket, where anything listening is a plugin process left
+// by an agent that was killed before it could record it: without this, a
+// new plugin would start beside it.
+func KillListener(ctx context.Context, path string) (int, error) {
+	d := net.Dialer{Timeout: time.Second}
+	c, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return 0, nil // nothing listens (or no socket at all)
+	}
+	defer c.Close()
+	raw, err := c.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		return 0, fmt.Errorf("socket %s: %w", path, err)
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, fmt.Errorf("socket %s: %w", path, err)
+	}
+	if cerr != nil {
+		return 0, fmt.Errorf("socket %s: peer credentials: %w", path, cerr)
+	}
+	pid := int(cred.Pid)
+	if pid <= 0 || pid == os.Getpid() {
+		return 0, nil // another PID namespace, or this very process
+	}
+	st, err := ReadStat(pid)
+	if errors.Is(err, ErrNoProcess) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	_ = c.Close() // let it go before it is killed
+	if _, err := KillStale(ctx, pid, st.StartTicks); err != nil {
+		return pid, err
+	}
+	return pid, nil
 }
