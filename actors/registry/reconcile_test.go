@@ -371,3 +371,35 @@ func (nopStore) DeleteAllocation(context.Context, string) error { return errors.
 func (nopStore) Allocations(context.Context) ([]persistence.Allocation, error) {
 	return nil, errors.New("nopStore")
 }
+
+// A config allocation whose plugin was left running by the last agent
+// (plugins outlive it) and that the config file no longer lists is
+// stopped, with its log shim, before anything starts.
+func TestStart_ConfigAllocations_RemovedStopsRunningPlugin(t *testing.T) {
+	defer leakcheck.Check(t)()
+	configured := []plugin.Spec{execSpec(t, "c1", "p", plugin.Node)}
+	e := newEnv(t, func(c *Config) {
+		c.ConfigAllocations = configured
+		c.Plugin.StopOnShutdown = false
+	})
+	defer e.close()
+	first := e.waitHealthy("c1")["c1"]
+	e.stop()
+	st, err := proc.ReadState(filepath.Join(e.data, "plugins", "c1"))
+	if err != nil || st.PID != first.PID || st.ShimPID == 0 {
+		t.Fatalf("recorded %+v, %v; want the running plugin %d and its shim", st, err, first.PID)
+	}
+	configured = nil
+	e.start()
+	for _, pid := range []int{st.PID, st.ShimPID} {
+		if state, ok := children(t)[pid]; ok && state != "Z" {
+			t.Errorf("process %d still runs (state %s) after its allocation left the config", pid, state)
+		}
+	}
+	if _, err := e.h.Allocation(ctx(t), "c1"); !errors.Is(err, ErrAllocationNotFound) {
+		t.Errorf("c1 after removal: %v, want ErrAllocationNotFound", err)
+	}
+	if _, err := os.Stat(filepath.Join(e.data, "plugins", "c1")); !os.IsNotExist(err) {
+		t.Errorf("c1's directory: %v, want removed", err)
+	}
+}
