@@ -241,8 +241,8 @@ const (
 // FollowOutput calls fn with the last tail lines of the output in dir
 // (every kept line when tail is negative), then with every line written
 // after them, across rotations, until ctx ends (it returns nil), fn
-// returns an error (it returns that error), or dir is removed (the
-// allocation was deregistered; it returns nil).
+// returns an error (it returns that error), or dir, once it existed, is
+// removed (the allocation was deregistered; it returns nil).
 func FollowOutput(ctx context.Context, dir string, tail int, fn func(Line) error) error {
 	lines, f, off, err := readOutput(dir, tail)
 	if err != nil {
@@ -276,7 +276,9 @@ func FollowOutput(ctx context.Context, dir string, tail int, fn func(Line) error
 // follower reads the records appended to a plugin's output file, and
 // follows the file across rotations.
 type follower struct {
-	dir     string
+	dir  string
+	seen bool // dir existed at some point
+
 	f       *os.File
 	ino     uint64
 	br      *bufio.Reader
@@ -322,11 +324,16 @@ func (fo *follower) poll(fn func(Line) error) (gone bool, err error) {
 		}
 		fi, err := os.Stat(outputPath(fo.dir, 0))
 		if err != nil {
-			if _, derr := os.Stat(fo.dir); errors.Is(derr, os.ErrNotExist) {
-				return true, nil
+			_, derr := os.Stat(fo.dir)
+			switch {
+			case derr == nil:
+				fo.seen = true
+			case errors.Is(derr, os.ErrNotExist) && fo.seen:
+				return true, nil // removed
 			}
-			return false, nil // between a rotation's rename and create
+			return false, nil // not created yet, or between a rotation's rename and create
 		}
+		fo.seen = true
 		st, ok := fi.Sys().(*syscall.Stat_t)
 		if fo.f != nil && ok && st.Ino == fo.ino {
 			return false, nil
