@@ -429,3 +429,28 @@ func TestKillLeftover(t *testing.T) {
 		t.Errorf("again: %v, %v; want nothing to kill", killed, err)
 	}
 }
+
+// A broken State file does not keep the store's process alive.
+func TestKillLeftover_BrokenStateFile(t *testing.T) {
+	defer leakcheck.Check(t)()
+	dir := t.TempDir()
+	if err := os.WriteFile(dir+"/"+StateFile, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sleep", "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := ReadStat(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed, err := KillLeftover(context.Background(), dir, cmd.Process.Pid, st.StartTicks)
+	if !killed || err == nil || !strings.Contains(err.Error(), StateFile) {
+		t.Errorf("KillLeftover = %v, %v; want the process killed and an error naming the file", killed, err)
+	}
+	_ = cmd.Wait()
+	if _, err := os.Stat(dir + "/" + StateFile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("broken state file: %v, want removed", err)
+	}
+}

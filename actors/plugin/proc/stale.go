@@ -55,15 +55,16 @@ func KillStale(ctx context.Context, pid int, startTicks uint64) (bool, error) {
 // plugin whose output directory is dir: the plugin process and its log
 // shim recorded in dir's State, and the process pid with start time
 // startTicks (from the store; zero for none), each only if it still runs
-// with its recorded start time. It then removes the State file. It
-// reports whether it killed anything.
+// with its recorded start time. It then removes the State file (a broken
+// one too, after killing the store's process), unless a process would not
+// die. It reports whether it killed anything.
 func KillLeftover(ctx context.Context, dir string, pid int, startTicks uint64) (bool, error) {
+	var killed, stuck bool
+	var errs []error
 	st, err := ReadState(dir)
 	if err != nil {
-		return false, err
+		errs = append(errs, err) // a broken file: the store's process is still killed
 	}
-	var killed bool
-	var errs []error
 	for _, p := range []struct {
 		pid   int
 		start uint64
@@ -72,12 +73,15 @@ func KillLeftover(ctx context.Context, dir string, pid int, startTicks uint64) (
 		killed = killed || k
 		if err != nil {
 			errs = append(errs, err)
+			stuck = true
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return killed, err
+	if !stuck { // else keep the record: the process may still be there
+		if err := RemoveState(dir); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	return killed, RemoveState(dir)
+	return killed, errors.Join(errs...)
 }
 
 // KillListener kills the process that listens on the unix socket path, if
