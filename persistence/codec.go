@@ -38,7 +38,7 @@ const volumeCodecShape = "Volume{ID string; Plugin string; ExternalID string; " 
 	"CapacityBytes int64; Created bool; ControllerPublished bool; PublishContext map[string]string; " +
 	"Claims []Claim{Alloc string; Mode string; AccessMode string; AttachmentMode string; State string; " +
 	"Usage string; TargetPath string; StagingPath string; LastError string; Attempts int; " +
-	"CreatedAt time.Time; UpdatedAt time.Time; NodeID string; ControllerRequired bool}; " +
+	"CreatedAt time.Time; UpdatedAt time.Time; NodeID string; ControllerRequired bool; Repair string}; " +
 	"PastClaims []Claim; " +
 	"Stagings []Staging{Usage string; Path string; Users []string; Staged bool}; " +
 	"Revision uint64; CreatedAt time.Time; UpdatedAt time.Time}"
@@ -156,7 +156,8 @@ func appendClaims(dst []byte, cs []Claim) []byte {
 			dst = appendTime(dst, c.CreatedAt)
 			dst = appendTime(dst, c.UpdatedAt)
 			dst = appendString(dst, c.NodeID)
-			return appendBool(dst, c.ControllerRequired)
+			dst = appendBool(dst, c.ControllerRequired)
+			return appendString(dst, c.Repair)
 		})
 	}
 	return dst
@@ -366,6 +367,7 @@ func (r *volumeReader) claims(what string) []Claim {
 		c.UpdatedAt = e.time("claim updated_at")
 		c.NodeID = e.string("claim node_id")
 		c.ControllerRequired = e.bool("claim controller_required")
+		c.Repair = e.string("claim repair")
 	}
 	return out
 }

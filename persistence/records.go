@@ -112,6 +112,11 @@ type Claim struct {
 	// ControllerUnpublishVolume even if the publish's outcome was never
 	// recorded.
 	ControllerRequired bool `json:"controller_required,omitempty"`
+	// Repair names what the host was found missing for this claim (a
+	// published claim's "target path", its "staging path", or "boot ID
+	// changed") while it goes through its publish steps again; empty
+	// otherwise. Set on current claims only.
+	Repair string `json:"repair,omitempty"`
 }
 
 // Staging records who uses one staging path of a volume (one per usage).

@@ -132,3 +132,41 @@ func (s *Store) Allocations(ctx context.Context) ([]Allocation, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
 	return out, nil
 }
+
+// MaxBootIDLen bounds a boot ID PutBootID accepts (a Linux boot ID is a
+// 36-byte UUID).
+const MaxBootIDLen = 256
+
+// BootID returns the host's boot ID as last recorded by PutBootID, or ""
+// when none was. The agent compares it with the running host's to know
+// whether the host rebooted since the last run (every mount is then gone).
+func (s *Store) BootID(ctx context.Context) (string, error) {
+	var id string
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		id = string(tx.Bucket([]byte(bucketMeta)).Get([]byte(keyBootID)))
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// PutBootID records the host's boot ID. An empty ID, one longer than
+// MaxBootIDLen or one with a control character or space is ErrInvalid.
+func (s *Store) PutBootID(ctx context.Context, id string) error {
+	if id == "" || len(id) > MaxBootIDLen {
+		return fmt.Errorf("boot id is %d bytes (want 1 to %d): %w", len(id), MaxBootIDLen, ErrInvalid)
+	}
+	for _, r := range id {
+		if r <= ' ' || r == 0x7f {
+			return fmt.Errorf("boot id contains a space or control character: %w", ErrInvalid)
+		}
+	}
+	return s.write(ctx, func(tx *bolt.Tx) error {
+		if err := tx.Bucket([]byte(bucketMeta)).Put([]byte(keyBootID), []byte(id)); err != nil {
+			return fmt.Errorf("put boot id: %w", err)
+		}
+		return nil
+	})
+}

@@ -43,6 +43,9 @@ const (
 	// replay) that applied it; absent until the first. Open skips journal
 	// files of that generation or older.
 	keyJournalApplied = "journal_applied"
+	// keyBootID is the host's boot ID as the agent last recorded it (see
+	// Store.BootID); absent until the first.
+	keyBootID = "boot_id"
 )
 
 // schema is what Open expects of a file and how to get there from older
