@@ -147,6 +147,7 @@ func claimFromManager(c volume.Claim) Claim {
 	return Claim{
 		Alloc: c.Alloc, Mode: c.Mode, AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode,
 		State: c.State, TargetPath: c.TargetPath, LastError: c.LastError,
+		Repair: c.Repair, Condition: c.Condition,
 	}
 }
 

@@ -54,6 +54,32 @@ type Config struct {
 	// Allocations are registered on every start, in addition to the
 	// allocations restored from the store.
 	Allocations []AllocationConfig `yaml:"allocations"`
+	// Host says how the runtime looks at the host. It is not read from
+	// the config file: it is for embedders and tests.
+	Host HostConfig `yaml:"-"`
+}
+
+// DefaultBootIDFile holds the boot ID of a Linux host, a new one at every
+// boot.
+const DefaultBootIDFile = "/proc/sys/kernel/random/boot_id"
+
+// HostConfig says how the runtime checks the host against its store: on
+// every start (after a reboot, every claim is published again), and when a
+// plugin's allocation becomes healthy again (a published claim whose
+// target or staging path is not mounted is published again).
+type HostConfig struct {
+	// BootIDFile is the file that holds the host's boot ID. Empty means
+	// DefaultBootIDFile. It is a seam for tests, which simulate a reboot
+	// by pointing it at a file they change, and for hosts where procfs is
+	// elsewhere; the agent command takes it from $CSIACTOR_BOOT_ID_FILE.
+	// An unreadable file is logged and the reboot check skipped.
+	BootIDFile string
+	// MountTable is the mount table to read. Empty means
+	// /proc/self/mountinfo.
+	MountTable string
+	// SkipMountCheck trusts the store over the mount table: for plugins
+	// that mount nothing (test fakes). The boot ID is still checked.
+	SkipMountCheck bool
 }
 
 // APIConfig says where the agent serves its API.

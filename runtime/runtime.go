@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -65,7 +66,9 @@ type Runtime struct {
 	plugins  *pluginsAdapter
 	regSub   *actorkit.Subscription[registry.Event]
 	events   *eventLog
+	host     *hostCheck
 	done     chan struct{} // closed by Shutdown
+	isReady  atomic.Bool   // latched by Ready once nothing is pending
 	wg       sync.WaitGroup
 	stopped  bool
 }
@@ -185,6 +188,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("start registry: %w", mapErr(err))
 	}
 	r.plugins = newPluginsAdapter(r.registry, pc.HeartbeatInterval)
+	r.host = newHostCheck(r.cfg.Host, r.log.WithField("component", "host"))
 	r.wg.Add(1)
 	go r.forwardRegistryEvents(r.regSub)
 	// The restored allocations reach forwardRegistryEvents as registered
@@ -198,8 +202,18 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 		r.csiStats.InitRetries(a.Plugin, retriedMethods...)
 	}
 
+	// The host is checked before any claim resumes: after a reboot every
+	// claim is published again, and a published claim the mount table
+	// does not show is too.
+	bootID, rebooted := r.host.bootChanged(ctx, r.store)
+	var host volume.Host
+	if !r.cfg.Host.SkipMountCheck {
+		host = volume.MountTable{File: r.cfg.Host.MountTable, Dir: filepath.Join(r.cfg.DataDir, "volumes")}
+	}
 	vb := r.cfg.Volumes.Retry
 	r.volumes, err = volume.NewManager(r.system.Root, volume.Config{
+		Host:                 host,
+		HostRebooted:         rebooted,
 		DataDir:              r.cfg.DataDir,
 		Backoff:              csi.Backoff{Initial: vb.Initial, Max: vb.Max, Multiplier: vb.Multiplier, Jitter: vb.Jitter},
 		MaxInFlightPerPlugin: pc.MaxInFlight,
@@ -216,6 +230,15 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 	if err := r.volumes.Start(ctx); err != nil {
 		return fmt.Errorf("resume volumes: %w", err)
 	}
+	// Recorded once the repairs it calls for are: a crash before this
+	// line makes the next start redo them.
+	if bootID != "" {
+		if err := r.store.PutBootID(ctx, bootID); err != nil {
+			return fmt.Errorf("record boot id: %w", err)
+		}
+	}
+	r.wg.Add(1)
+	go r.host.run(r.done, r.volumes, &r.wg)
 	r.started = true
 	r.log.WithField("data_dir", r.cfg.DataDir).Info("runtime started")
 	return nil
@@ -605,8 +628,10 @@ func (r *Runtime) forwardRegistryEvents(sub *actorkit.Subscription[registry.Even
 			r.csiStats.InitRetries(e.Plugin, retriedMethods...)
 		case registry.EventDeregistered:
 			ev.Type = EventAllocationDeregistered
+			r.host.deregistered(e.Alloc)
 		case registry.EventHealthChanged:
 			ev.Type = EventHealthChanged
+			r.host.healthChanged(r.done, e.Alloc, e.Plugin, e.Healthy)
 		case registry.EventSingletonChanged, registry.EventActiveChanged:
 			ev.Type = EventSingletonChanged
 			if e.Type == registry.EventActiveChanged {

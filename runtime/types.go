@@ -70,6 +70,10 @@ const (
 	EventClaimReleased      = "claim-released"
 	EventClaimFreed         = "claim-freed"
 	EventClaimFailed        = "claim-failed"
+	// EventClaimRepaired: a claim whose volume the host was missing (its
+	// target or staging path not mounted, or the host rebooted) is
+	// published again; Message names what was missing.
+	EventClaimRepaired = "claim-repaired"
 	// EventsDropped tells a subscriber that it fell behind and lost events;
 	// Message says how many.
 	EventsDropped = "events-dropped"
@@ -459,7 +463,23 @@ type Claim struct {
 	// LastError is the last failure of the current step, if it is being
 	// retried, with secrets and mount flags removed.
 	LastError string `json:"last_error,omitempty"`
+	// Repair names what the host was missing while the claim is published
+	// again: "target path", "staging path" or "boot ID changed".
+	Repair string `json:"repair,omitempty"`
+	// Condition is ClaimRepairing or ClaimDegraded while Repair is set;
+	// a claim with a condition is never in state published.
+	Condition string `json:"condition,omitempty"`
 }
+
+// Claim conditions, set while a claim whose volume the host was missing
+// goes through its publish steps again.
+const (
+	// ClaimRepairing: no attempt of the repair has failed yet.
+	ClaimRepairing = "repairing"
+	// ClaimDegraded: an attempt failed (LastError says why); it is
+	// retried with backoff.
+	ClaimDegraded = "degraded"
+)
 
 // ClaimRequest is the body of a claim request
 // (POST /v1/volumes/{id}/claims).

@@ -105,6 +105,7 @@ func ApplyPublish(v *persistence.Volume, s Step, r Result, now time.Time) {
 		c.State = StateStaged
 	case NodePublish:
 		c.State = StatePublished
+		c.Repair = ""
 	}
 	c.LastError, c.Attempts, c.UpdatedAt = "", 0, now
 }

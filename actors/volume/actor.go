@@ -62,6 +62,8 @@ func (a *volumeActor) Receive(ctx actor.Context) {
 		a.enqueue(ctx, msg)
 	case *claimRequest:
 		a.claim(ctx, msg)
+	case *reconcileRequest:
+		a.reconcile(ctx, msg)
 	case *factsResolved:
 		a.reserve(ctx, msg)
 	case *stepFinished:

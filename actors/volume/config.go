@@ -64,13 +64,25 @@ type Config struct {
 	// OnEvent, when set, is called after every persisted change that the
 	// agent's event stream shows (see the Event* constants): volumes
 	// registered, created, deregistered and deleted; claims published,
-	// failed, released and freed. It is called from volume actors and must not
-	// block.
+	// failed, released, freed and repaired. It is called from volume
+	// actors and must not block.
 	OnEvent func(Event)
+	// Host, when set, is how the manager looks at the host's mounts:
+	// Start and Reconcile send a published claim whose target or staging
+	// is not mounted back through its publish steps, and a repeated claim
+	// of a published claim checks its target first. Nil trusts the
+	// records (tests with a plugin that mounts nothing).
+	Host Host
+	// HostRebooted says the host rebooted since the records were written
+	// (its boot ID changed): Start sends every current claim back through
+	// every publish step (ControllerPublishVolume too: the attachment is
+	// uncertain) before it resumes anything.
+	HostRebooted bool
 	// Logger receives the manager's logs; nil discards them.
 	Logger *logrus.Entry
-	// Registerer receives csiactor_volume_claims and
-	// csiactor_volume_operations_in_flight; nil registers nothing.
+	// Registerer receives csiactor_volume_claims,
+	// csiactor_volume_operations_in_flight and
+	// csiactor_claim_repairs_total; nil registers nothing.
 	Registerer prometheus.Registerer
 }
 

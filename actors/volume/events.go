@@ -21,6 +21,10 @@ const (
 	EventClaimReleased  = "claim-released"
 	EventClaimFreed     = "claim-freed"
 	EventClaimFailed    = "claim-failed"
+	// EventClaimRepaired replaces EventClaimPublished when a claim is
+	// published again because the host was missing its volume; the
+	// message names what was missing.
+	EventClaimRepaired = "claim-repaired"
 )
 
 // Event is something that happened to a volume, reported to Config.OnEvent
@@ -56,7 +60,15 @@ func (m *Manager) recordEvents(old, cur *persistence.Volume) {
 	}
 	oldClaims, oldPast, curPast := indexClaims(old.Claims), indexClaims(old.PastClaims), indexClaims(cur.PastClaims)
 	for _, c := range cur.Claims {
-		if c.State == claim.StatePublished && oldClaims.state(c.Alloc) != claim.StatePublished {
+		if c.State != claim.StatePublished {
+			continue
+		}
+		i := oldClaims.find(c.Alloc)
+		switch {
+		case i >= 0 && oldClaims.claims[i].State == claim.StatePublished:
+		case i >= 0 && oldClaims.claims[i].Repair != "":
+			ev(EventClaimRepaired, c.Alloc, repairMessage(oldClaims.claims[i].Repair)+"; published again at "+c.TargetPath)
+		default:
 			ev(EventClaimPublished, c.Alloc, c.Mode+" claim published at "+c.TargetPath)
 		}
 	}
@@ -129,4 +141,12 @@ func (m *Manager) recordRemoved(v *persistence.Volume, deleted bool) {
 		typ, msg = EventVolumeDeleted, "volume deleted through the controller and deregistered"
 	}
 	m.cfg.OnEvent(Event{Time: time.Now(), Type: typ, Plugin: v.Plugin, Volume: v.ID, Message: msg})
+}
+
+// repairMessage says what a repair (persistence.Claim.Repair) was about.
+func repairMessage(what string) string {
+	if what == claim.RepairBootID {
+		return "host rebooted (boot ID changed): every mount was gone"
+	}
+	return what + " was not mounted"
 }

@@ -191,7 +191,7 @@ func (a *volumeActor) claim(ctx actor.Context, msg *claimRequest) {
 		return
 	}
 	if i >= 0 {
-		a.join(msg, &a.rec.Claims[i])
+		a.join(msg, a.rec.Claims[i].Alloc)
 		a.settle(ctx)
 		return
 	}
@@ -216,14 +216,24 @@ func (a *volumeActor) claim(ctx actor.Context, msg *claimRequest) {
 	a.settle(ctx)
 }
 
-// join answers msg with claim c if it is published, or adds it to c's
-// waiters.
-func (a *volumeActor) join(msg *claimRequest, c *persistence.Claim) {
+// join answers msg with alloc's claim if it is published and the host has
+// its volume, or adds it to the claim's waiters: a claim not published yet,
+// or one the host was found missing, which is then sent back through its
+// publish steps (the caller's settle starts them).
+func (a *volumeActor) join(msg *claimRequest, alloc string) {
+	c := &a.rec.Claims[claim.FindClaim(a.rec.Claims, alloc)]
 	if c.State == claim.StatePublished {
-		answer(msg.reply, reply{vol: a.rec, claim: *c})
-		return
+		repairing, err := a.recheck(alloc)
+		if err != nil {
+			answer(msg.reply, reply{err: err})
+			return
+		}
+		if !repairing {
+			answer(msg.reply, reply{vol: a.rec, claim: *c})
+			return
+		}
 	}
-	a.waiters[c.Alloc] = append(a.waiters[c.Alloc], msg.reply)
+	a.waiters[alloc] = append(a.waiters[alloc], msg.reply)
 }
 
 // reserve records the claims whose node plugin lookup finished, checking
@@ -260,7 +270,7 @@ func (a *volumeActor) reserveAll(ctx actor.Context, alloc string, reqs []*claimR
 			continue
 		}
 		if i >= 0 {
-			a.join(req, &a.rec.Claims[i])
+			a.join(req, a.rec.Claims[i].Alloc)
 			continue
 		}
 		v := claim.CloneVolume(a.rec)
@@ -321,18 +331,30 @@ func (a *volumeActor) stepFinished(ctx actor.Context, msg *stepFinished) {
 		return
 	}
 	now := time.Now()
-	switch msg.res.Outcome {
-	case csi.Success:
+	// A repair is of a claim its allocation holds and uses: it is never
+	// given up and torn down, only retried, showing its last error.
+	repair := a.rec.Claims[claim.FindClaim(a.rec.Claims, alloc)].Repair
+	switch {
+	case msg.res.Outcome == csi.Success:
 		v := claim.CloneVolume(a.rec)
 		claim.ApplyPublish(v, msg.step, msg.res, now)
 		a.mustPersist(v, msg.step.Method.String())
+		if repair != "" && msg.step.Method == claim.NodePublish {
+			a.m.repairs.WithLabelValues(a.rec.Plugin, repairSucceeded).Inc()
+			a.log.WithFields(logrus.Fields{"alloc": alloc, "missing": repair}).Info("claim repaired: published again")
+		}
 		a.queue = append(a.queue, &advanceWork{alloc: alloc})
-	case csi.Final:
+	case msg.res.Outcome == csi.Final && repair == "":
 		a.failClaim(ctx, msg.step, msg.res.Err)
 	default:
 		v := claim.CloneVolume(a.rec)
 		n := claim.RecordFailure(v.Claims, alloc, msg.res.Err.Error(), now)
 		a.mustPersist(v, "failure")
+		if repair != "" {
+			a.m.repairs.WithLabelValues(a.rec.Plugin, repairFailed).Inc()
+			a.scheduleRetry(ctx, msg.step, n)
+			break
+		}
 		if limit := a.m.cfg.MaxClaimAttempts; limit > 0 && n >= limit {
 			a.failClaim(ctx, msg.step, fmt.Errorf("gave up after %d attempts: %w", n, msg.res.Err))
 			break

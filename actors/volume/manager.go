@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
@@ -60,6 +61,7 @@ type Manager struct {
 	claimSup *actorkit.Supervisor
 
 	inflight   prometheus.Gauge
+	repairs    *prometheus.CounterVec
 	collectors []prometheus.Collector
 
 	// hook, when set, is called at every point where a crash matters; see
@@ -78,6 +80,9 @@ type Manager struct {
 	countsMu sync.Mutex
 	counts   map[countKey]int               // guarded by countsMu
 	orphans  map[string]*persistence.Volume // guarded by countsMu; counted records of crashed-out actors
+	// repairing holds the volumes with a claim being repaired; guarded
+	// by countsMu.
+	repairing map[string]struct{}
 
 	actors sync.WaitGroup // one per spawned volume actor, done when it has stopped
 
@@ -113,12 +118,14 @@ func NewManager(root *actor.RootContext, cfg Config, store Store, plugins Plugin
 		live:         map[string]*handle{},
 		counts:       map[countKey]int{},
 		orphans:      map[string]*persistence.Volume{},
+		repairing:    map[string]struct{}{},
 		shutdownDone: make(chan struct{}),
 	}
 	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "csiactor_volume_operations_in_flight",
 		Help: "Volume RPCs (publish, stage, unpublish, create, ...) in flight to plugins.",
 	})
+	m.repairs = newRepairsCounter()
 	m.pool = &jobs{pool: claim.NewPool(0)}
 	m.runner = claim.NewRunner(plugins, claim.RunnerConfig{
 		MaxInFlightPerPlugin: cfg.MaxInFlightPerPlugin,
@@ -134,7 +141,7 @@ func NewManager(root *actor.RootContext, cfg Config, store Store, plugins Plugin
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{newClaimsCollector(m), m.inflight} {
+		for _, c := range []prometheus.Collector{newClaimsCollector(m), m.inflight, m.repairs} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				m.unregister()
 				return nil, fmt.Errorf("register metrics: %w", err)
@@ -181,9 +188,31 @@ func (m *Manager) Start(ctx context.Context) error {
 	byExt := map[extKey]string{}
 	names := map[string]string{}
 	counts := map[countKey]int{}
+	repairing := map[string]struct{}{}
 	var resume []string
+	var repairs []*persistence.Volume
 	active := 0
+	var view claim.HostView
+	asOf := time.Now()
+	switch {
+	case m.cfg.HostRebooted:
+		view = noHost{}
+	case m.cfg.Host != nil:
+		var err error
+		if view, err = m.cfg.Host.Look(ctx); err != nil {
+			return fmt.Errorf("check claims against the host: %w", err)
+		}
+	}
 	err := m.store.ForEachVolume(ctx, func(v persistence.Volume) error {
+		if view != nil && len(v.Claims) > 0 {
+			r := claim.CloneVolume(&v)
+			if _, changed := claim.CheckHost(r, view, m.cfg.HostRebooted, asOf, asOf); changed {
+				r.Revision++
+				r.UpdatedAt = asOf
+				repairs = append(repairs, r)
+				v = *r
+			}
+		}
 		id := strings.Clone(v.ID)
 		index[id] = struct{}{}
 		k := extKey{intern(names, v.Plugin), strings.Clone(v.ExternalID)}
@@ -200,15 +229,24 @@ func (m *Manager) Start(ctx context.Context) error {
 		if claim.Unfinished(&v) {
 			resume = append(resume, id)
 		}
+		if claim.Repairing(&v) {
+			repairing[id] = struct{}{}
+		}
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("load volumes: %w", err)
 	}
+	if err := m.writeRepairs(ctx, repairs); err != nil {
+		return err
+	}
 
 	m.countsMu.Lock()
 	for k, n := range counts {
 		m.counts[k] += n
+	}
+	for id := range repairing {
+		m.repairing[id] = struct{}{}
 	}
 	m.countsMu.Unlock()
 
@@ -226,8 +264,55 @@ func (m *Manager) Start(ctx context.Context) error {
 		}
 	}
 	m.started = true
-	m.log.WithFields(logrus.Fields{"volumes": len(index), "active": active, "resumed": resumed}).Info("volume manager started")
+	m.log.WithFields(logrus.Fields{"volumes": len(index), "active": active, "resumed": resumed, "repairing": len(repairing)}).Info("volume manager started")
 	return nil
+}
+
+// writeRepairs persists the records Start sent back through their publish
+// steps (see claim.CheckHost), before any actor runs.
+func (m *Manager) writeRepairs(ctx context.Context, repairs []*persistence.Volume) error {
+	if len(repairs) == 0 {
+		return nil
+	}
+	ids := make([]string, len(repairs))
+	byID := make(map[string]*persistence.Volume, len(repairs))
+	for i, v := range repairs {
+		ids[i], byID[v.ID] = v.ID, v
+	}
+	res, err := forEachParallel(ctx, ids, func(id string) (int, error) {
+		v := byID[id]
+		if err := m.store.PutVolume(ctx, *v); err != nil {
+			return 0, err
+		}
+		n := 0
+		for i := range v.Claims {
+			if c := &v.Claims[i]; c.Repair != "" {
+				n++
+				m.log.WithFields(logrus.Fields{"volume": id, "alloc": c.Alloc, "missing": c.Repair, "target": c.TargetPath}).
+					Warn("the host is missing a published claim's volume; publishing it again")
+			}
+		}
+		return n, nil
+	})
+	if err != nil {
+		return fmt.Errorf("record the claims to repair: %w", err)
+	}
+	m.log.WithFields(logrus.Fields{"volumes": res.Volumes, "claims": res.Claims, "host_rebooted": m.cfg.HostRebooted}).
+		Warn("claims the host is missing are being published again")
+	return nil
+}
+
+// Repairing returns the IDs of the volumes with a claim that goes through
+// its publish steps again because the host was missing its volume (see
+// Reconcile), in no order.
+func (m *Manager) Repairing() []string {
+	m.countsMu.Lock()
+	defer m.countsMu.Unlock()
+	out := make([]string, 0, len(m.repairing))
+	for id := range m.repairing {
+		out = append(out, id)
+	}
+	return out
 }
 
 // intern returns the copy of s kept in names, adding one: the index holds
@@ -431,6 +516,7 @@ func (m *Manager) removed(h *handle, v *persistence.Volume) {
 		addCounts(m.counts, h.counted, -1)
 	}
 	h.counted, h.baselined = nil, true
+	delete(m.repairing, h.id)
 	m.countsMu.Unlock()
 }
 
@@ -455,6 +541,11 @@ func (m *Manager) publish(h *handle, rec *persistence.Volume) {
 		addCounts(m.counts, rec, 1)
 	}
 	h.counted, h.baselined = rec, true
+	if rec != nil && claim.Repairing(rec) {
+		m.repairing[h.id] = struct{}{}
+	} else {
+		delete(m.repairing, h.id)
+	}
 }
 
 // faultPoint calls the test hook with the point prefix+name; the name is

@@ -2,6 +2,7 @@ package volume
 
 import (
 	"context"
+	"time"
 
 	"github.com/csiactor/csiactor/actors/claim"
 	"github.com/csiactor/csiactor/persistence"
@@ -9,9 +10,10 @@ import (
 
 // reply is what a volume actor answers a request with.
 type reply struct {
-	vol   *persistence.Volume // the record after the request (never modified)
-	claim persistence.Claim
-	err   error
+	vol      *persistence.Volume // the record after the request (never modified)
+	claim    persistence.Claim
+	repaired int // reconcileRequest: claims sent back through their publish steps
+	err      error
 }
 
 // registerRequest is sent to a volume actor by Manager.Register and
@@ -42,6 +44,15 @@ type claimRequest struct {
 // comes as soon as the past claim is recorded.
 type releaseRequest struct {
 	alloc string
+	reply chan<- reply
+}
+
+// reconcileRequest is sent to a volume actor by Manager.Reconcile with
+// view, what the host had mounted at asOf. The reply comes when the claims
+// the host is missing are recorded as repairing (see claim.CheckHost).
+type reconcileRequest struct {
+	view  claim.HostView
+	asOf  time.Time
 	reply chan<- reply
 }
 

@@ -68,3 +68,19 @@ func (c *claimsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// The results of csiactor_claim_repairs_total.
+const (
+	repairSucceeded = "success"
+	repairFailed    = "failure"
+)
+
+// newRepairsCounter makes csiactor_claim_repairs_total: one success per
+// claim published again after the host was found missing its volume, one
+// failure per failed attempt of a repair step (each is retried).
+func newRepairsCounter() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "csiactor_claim_repairs_total",
+		Help: "Repairs of claims whose volume the host was missing (target or staging not mounted, or a reboot), by plugin and result: success per claim published again, failure per failed attempt.",
+	}, []string{"plugin", "result"})
+}

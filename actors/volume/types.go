@@ -197,8 +197,14 @@ type Claim struct {
 	StagingPath string `json:"staging_path,omitempty"`
 	NodeID      string `json:"node_id,omitempty"`
 	// LastError is the last failure of the current step.
-	LastError string    `json:"last_error,omitempty"`
-	Attempts  int       `json:"attempts,omitempty"`
+	LastError string `json:"last_error,omitempty"`
+	Attempts  int    `json:"attempts,omitempty"`
+	// Repair names what the host was missing (claim.RepairTarget,
+	// RepairStaging, RepairBootID) while the claim is published again.
+	Repair string `json:"repair,omitempty"`
+	// Condition is ConditionRepairing or ConditionDegraded while Repair is
+	// set, empty otherwise.
+	Condition string    `json:"condition,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 }
@@ -285,7 +291,29 @@ func claimOf(volume string, c *persistence.Claim) Claim {
 		NodeID:         c.NodeID,
 		LastError:      c.LastError,
 		Attempts:       c.Attempts,
+		Repair:         c.Repair,
+		Condition:      conditionOf(c),
 		CreatedAt:      c.CreatedAt,
 		UpdatedAt:      c.UpdatedAt,
 	}
+}
+
+// The conditions of a claim the host was found missing (Claim.Condition).
+const (
+	// ConditionRepairing: the claim goes through its publish steps again
+	// and no attempt has failed yet.
+	ConditionRepairing = "repairing"
+	// ConditionDegraded: an attempt of the repair failed (LastError says
+	// why); it is retried with backoff.
+	ConditionDegraded = "degraded"
+)
+
+func conditionOf(c *persistence.Claim) string {
+	switch {
+	case c.Repair == "":
+		return ""
+	case c.LastError != "" || c.Attempts > 0:
+		return ConditionDegraded
+	}
+	return ConditionRepairing
 }

@@ -4,11 +4,16 @@ package mountinfo
 
 import (
 	"bufio"
+	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 )
+
+// DefaultPath is the mount table of this process's mount namespace.
+const DefaultPath = "/proc/self/mountinfo"
 
 // Under returns the mount points at or below dir, deepest first (the order
 // to unmount them in). dir must be clean and absolute; it is compared as it
@@ -74,4 +79,82 @@ func Unescape(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// Table is a snapshot of the mount points at or below one directory. It is
+// never changed after Read returns it, so it can be shared.
+type Table struct {
+	points map[string]struct{}
+}
+
+// Read reads the mount table file (DefaultPath when file is empty) and
+// returns its mount points at or below dir (every one when dir is "/" or
+// empty). dir is resolved through symlinks first, as the kernel shows real
+// paths. A missing table (not Linux) is an empty Table.
+func Read(file, dir string) (*Table, error) {
+	if file == "" {
+		file = DefaultPath
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return &Table{points: map[string]struct{}{}}, nil
+		}
+		return nil, err
+	}
+	defer f.Close()
+	return parse(f, realPath(dir))
+}
+
+func parse(r io.Reader, dir string) (*Table, error) {
+	t := &Table{points: map[string]struct{}{}}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := Unescape(fields[4])
+		if dir == "" || dir == "/" || mp == dir || strings.HasPrefix(mp, dir+"/") {
+			t.points[mp] = struct{}{}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Has reports whether path (made clean, and resolved through symlinks in
+// its parent directories) is a mount point in the table.
+func (t *Table) Has(path string) bool {
+	if t == nil || path == "" {
+		return false
+	}
+	p := filepath.Clean(path)
+	if _, ok := t.points[p]; ok {
+		return true
+	}
+	// The kernel shows real paths: resolve the parents (not path itself,
+	// whose own symlink is not a mount point).
+	if parent, err := filepath.EvalSymlinks(filepath.Dir(p)); err == nil {
+		_, ok := t.points[filepath.Join(parent, filepath.Base(p))]
+		return ok
+	}
+	return false
+}
+
+// Len returns the number of mount points in the table.
+func (t *Table) Len() int { return len(t.points) }
+
+func realPath(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	dir = filepath.Clean(dir)
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		return r
+	}
+	return dir
 }

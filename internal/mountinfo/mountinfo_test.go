@@ -56,3 +56,60 @@ func TestUnder_NestedDeepestFirst(t *testing.T) {
 		t.Errorf("IsMountPoint(outer) = %v, IsMountPoint(dir) = %v; want true, false", IsMountPoint(outer), IsMountPoint(dir))
 	}
 }
+
+func TestTable_Has_FromFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "mountinfo")
+	table := "22 1 0:21 / /data rw - ext4 /dev/sda1 rw\n" +
+		"30 22 0:21 /vol /data/volumes/p/per-alloc/a/v/rw\\040x rw - ext4 /dev/sda1 rw\n" +
+		"31 22 0:21 /vol /elsewhere rw - ext4 /dev/sda1 rw\n" +
+		"short line\n"
+	if err := os.WriteFile(file, []byte(table), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := Read(file, "/data/volumes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]bool{
+		"/data/volumes/p/per-alloc/a/v/rw x":  true,
+		"/data/volumes/p/per-alloc/a/v/rw x/": true, // cleaned
+		"/data/volumes/p/per-alloc/a/v":       false,
+		"/data":                               false, // outside dir
+		"/elsewhere":                          false,
+		"":                                    false,
+	} {
+		if got := tb.Has(path); got != want {
+			t.Errorf("Has(%q) = %t, want %t", path, got, want)
+		}
+	}
+	if tb.Len() != 1 {
+		t.Errorf("Len = %d, want 1", tb.Len())
+	}
+	missing, err := Read(filepath.Join(dir, "nosuch"), "/")
+	if err != nil || missing.Len() != 0 {
+		t.Errorf("Read of a missing table = %d points, %v; want an empty table", missing.Len(), err)
+	}
+}
+
+func TestTable_Has_RealBindMount(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for bind mounts")
+	}
+	src, dir := t.TempDir(), t.TempDir()
+	target := filepath.Join(dir, "target")
+	if err := os.Mkdir(target, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount(src, target, "", syscall.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Unmount(target, syscall.MNT_DETACH)
+	tb, err := Read("", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tb.Has(target) || tb.Has(dir) {
+		t.Errorf("Has(target) = %t, Has(dir) = %t; want true, false", tb.Has(target), tb.Has(dir))
+	}
+}

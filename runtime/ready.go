@@ -1,0 +1,99 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Readiness statuses (Readiness.Status).
+const (
+	// ReadyOK: restore and the host check are done; every claim the host
+	// was missing is published again.
+	ReadyOK = "ok"
+	// ReadyStarting: something is still pending.
+	ReadyStarting = "starting"
+)
+
+// maxPending bounds the pending items Ready lists.
+const maxPending = 50
+
+// Readiness says whether the agent has finished starting: GET /v1/ready.
+type Readiness struct {
+	// Status is ReadyOK or ReadyStarting.
+	Status string `json:"status"`
+	// Pending lists what is still pending, at most 50 items (the last one
+	// then says how many more there are): allocations restored or
+	// registered that have not answered their first fingerprint, and
+	// volumes with a claim the host was missing that is not published
+	// again yet (with its last error when an attempt failed).
+	Pending []string `json:"pending,omitempty"`
+}
+
+// Ready reports whether the agent has finished starting: every allocation
+// has answered its first fingerprint (healthy or not), and every claim the
+// host check found missing (after a reboot, or a mount gone) is published
+// again. Once ready, the runtime stays ready: later repairs show in the
+// claims' Condition, not here. A repair that keeps failing keeps the
+// runtime starting, and Pending names it with its error.
+func (r *Runtime) Ready(ctx context.Context) (Readiness, error) {
+	if err := r.ready(); err != nil {
+		return Readiness{}, err
+	}
+	if r.isReady.Load() {
+		return Readiness{Status: ReadyOK}, nil
+	}
+	var pending []string
+	allocs, err := r.registry.Allocations(ctx)
+	if err != nil {
+		return Readiness{}, mapErr(err)
+	}
+	for _, a := range allocs {
+		if !a.Healthy && strings.HasPrefix(a.HealthDescription, "starting") {
+			pending = append(pending, fmt.Sprintf("allocation %s (plugin %s): %s", a.ID, a.Plugin, a.HealthDescription))
+		}
+	}
+	ids := r.volumes.Repairing()
+	sort.Strings(ids)
+	total := len(pending) + len(ids)
+	for _, id := range ids {
+		if len(pending) >= maxPending {
+			break
+		}
+		pending = append(pending, r.repairPending(ctx, id))
+	}
+	if total == 0 {
+		if r.isReady.CompareAndSwap(false, true) {
+			r.log.Info("agent ready: restore and host check done")
+		}
+		return Readiness{Status: ReadyOK}, nil
+	}
+	if total > maxPending {
+		pending = append(pending[:maxPending-1], fmt.Sprintf("and %d more", total-maxPending+1))
+	}
+	return Readiness{Status: ReadyStarting, Pending: pending}, nil
+}
+
+// repairPending describes volume id's claims that are being repaired.
+func (r *Runtime) repairPending(ctx context.Context, id string) string {
+	v, err := r.volumes.Get(ctx, id)
+	if err != nil {
+		return "volume " + id + ": repairing"
+	}
+	var parts []string
+	for _, c := range v.Claims {
+		if c.Repair == "" {
+			continue
+		}
+		s := fmt.Sprintf("alloc %s %s (%s)", c.Alloc, c.Condition, c.Repair)
+		if c.LastError != "" {
+			s += ": " + c.LastError
+		}
+		parts = append(parts, s)
+	}
+	if len(parts) == 0 {
+		return "volume " + id + ": repairing"
+	}
+	return "volume " + id + ": " + strings.Join(parts, "; ")
+}
