@@ -1,0 +1,258 @@
+package volume
+
+import (
+	"context"
+	"maps"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+
+	"github.com/csiactor/csiactor/actors/claim"
+	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/internal/fakeplugin"
+)
+
+// fakeHost is a hand-written Host: the test says what is mounted.
+type fakeHost struct {
+	mu      sync.Mutex
+	mounted map[string]bool // guarded by mu
+	looks   int             // guarded by mu
+}
+
+func newFakeHost() *fakeHost { return &fakeHost{mounted: map[string]bool{}} }
+
+func (h *fakeHost) Look(context.Context) (claim.HostView, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.looks++
+	return hostSnapshot(maps.Clone(h.mounted)), nil
+}
+
+func (h *fakeHost) set(mounted bool, paths ...string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, p := range paths {
+		h.mounted[p] = mounted
+	}
+}
+
+type hostSnapshot map[string]bool
+
+func (s hostSnapshot) Mounted(p string) bool { return s[p] }
+func (hostSnapshot) Linked(string) bool      { return false }
+
+// hostEnv is an env whose manager looks at a fakeHost, with one write
+// claim of alloc a on vol1 published and its paths "mounted".
+func hostEnv(t *testing.T, opts ...envOpt) (*env, *fakeHost, *eventLog, Claim) {
+	t.Helper()
+	host := newFakeHost()
+	events := &eventLog{}
+	opts = append(opts, withConfig(func(c *Config) { c.Host, c.OnEvent = host, events.add }))
+	e := newEnv(t, fullPlugin, opts...)
+	e.register("vol1")
+	c, err := e.m.Claim(ctxT(t), claimReq("vol1", "a", claim.ModeWrite, csi.AccessModeSingleNodeWriter))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host.set(true, c.TargetPath, c.StagingPath)
+	return e, host, events, c
+}
+
+// calls returns the plugin's call counts of the publish RPCs.
+func calls(p *fakeplugin.Plugin) [3]int {
+	return [3]int{p.Calls("ControllerPublishVolume"), p.Calls("NodeStageVolume"), p.Calls("NodePublishVolume")}
+}
+
+func (e *env) waitPublished(id, alloc string) Claim {
+	e.t.Helper()
+	var c Claim
+	waitFor(e.t, alloc+"'s claim on "+id+" published again", func() bool {
+		v, err := e.m.Get(context.Background(), id)
+		if err != nil || len(v.Claims) != 1 {
+			return false
+		}
+		c = v.Claims[0]
+		return c.State == claim.StatePublished
+	})
+	return c
+}
+
+func (l *eventLog) find(typ, alloc string) []Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []Event
+	for _, e := range l.evs {
+		if e.Type == typ && e.Alloc == alloc {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func repairsMetric(t *testing.T, e *env, result string) float64 {
+	t.Helper()
+	return testutil.ToFloat64(e.m.repairs.WithLabelValues(testPlugin, result))
+}
+
+func TestManager_Start_TargetMissing_PublishesAgain(t *testing.T) {
+	e, host, events, c := hostEnv(t)
+	before := calls(e.plugin)
+	host.set(false, c.TargetPath)
+	e.restart()
+	got := e.waitPublished("vol1", "a")
+	if got.Repair != "" || got.Condition != "" || got.TargetPath != c.TargetPath {
+		t.Errorf("claim after the repair = %+v", got)
+	}
+	after := calls(e.plugin)
+	if want := [3]int{before[0], before[1], before[2] + 1}; after != want {
+		t.Errorf("ControllerPublish, NodeStage, NodePublish calls = %v, want %v (NodePublishVolume once more)", after, want)
+	}
+	evs := events.find(EventClaimRepaired, "a")
+	if len(evs) != 1 || !strings.Contains(evs[0].Message, "target path was not mounted") {
+		t.Errorf("claim-repaired events = %+v, want one naming the target path", evs)
+	}
+	if n := repairsMetric(t, e, repairSucceeded); n != 1 {
+		t.Errorf("csiactor_claim_repairs_total{result=success} = %g, want 1", n)
+	}
+	if ids := e.m.Repairing(); len(ids) != 0 {
+		t.Errorf("Repairing() = %v after the repair", ids)
+	}
+	// Nothing is missing now: another start changes nothing.
+	host.set(true, c.TargetPath)
+	e.restart()
+	if res, err := e.m.Reconcile(ctxT(t), ReconcileOptions{}); err != nil || res.Claims != 0 {
+		t.Errorf("Reconcile with everything mounted = %+v, %v", res, err)
+	}
+	if got := calls(e.plugin); got != after {
+		t.Errorf("calls after a start with everything mounted = %v, want %v", got, after)
+	}
+}
+
+func TestManager_Reconcile_StagingMissing_StagesAndPublishesAgain(t *testing.T) {
+	e, host, events, c := hostEnv(t)
+	before := calls(e.plugin)
+	host.set(false, c.StagingPath)
+	res, err := e.m.Reconcile(ctxT(t), ReconcileOptions{Plugin: testPlugin})
+	if err != nil || res.Volumes != 1 || res.Claims != 1 {
+		t.Fatalf("Reconcile = %+v, %v; want one claim of one volume", res, err)
+	}
+	e.waitPublished("vol1", "a")
+	if after, want := calls(e.plugin), [3]int{before[0], before[1] + 1, before[2] + 1}; after != want {
+		t.Errorf("calls = %v, want %v (NodeStage and NodePublish once more)", after, want)
+	}
+	if evs := events.find(EventClaimRepaired, "a"); len(evs) != 1 || !strings.Contains(evs[0].Message, "staging path") {
+		t.Errorf("claim-repaired events = %+v", evs)
+	}
+	// Another plugin's check leaves this one alone.
+	host.set(false, c.StagingPath)
+	if res, err := e.m.Reconcile(ctxT(t), ReconcileOptions{Plugin: "other"}); err != nil || res.Claims != 0 {
+		t.Errorf("Reconcile of another plugin = %+v, %v", res, err)
+	}
+	e.checkAgree()
+}
+
+func TestManager_Start_HostRebooted_RedoesEveryStep(t *testing.T) {
+	e, _, events, _ := hostEnv(t)
+	before := calls(e.plugin)
+	e.restartWith(func(c *Config) { c.HostRebooted = true })
+	e.waitPublished("vol1", "a")
+	if after, want := calls(e.plugin), [3]int{before[0] + 1, before[1] + 1, before[2] + 1}; after != want {
+		t.Errorf("calls = %v, want %v (every publish step once more)", after, want)
+	}
+	if evs := events.find(EventClaimRepaired, "a"); len(evs) != 1 || !strings.Contains(evs[0].Message, "rebooted") {
+		t.Errorf("claim-repaired events = %+v", evs)
+	}
+	if evs := events.find(EventClaimPublished, "a"); len(evs) != 1 {
+		t.Errorf("claim-published events = %d, want only the first publish's", len(evs))
+	}
+	e.checkAgree()
+}
+
+func TestManager_Claim_RepeatedChecksTheHostFirst(t *testing.T) {
+	e, host, events, c := hostEnv(t)
+	ctx := ctxT(t)
+	req := claimReq("vol1", "a", claim.ModeWrite, csi.AccessModeSingleNodeWriter)
+	// Mounted: answered from the record, no RPC.
+	before := calls(e.plugin)
+	if again, err := e.m.Claim(ctx, req); err != nil || again.TargetPath != c.TargetPath {
+		t.Fatalf("repeated claim = %+v, %v", again, err)
+	}
+	if got := calls(e.plugin); got != before {
+		t.Errorf("a repeated claim of a mounted claim made RPCs: %v → %v", before, got)
+	}
+	// Not mounted: published again before the answer.
+	host.set(false, c.TargetPath)
+	again, err := e.m.Claim(ctx, req)
+	if err != nil || again.State != claim.StatePublished || again.TargetPath != c.TargetPath {
+		t.Fatalf("repeated claim with the target gone = %+v, %v", again, err)
+	}
+	if got := calls(e.plugin); got[2] != before[2]+1 {
+		t.Errorf("NodePublishVolume calls = %d, want %d", got[2], before[2]+1)
+	}
+	if evs := events.find(EventClaimRepaired, "a"); len(evs) != 1 {
+		t.Errorf("claim-repaired events = %+v", evs)
+	}
+}
+
+func TestManager_Repair_FailureIsDegradedRetriedNeverTornDown(t *testing.T) {
+	e, host, events, c := hostEnv(t)
+	ctx := ctxT(t)
+	// A final error, which would fail a new claim, three times.
+	e.plugin.SetFault("NodePublishVolume", fakeplugin.Fault{Code: codes.Internal, Message: "disk on fire", Times: 3})
+	host.set(false, c.TargetPath)
+	if _, err := e.m.Reconcile(ctx, ReconcileOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var degraded Claim
+	waitFor(t, "the claim degraded with its error", func() bool {
+		v, _ := e.m.Get(ctx, "vol1")
+		if len(v.Claims) != 1 {
+			return false
+		}
+		degraded = v.Claims[0]
+		return degraded.Condition == ConditionDegraded
+	})
+	if degraded.State == claim.StatePublished || degraded.Repair != claim.RepairTarget || !strings.Contains(degraded.LastError, "disk on fire") {
+		t.Errorf("degraded claim = %+v; want not published, repair %q, the plugin's error", degraded, claim.RepairTarget)
+	}
+	if ids := e.m.Repairing(); len(ids) != 1 || ids[0] != "vol1" {
+		t.Errorf("Repairing() = %v, want [vol1]", ids)
+	}
+	e.waitPublished("vol1", "a")
+	if n := repairsMetric(t, e, repairFailed); n != 3 {
+		t.Errorf("csiactor_claim_repairs_total{result=failure} = %g, want 3", n)
+	}
+	if n := repairsMetric(t, e, repairSucceeded); n != 1 {
+		t.Errorf("csiactor_claim_repairs_total{result=success} = %g, want 1", n)
+	}
+	if evs := events.find(EventClaimFailed, "a"); len(evs) != 0 {
+		t.Errorf("a failing repair failed the claim: %+v", evs)
+	}
+	v, _ := e.m.Get(ctx, "vol1")
+	if len(v.PastClaims) != 0 {
+		t.Errorf("past claims after a repair = %+v", v.PastClaims)
+	}
+}
+
+func TestManager_Release_WhileRepairing_TearsDown(t *testing.T) {
+	e, host, _, c := hostEnv(t)
+	ctx := ctxT(t)
+	e.plugin.SetFault("NodePublishVolume", fakeplugin.Fault{Code: codes.Unavailable})
+	host.set(false, c.TargetPath)
+	if _, err := e.m.Reconcile(ctx, ReconcileOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a failed attempt", func() bool { return e.plugin.Calls("NodePublishVolume") >= 2 })
+	if _, err := e.m.Release(ctx, "vol1", "a"); err != nil {
+		t.Fatal(err)
+	}
+	e.plugin.ClearFaults()
+	e.waitFreed("vol1")
+	e.checkClean()
+	if ids := e.m.Repairing(); len(ids) != 0 {
+		t.Errorf("Repairing() = %v after the release", ids)
+	}
+}
