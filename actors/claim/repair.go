@@ -14,6 +14,8 @@ const (
 	RepairTarget = "target path"
 	// RepairStaging: the staging path the claim uses is not mounted.
 	RepairStaging = "staging path"
+	// RepairStagingAndTarget: neither is.
+	RepairStagingAndTarget = "staging path and target path"
 	// RepairBootID: the host rebooted since the claim was published, so
 	// nothing of it (attachment, staging, target) can be trusted.
 	RepairBootID = "boot ID changed"
@@ -82,6 +84,9 @@ func CheckHost(v *persistence.Volume, host HostView, bootChanged bool, asOf, now
 	checked := func(c *persistence.Claim) bool {
 		return c.State == StatePublished && c.UpdatedAt.Before(asOf)
 	}
+	targetGone := func(c *persistence.Claim) bool {
+		return !host.Mounted(c.TargetPath) && !host.Linked(c.TargetPath)
+	}
 	for i := range v.Stagings {
 		st := &v.Stagings[i]
 		if !st.Staged || host.Mounted(st.Path) {
@@ -106,14 +111,19 @@ func CheckHost(v *persistence.Volume, host HostView, bootChanged bool, asOf, now
 		for j := range v.Claims {
 			c := &v.Claims[j]
 			stale := checked(c) || (c.State == StateStaged && c.UpdatedAt.Before(asOf))
-			if c.StagingPath == st.Path && slices.Contains(st.Users, c.Alloc) && stale {
+			if c.StagingPath != st.Path || !slices.Contains(st.Users, c.Alloc) || !stale {
+				continue
+			}
+			if checked(c) && targetGone(c) {
+				regress(c, RepairStagingAndTarget)
+			} else {
 				regress(c, RepairStaging)
 			}
 		}
 	}
 	for i := range v.Claims {
 		c := &v.Claims[i]
-		if checked(c) && !host.Mounted(c.TargetPath) && !host.Linked(c.TargetPath) {
+		if checked(c) && targetGone(c) {
 			regress(c, RepairTarget)
 		}
 	}

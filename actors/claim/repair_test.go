@@ -67,6 +67,11 @@ func TestCheckHost(t *testing.T) {
 		want:         map[string]string{"a": "reserved/" + RepairStaging, "b": "reserved/" + RepairStaging, "c": "reserved/" + RepairStaging, "d": "reserved/"},
 		wantCtrl:     true,
 	}, {
+		name: "staging and one target missing", host: view{mounted: []string{"/t/a"}}, asOf: asOf,
+		wantRepaired: []string{"a", "b", "c"},
+		want:         map[string]string{"a": "reserved/" + RepairStaging, "b": "reserved/" + RepairStagingAndTarget, "c": "reserved/" + RepairStaging, "d": "reserved/"},
+		wantCtrl:     true,
+	}, {
 		name: "symlink mode: staging is bookkeeping", host: view{linked: []string{"/t/a", "/t/b"}}, asOf: asOf,
 		want:       map[string]string{"a": "published/", "b": "published/", "c": "staged/", "d": "reserved/"},
 		wantStaged: true, wantCtrl: true,

@@ -148,5 +148,8 @@ func repairMessage(what string) string {
 	if what == claim.RepairBootID {
 		return "host rebooted (boot ID changed): every mount was gone"
 	}
+	if what == claim.RepairStagingAndTarget {
+		return what + " were not mounted"
+	}
 	return what + " was not mounted"
 }
