@@ -56,6 +56,10 @@ type Backend interface {
 	// goes on in the background.
 	Release(ctx context.Context, volumeID, alloc string) (runtime.Claim, error)
 
+	// Ready reports whether the agent has finished starting (restore and
+	// the host check), and what is still pending.
+	Ready(ctx context.Context) (runtime.Readiness, error)
+
 	// Events returns the recent events, oldest first.
 	Events(ctx context.Context) ([]runtime.Event, error)
 	// Subscribe returns a channel that receives the recent events, oldest

@@ -110,6 +110,31 @@ func (c *Client) Health(ctx context.Context) error {
 	return nil
 }
 
+// Ready asks the agent whether it has finished starting. A 503 answer
+// with a readiness body is not an error: it is returned with its status
+// (runtime.ReadyStarting) and what is pending.
+func (c *Client) Ready(ctx context.Context) (runtime.Readiness, error) {
+	resp, err := c.sendAny(ctx, http.MethodGet, "/v1/ready", nil, nil)
+	if err != nil {
+		return runtime.Readiness{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusServiceUnavailable {
+		return runtime.Readiness{}, decodeError(resp)
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return runtime.Readiness{}, fmt.Errorf("GET /v1/ready: %w", err)
+	}
+	var out runtime.Readiness
+	if json.Unmarshal(data, &out) != nil || out.Status == "" {
+		// A 503 from something else (a proxy, an error body).
+		resp.Body = io.NopCloser(bytes.NewReader(data))
+		return runtime.Readiness{}, decodeError(resp)
+	}
+	return out, nil
+}
+
 // Plugins lists every plugin.
 func (c *Client) Plugins(ctx context.Context) ([]runtime.Plugin, error) {
 	var out []runtime.Plugin
@@ -364,6 +389,19 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 // send sends a request and returns the response of a 2xx answer; other
 // answers become *Error, dial failures *UnreachableError.
 func (c *Client) send(ctx context.Context, method, path string, q url.Values, body []byte) (*http.Response, error) {
+	resp, err := c.sendAny(ctx, method, path, q, body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	return nil, decodeError(resp)
+}
+
+// sendAny is send for a caller that reads non-2xx answers itself.
+func (c *Client) sendAny(ctx context.Context, method, path string, q url.Values, body []byte) (*http.Response, error) {
 	u := c.base + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
@@ -393,11 +431,7 @@ func (c *Client) send(ctx context.Context, method, path string, q url.Values, bo
 		}
 		return nil, fmt.Errorf("%s %s at %s: %w", method, path, c.address, err)
 	}
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		return resp, nil
-	}
-	defer resp.Body.Close()
-	return nil, decodeError(resp)
+	return resp, nil
 }
 
 // decodeError turns an error answer into *Error, reading at most 64 KiB of

@@ -44,7 +44,7 @@ func NewHandler(b Backend, opts Options) http.Handler {
 }
 
 // NewTCPHandler returns the handler of the agent's TCP listener: /metrics
-// (when opts.Metrics is set) and GET /v1/health for anyone; the rest of the
+// (when opts.Metrics is set), GET /v1/health and GET /v1/ready for anyone; the rest of the
 // API only when token is not empty, and then only for requests with
 // "Authorization: Bearer <token>" (401 otherwise). Without a token the rest
 // of the API answers 404 with a hint.
@@ -52,7 +52,7 @@ func NewTCPHandler(b Backend, token string, opts Options) http.Handler {
 	s := newServer(b, opts)
 	want := sha256.Sum256([]byte(token))
 	return s.logged(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/health" || r.URL.Path == "/metrics" {
+		if r.URL.Path == "/v1/health" || r.URL.Path == "/v1/ready" || r.URL.Path == "/metrics" {
 			s.ServeHTTP(w, r)
 			return
 		}
@@ -104,6 +104,7 @@ func newServer(b Backend, opts Options) *server {
 	}
 	m := s.mux
 	m.HandleFunc("GET /v1/health", s.health)
+	m.HandleFunc("GET /v1/ready", s.ready)
 	m.HandleFunc("GET /v1/plugins", s.plugins)
 	m.HandleFunc("GET /v1/plugins/{name}", s.plugin)
 	m.HandleFunc("GET /v1/allocations", s.allocations)
@@ -184,6 +185,24 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// ready answers 200 {"status":"ok"} once the agent has finished starting,
+// and 503 {"status":"starting","pending":[...]} until then.
+func (s *server) ready(w http.ResponseWriter, r *http.Request) {
+	if !s.noQuery(w, r) {
+		return
+	}
+	rd, err := s.b.Ready(r.Context())
+	if err != nil {
+		writeBackendError(w, err)
+		return
+	}
+	code := http.StatusOK
+	if rd.Status != runtime.ReadyOK {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, rd)
 }
 
 func (s *server) plugins(w http.ResponseWriter, r *http.Request) {

@@ -45,6 +45,7 @@ type Backend struct {
 	fail    map[string]error             // method name → error to return
 	logs    map[string][]runtime.LogLine // by allocation ID
 	now     func() time.Time             // clock for events
+	pending []string                     // what Ready says is pending
 }
 
 type alloc struct {
@@ -91,6 +92,27 @@ func (b *Backend) FailWith(method string, err error) {
 		return
 	}
 	b.fail[method] = err
+}
+
+// SetPending sets what Ready says is still pending; none means ready.
+func (b *Backend) SetPending(pending ...string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.pending = slices.Clone(pending)
+}
+
+// Ready implements api.Backend: starting while SetPending left something
+// pending, ok otherwise.
+func (b *Backend) Ready(context.Context) (runtime.Readiness, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.failLocked("Ready"); err != nil {
+		return runtime.Readiness{}, err
+	}
+	if len(b.pending) > 0 {
+		return runtime.Readiness{Status: runtime.ReadyStarting, Pending: slices.Clone(b.pending)}, nil
+	}
+	return runtime.Readiness{Status: runtime.ReadyOK}, nil
 }
 
 // SetClock replaces the clock that stamps events.

@@ -65,6 +65,12 @@ func NewRuntimeAgent(cfg runtime.Config, deps AgentDeps) (Agent, error) {
 
 var _ Agent = (*runtime.Runtime)(nil)
 
+// BootIDFileEnv names an environment variable that, when set, is the file
+// the agent reads the host's boot ID from instead of
+// /proc/sys/kernel/random/boot_id. It is a test and ops seam: tests
+// simulate a reboot by changing the file's content.
+const BootIDFileEnv = "CSIACTOR_BOOT_ID_FILE"
+
 // DevAllocationID is the ID (and plugin name) of the example plugin's
 // allocation under -dev.
 const DevAllocationID = "example"
@@ -76,9 +82,15 @@ func agentCommand() *command {
 		usage:   "csiactor agent [-config FILE] [-dev] [-data-dir DIR] [-http-addr ADDR] [-log-level L] [-log-format text|json]",
 		help: `Runs the agent until interrupted (SIGINT or SIGTERM): it supervises the CSI
 plugin allocations, serves the full API on the unix socket <data_dir>/api.sock
-(or api.socket; mode 0600), and /metrics and GET /v1/health on the TCP
-address (api.http_addr, default 127.0.0.1:7460), with the full API there too
-for requests bearing the token in api.token_file.
+(or api.socket; mode 0600), and /metrics, GET /v1/health and GET /v1/ready on
+the TCP address (api.http_addr, default 127.0.0.1:7460), with the full API
+there too for requests bearing the token in api.token_file.
+
+On start it checks the host against its store: after a reboot (the boot ID
+in /proc/sys/kernel/random/boot_id changed; $CSIACTOR_BOOT_ID_FILE names
+another file, for tests) every claim is published again, and a published
+claim whose target or staging path is not mounted is too. GET /v1/ready
+answers 503 until that is done.
 
 Exec-managed plugins keep running when the agent stops, crashes or is
 upgraded (FUSE mounts die with their plugin), each with a log shim that
@@ -146,6 +158,9 @@ the agent exits. It prints the CSIACTOR_ADDR to use.`,
 				}
 				if set["log-format"] {
 					cfg.Log.Format = *logFormat
+				}
+				if f := e.getenv(BootIDFileEnv); f != "" {
+					cfg.Host.BootIDFile = f
 				}
 				var tempDir string
 				if *dev {

@@ -341,3 +341,29 @@ func TestAgent_SecondOnSameDataDir_Fails(t *testing.T) {
 		t.Errorf("first agent exit code %d", code)
 	}
 }
+
+// $CSIACTOR_BOOT_ID_FILE points the runtime's boot ID check at another
+// file (the tests' reboot seam); without it the runtime's default stays.
+func TestAgent_BootIDFileEnv(t *testing.T) {
+	for _, tc := range []struct{ env, want string }{{"/run/test/boot_id", "/run/test/boot_id"}, {"", ""}} {
+		h := newHarness()
+		ctx, cancel := context.WithCancel(context.Background())
+		stdout, stderr, done := startCLI(ctx, t, map[string]string{cli.BootIDFileEnv: tc.env}, []cli.Option{h.option()},
+			"agent", "-dev", "-http-addr", "127.0.0.1:0")
+		waitFor(t, "the agent to serve", func() bool {
+			select {
+			case c := <-done:
+				t.Fatalf("agent exited early with %d\n%s\n%s", c, stdout.String(), stderr.String())
+			default:
+			}
+			return tcpAddrRE.MatchString(stdout.String())
+		})
+		if got := h.config().Host.BootIDFile; got != tc.want {
+			t.Errorf("$%s=%q: Host.BootIDFile = %q, want %q", cli.BootIDFileEnv, tc.env, got, tc.want)
+		}
+		cancel()
+		if code := exitCode(t, done); code != 0 {
+			t.Errorf("exit code %d", code)
+		}
+	}
+}

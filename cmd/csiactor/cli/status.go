@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
 
 	"github.com/csiactor/csiactor/api"
 	"github.com/csiactor/csiactor/runtime"
@@ -14,15 +15,22 @@ func statusCommand() *command {
 		name:    "status",
 		summary: "show whether the agent is up, with its plugins and volumes",
 		usage:   "csiactor status [flags]",
-		help: `Checks the agent's health, then lists its plugins and counts its volumes
-and claims. With -json: {"status", "address", "plugins", "volumes", "claims",
-"past_claims"}, plugins as GET /v1/plugins returns them.`,
+		help: `Checks the agent's health and readiness, then lists its plugins and counts
+its volumes and claims. Ready is "no" while the agent is starting: allocations
+not fingerprinted yet, claims the host was missing not published again yet
+(they are listed). With -json: {"status", "address", "ready", "plugins",
+"volumes", "claims", "past_claims"}, ready as GET /v1/ready returns it, plugins
+as GET /v1/plugins returns them.`,
 	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
 			if err := wantArgs(args); err != nil {
 				return err
 			}
 			if err := cl.Health(ctx); err != nil {
+				return err
+			}
+			ready, err := cl.Ready(ctx)
+			if err != nil {
 				return err
 			}
 			ps, err := cl.Plugins(ctx)
@@ -40,13 +48,14 @@ and claims. With -json: {"status", "address", "plugins", "volumes", "claims",
 			}
 			if cf.json {
 				return printJSON(e.stdout, struct {
-					Status     string           `json:"status"`
-					Address    string           `json:"address"`
-					Plugins    []runtime.Plugin `json:"plugins"`
-					Volumes    int              `json:"volumes"`
-					Claims     int              `json:"claims"`
-					PastClaims int              `json:"past_claims"`
-				}{"ok", cl.Address(), ps, len(vs), claims, past})
+					Status     string            `json:"status"`
+					Address    string            `json:"address"`
+					Ready      runtime.Readiness `json:"ready"`
+					Plugins    []runtime.Plugin  `json:"plugins"`
+					Volumes    int               `json:"volumes"`
+					Claims     int               `json:"claims"`
+					PastClaims int               `json:"past_claims"`
+				}{"ok", cl.Address(), ready, ps, len(vs), claims, past})
 			}
 			healthy := 0
 			for _, p := range ps {
@@ -56,6 +65,7 @@ and claims. With -json: {"status", "address", "plugins", "volumes", "claims",
 			}
 			t := newTable(e.stdout)
 			t.row("Agent", "ok at "+cl.Address())
+			t.row("Ready", readyText(ready))
 			t.row("Plugins", fmt.Sprintf("%d (%d healthy)", len(ps), healthy))
 			t.row("Volumes", fmt.Sprintf("%d (%s, %d being released)", len(vs), plural(claims, "claim"), past))
 			if err := t.flush(); err != nil {
@@ -74,4 +84,15 @@ and claims. With -json: {"status", "address", "plugins", "volumes", "claims",
 // expects.
 func pluginHealthy(p runtime.Plugin) bool {
 	return (p.ControllersExpected == 0 || p.ControllersHealthy > 0) && (p.NodesExpected == 0 || p.NodesHealthy > 0)
+}
+
+// readyText is "yes", or "no (pending: …)" with what is pending.
+func readyText(r runtime.Readiness) string {
+	if r.Status == runtime.ReadyOK {
+		return "yes"
+	}
+	if len(r.Pending) == 0 {
+		return "no (" + r.Status + ")"
+	}
+	return "no (pending: " + strings.Join(r.Pending, "; ") + ")"
 }

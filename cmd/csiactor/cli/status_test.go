@@ -13,6 +13,7 @@ func TestStatus_Table(t *testing.T) {
 	addr := env[cli.AddressEnv]
 	r := runCLI(t, env, "status")
 	r.want(t, 0, "Agent    ok at "+addr+"\n"+
+		"Ready    yes\n"+
 		"Plugins  2 (1 healthy)\n"+
 		"Volumes  2 (1 claim, 0 being released)\n"+
 		"\n"+
@@ -44,7 +45,26 @@ func TestStatus_JSON(t *testing.T) {
 func TestStatus_Empty_NoPluginTable(t *testing.T) {
 	_, env := fakeAgent(t)
 	r := runCLI(t, env, "status")
-	r.want(t, 0, "Agent    ok at "+env[cli.AddressEnv]+"\nPlugins  0 (0 healthy)\nVolumes  0 (0 claims, 0 being released)\n")
+	r.want(t, 0, "Agent    ok at "+env[cli.AddressEnv]+"\nReady    yes\nPlugins  0 (0 healthy)\nVolumes  0 (0 claims, 0 being released)\n")
+}
+
+func TestStatus_Starting_ShowsPending(t *testing.T) {
+	b, env := fakeAgent(t)
+	b.SetPending("allocation example (plugin example): starting", "volume data1: alloc web1 degraded (target path): boom")
+	r := runCLI(t, env, "status")
+	r.want(t, 0, "Agent    ok at "+env[cli.AddressEnv]+"\n"+
+		"Ready    no (pending: allocation example (plugin example): starting; volume data1: alloc web1 degraded (target path): boom)\n"+
+		"Plugins  0 (0 healthy)\nVolumes  0 (0 claims, 0 being released)\n")
+	r = runCLI(t, env, "status", "-json")
+	var got struct {
+		Ready struct {
+			Status  string   `json:"status"`
+			Pending []string `json:"pending"`
+		} `json:"ready"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got.Ready.Status != "starting" || len(got.Ready.Pending) != 2 {
+		t.Errorf("status -json ready = %+v, %v\n%s", got.Ready, err, r.stdout)
+	}
 }
 
 func TestStatus_BackendError_Exit1(t *testing.T) {

@@ -119,9 +119,18 @@ func writeClaims(e *env, title string, cs []runtime.Claim) error {
 	fmt.Fprintf(e.stdout, "\n%s\n", title)
 	t := newTable(e.stdout, "ALLOC", "MODE", "ACCESS MODE", "ATTACHMENT", "STATE", "TARGET PATH", "LAST ERROR")
 	for _, c := range cs {
-		t.row(c.Alloc, c.Mode, c.AccessMode, c.AttachmentMode, c.State, orDash(c.TargetPath), orDash(c.LastError))
+		t.row(c.Alloc, c.Mode, c.AccessMode, c.AttachmentMode, claimState(c), orDash(c.TargetPath), orDash(c.LastError))
 	}
 	return t.flush()
+}
+
+// claimState is a claim's state, with its condition while it is repaired:
+// "reserved (degraded: target path)".
+func claimState(c runtime.Claim) string {
+	if c.Condition == "" {
+		return c.State
+	}
+	return c.State + " (" + c.Condition + ": " + c.Repair + ")"
 }
 
 func formatMap(m map[string]string) string {
