@@ -67,6 +67,13 @@ type Config struct {
 	MaxVolumesPerNode int64
 	// MountMode picks bind mounts or symlinks. Default: MountModeAuto.
 	MountMode MountMode
+	// LoseMountsOnStart makes New undo every staging and publication its
+	// state records (unmount, or remove the link) while keeping the
+	// records, as a FUSE-backed plugin's mounts die with its process: a
+	// plugin restart then leaves the CO's claims without their volumes
+	// until it stages and publishes them again. For tests of a CO's
+	// repair.
+	LoseMountsOnStart bool
 	// Logger receives the plugin's log lines. Default: a logrus logger
 	// writing text to stderr at info level.
 	Logger *logrus.Entry
@@ -138,13 +145,14 @@ func (c Config) Validate() error {
 
 // RegisterFlags defines flags for c's fields on fs, with c's current values
 // as defaults: -endpoint, -state-dir, -node-id, -name,
-// -max-volumes-per-node and -mount-mode. The logger is left to the caller.
+// -max-volumes-per-node, -mount-mode and -lose-mounts-on-start. The logger is left to the caller.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Endpoint, "endpoint", c.Endpoint, "unix socket to serve: unix:///path or a path")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for the volumes and the state file")
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "node id to report (default: the hostname)")
 	fs.StringVar(&c.Name, "name", c.Name, "plugin name to report")
 	fs.Int64Var(&c.MaxVolumesPerNode, "max-volumes-per-node", c.MaxVolumesPerNode, "volumes that may be published to the node at once (0: no limit)")
+	fs.BoolVar(&c.LoseMountsOnStart, "lose-mounts-on-start", c.LoseMountsOnStart, "on start, undo every recorded staging and publication, keeping the records (as FUSE mounts die with their plugin; for tests)")
 	fs.Func("mount-mode", "auto, bind or symlink (default auto: bind as root, symlink otherwise)", func(s string) error {
 		m := MountMode(s)
 		switch m {

@@ -323,3 +323,38 @@ func TestNode_Logs_NoSecretsOrFlags(t *testing.T) {
 		}
 	}
 }
+
+// With LoseMountsOnStart, a restarted plugin has undone every staging and
+// publication but kept their records, and publishes again on a repeated
+// NodeStageVolume and NodePublishVolume.
+func TestPlugin_LoseMountsOnStart(t *testing.T) {
+	for _, mode := range []csiplugin.MountMode{csiplugin.MountModeSymlink, csiplugin.MountModeBind} {
+		t.Run(string(mode), func(t *testing.T) {
+			a := startAttached(t, mode, "lose", false)
+			ctx := context.Background()
+			if err := os.WriteFile(filepath.Join(a.target, "f"), []byte("data"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			a.stop()
+			b := startPlugin(t, csiplugin.Config{MountMode: mode, StateDir: a.cfg.StateDir, LoseMountsOnStart: true})
+			if _, err := os.Lstat(a.target); !isNotExist(err) {
+				t.Errorf("target after a start that loses mounts: lstat %v, want gone", err)
+			}
+			if mode == csiplugin.MountModeBind {
+				wantMounts(t, "after the restart", 0, a.staging)
+			}
+			_, err := b.node.NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
+				VolumeId: a.id, StagingTargetPath: a.staging, VolumeCapability: mountCap(snw), PublishContext: map[string]string{},
+			})
+			mustOK(t, "NodeStageVolume again", err)
+			_, err = b.node.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
+				VolumeId: a.id, StagingTargetPath: a.staging, TargetPath: a.target, VolumeCapability: mountCap(snw),
+			})
+			mustOK(t, "NodePublishVolume again", err)
+			if got, err := os.ReadFile(filepath.Join(a.target, "f")); err != nil || string(got) != "data" {
+				t.Errorf("data through the target published again: %q, %v", got, err)
+			}
+			b.detach(ctx, a.id, a.staging, a.target)
+		})
+	}
+}

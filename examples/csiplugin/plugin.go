@@ -89,11 +89,39 @@ func New(cfg Config) (*Plugin, error) {
 			p.mnt, p.cfg.MountMode = symlinkMounter{}, MountModeSymlink
 		}
 	}
+	if cfg.LoseMountsOnStart {
+		p.loseMounts()
+	}
 	p.server = grpc.NewServer(grpc.UnaryInterceptor(p.logCall))
 	csipb.RegisterIdentityServer(p.server, &identityServer{p: p})
 	csipb.RegisterControllerServer(p.server, &controllerServer{p: p})
 	csipb.RegisterNodeServer(p.server, &nodeServer{p: p})
 	return p, nil
+}
+
+// loseMounts undoes every recorded publication, then every staging, and
+// keeps the records (see Config.LoseMountsOnStart). Failures are logged.
+func (p *Plugin) loseMounts() {
+	n := 0
+	for _, v := range p.st.Volumes {
+		for target := range v.Targets {
+			if err := p.mnt.unpublish(target); err != nil {
+				p.log.WithError(err).WithField("volume", v.ID).Warn("lose mounts on start: unpublish")
+				continue
+			}
+			n++
+		}
+	}
+	for _, v := range p.st.Volumes {
+		for staging := range v.Staged {
+			if err := p.mnt.unstage(staging); err != nil {
+				p.log.WithError(err).WithField("volume", v.ID).Warn("lose mounts on start: unstage")
+				continue
+			}
+			n++
+		}
+	}
+	p.log.WithField("undone", n).Warn("lost every staging and publication on start, as asked (the records are kept)")
 }
 
 // Config returns the plugin's configuration with defaults applied (and
