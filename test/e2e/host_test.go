@@ -1,0 +1,259 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/csiactor/csiactor/cmd/csiactor/cli"
+	"github.com/csiactor/csiactor/internal/leakcheck"
+	"github.com/csiactor/csiactor/internal/mountinfo"
+	"github.com/csiactor/csiactor/internal/testbin"
+	"github.com/csiactor/csiactor/runtime"
+)
+
+// bootSeam points the agent's boot ID check at a file in the base dir
+// that the test writes: a simulated reboot changes it.
+func (h *host) bootSeam(id string) {
+	h.t.Helper()
+	f := filepath.Join(h.base, "boot_id")
+	if err := os.WriteFile(f, []byte(id+"\n"), 0o600); err != nil {
+		h.t.Fatal(err)
+	}
+	env := slices.DeleteFunc(h.agentEnv, func(kv string) bool { return strings.HasPrefix(kv, cli.BootIDFileEnv+"=") })
+	h.agentEnv = append(env, cli.BootIDFileEnv+"="+f)
+}
+
+// exampleAllocationWith is exampleAllocation (no volume limit) with more
+// arguments for the example plugin.
+func (h *host) exampleAllocationWith(extra ...string) string {
+	args := []string{fmt.Sprintf("%q", h.bin), "example-plugin", "-state-dir", fmt.Sprintf("%q", h.stateDir), "-node-id", "e2e-node"}
+	for _, a := range extra {
+		args = append(args, fmt.Sprintf("%q", a))
+	}
+	return fmt.Sprintf("  - id: example\n    plugin: example\n    type: monolith\n    command: [%s]\n", strings.Join(args, ", "))
+}
+
+// published is a claim the test made and the file it wrote through it.
+type published struct{ alloc, vol, target, file, data string }
+
+// claimAll creates data1 and logs and claims them (web1 writes data1, web2
+// writes logs and web3 reads it), writing a file through each write claim.
+func (h *host) claimAll() []published {
+	h.t.Helper()
+	h.ok("volume", "create", "-plugin", "example", "-capability", "single-node-writer", "data1")
+	h.ok("volume", "create", "-plugin", "example", "-capability", "multi-node-multi-writer", "logs")
+	var out []published
+	for _, c := range []struct{ alloc, vol, mode, access, file string }{
+		{"web1", "data1", "write", "single-node-writer", "hello.txt"},
+		{"web2", "logs", "write", "multi-node-multi-writer", "log.txt"},
+		{"web3", "logs", "read", "multi-node-multi-writer", "log.txt"},
+	} {
+		target := strings.TrimSpace(h.ok("volume", "claim", "-alloc", c.alloc, "-mode", c.mode, "-access-mode", c.access, c.vol))
+		data := "written through " + c.vol + "\n"
+		if c.mode == "write" {
+			if err := os.WriteFile(filepath.Join(target, c.file), []byte(data), 0o644); err != nil {
+				h.t.Fatalf("write through %s: %v", target, err)
+			}
+		}
+		out = append(out, published{alloc: c.alloc, vol: c.vol, target: target, file: c.file, data: data})
+	}
+	return out
+}
+
+// checkPublished checks that every claim is published, its target mounted
+// (as root; a live link otherwise) and its data visible.
+func (h *host) checkPublished(when string, claims []published) {
+	h.t.Helper()
+	for _, c := range claims {
+		if cl, ok := claimOf(h.volume(c.vol), c.alloc); !ok || cl.State != runtime.ClaimPublished || cl.Condition != "" {
+			h.t.Errorf("%s: claim %s on %s = %+v (present %t); want published", when, c.alloc, c.vol, cl, ok)
+		}
+		if isRoot() && !mountinfo.IsMountPoint(c.target) {
+			h.t.Errorf("%s: %s is not a mount point", when, c.target)
+		}
+		if b, err := os.ReadFile(filepath.Join(c.target, c.file)); err != nil || string(b) != c.data {
+			h.t.Errorf("%s: %s through %s: %q, %v; want %q", when, c.file, c.target, b, err, c.data)
+		}
+	}
+}
+
+// loseEverything does to the host what a reboot does to the data dir: no
+// mount left under it (as root), no link at the targets (otherwise).
+func (h *host) loseEverything(claims []published) {
+	h.t.Helper()
+	mounts := mountsUnder(h.dataDir)
+	sort.Sort(sort.Reverse(sort.StringSlice(mounts)))
+	for _, m := range mounts {
+		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil {
+			h.t.Fatalf("unmount %s: %v", m, err)
+		}
+	}
+	for _, c := range claims {
+		if fi, err := os.Lstat(c.target); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			if err := os.Remove(c.target); err != nil {
+				h.t.Fatal(err)
+			}
+		}
+		if _, err := os.ReadFile(filepath.Join(c.target, c.file)); err == nil {
+			h.t.Fatalf("%s is still readable through %s after the simulated reboot", c.file, c.target)
+		}
+	}
+	if m := mountsUnder(h.dataDir); len(m) > 0 {
+		h.t.Fatalf("mounts left under the data dir: %v", m)
+	}
+}
+
+// repairs returns csiactor_claim_repairs_total{plugin=example,result}.
+func repairs(a *agent, result string) float64 {
+	v, _ := value(a.metrics(), "csiactor_claim_repairs_total", map[string]string{"plugin": "example", "result": result})
+	return v
+}
+
+// TestAgent_Reboot_RepublishesBeforeReady simulates a reboot: the agent
+// and its plugin stop, every mount under the data dir goes, the boot ID
+// changes. The next agent publishes every claim again before GET
+// /v1/ready answers 200: at that moment every target is mounted with its
+// data.
+func TestAgent_Reboot_RepublishesBeforeReady(t *testing.T) {
+	defer leakcheck.Check(t)()
+	h := newHost(t)
+	h.bootSeam("boot-before")
+	h.writeConfig(h.exampleAllocationWith())
+	a1 := h.startAgent()
+	h.waitHealthy()
+	claims := h.claimAll()
+	h.checkPublished("first run", claims)
+
+	a1.signal(syscall.SIGTERM)
+	if st := a1.wait(shutdownDeadline); st.ExitCode() != 0 {
+		t.Fatalf("agent exit after SIGTERM: %s", st)
+	}
+	a1.checkNoRace()
+	// A reboot ends every process, the plugin too if it outlived the agent.
+	for _, pid := range testbin.ProcessesWith(h.stateDir) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	h.eventually("no plugin process left", settleDeadline, func() (bool, string) {
+		left := testbin.ProcessesWith(h.stateDir)
+		return len(left) == 0, fmt.Sprint(left)
+	})
+	h.loseEverything(claims)
+	h.bootSeam("boot-after")
+
+	a2 := h.startAgent()
+	sawStarting := false
+	h.eventually("GET /v1/ready answers 200", readyDeadline, func() (bool, string) {
+		body, code, err := httpGet("http://" + a2.httpAddr + "/v1/ready")
+		if code == http.StatusServiceUnavailable && strings.Contains(body, `"status":"starting"`) {
+			sawStarting = true
+		}
+		return err == nil && code == http.StatusOK && body == `{"status":"ok"}`+"\n", fmt.Sprintf("%d %s %v", code, body, err)
+	})
+	// Ready: everything is back, before anything else is waited for.
+	h.checkPublished("when /v1/ready first says ok", claims)
+	t.Logf("saw /v1/ready starting before ok: %t", sawStarting)
+
+	evs := h.events()
+	for _, c := range claims {
+		found := false
+		for _, ev := range evs {
+			if ev.Type == runtime.EventClaimRepaired && ev.Alloc == c.alloc && ev.Volume == c.vol && strings.Contains(ev.Message, "boot ID changed") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no claim-repaired event naming the reboot for %s on %s: %+v", c.alloc, c.vol, evs)
+		}
+	}
+	if n := repairs(a2, "success"); n != float64(len(claims)) {
+		t.Errorf("csiactor_claim_repairs_total{result=success} = %g, want %d", n, len(claims))
+	}
+	if out := h.ok("status"); !strings.Contains(out, "Ready    yes") {
+		t.Errorf("status after ready:\n%s", out)
+	}
+	// The same claim again is the same claim, answered without a repair.
+	if again := strings.TrimSpace(h.ok("volume", "claim", "-alloc", "web1", "-mode", "write", "-access-mode", "single-node-writer", "data1")); again != claims[0].target {
+		t.Errorf("claiming web1 again printed %q, want %q", again, claims[0].target)
+	}
+
+	for _, c := range claims {
+		h.ok("volume", "release", "-alloc", c.alloc, c.vol)
+	}
+	for _, id := range []string{"data1", "logs"} {
+		h.eventually(id+" has no claims left", settleDeadline, func() (bool, string) {
+			v := h.volume(id)
+			return len(v.Claims) == 0 && len(v.PastClaims) == 0, describe(v)
+		})
+	}
+	if m := mountsUnder(h.dataDir); len(m) > 0 {
+		t.Errorf("mounts left under the data dir after every release: %v", m)
+	}
+	a2.signal(syscall.SIGTERM)
+	if st := a2.wait(shutdownDeadline); st.ExitCode() != 0 {
+		t.Errorf("agent exit after SIGTERM: %s", st)
+	}
+	a2.checkNoRace()
+}
+
+// TestAgent_PluginLosesMounts_ClaimsRepaired kills the example plugin,
+// started with -lose-mounts-on-start (its mounts die with it, as a FUSE
+// plugin's do): the agent restarts it, and once it is healthy again every
+// claim is published again, with its data.
+func TestAgent_PluginLosesMounts_ClaimsRepaired(t *testing.T) {
+	defer leakcheck.Check(t)()
+	h := newHost(t)
+	h.bootSeam("boot-1")
+	h.writeConfig(h.exampleAllocationWith("-lose-mounts-on-start"))
+	a := h.startAgent()
+	h.waitHealthy()
+	claims := h.claimAll()
+	h.checkPublished("before the plugin restart", claims)
+
+	pids := testbin.ProcessesWith(h.stateDir)
+	if len(pids) != 1 {
+		t.Fatalf("want one example plugin process, found %v", pids)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("a new plugin process", settleDeadline, func() (bool, string) {
+		now := testbin.ProcessesWith(h.stateDir)
+		return len(now) == 1 && now[0] != pids[0], fmt.Sprint(now)
+	})
+	h.eventually("every claim repaired", settleDeadline, func() (bool, string) {
+		n := repairs(a, "success")
+		return n >= float64(len(claims)), fmt.Sprintf("%g repairs", n)
+	})
+	h.checkPublished("after the plugin came back", claims)
+	evs := h.events()
+	for _, c := range claims {
+		if !hasEvent(evs, runtime.EventClaimRepaired, c.alloc, c.vol) {
+			t.Errorf("no claim-repaired event for %s on %s: %+v", c.alloc, c.vol, evs)
+		}
+	}
+	if out := h.ok("volume", "status", "data1"); !strings.Contains(out, "published") || strings.Contains(out, "degraded") {
+		t.Errorf("volume status after the repair:\n%s", out)
+	}
+
+	for _, c := range claims {
+		h.ok("volume", "release", "-alloc", c.alloc, c.vol)
+	}
+	for _, id := range []string{"data1", "logs"} {
+		h.eventually(id+" has no claims left", settleDeadline, func() (bool, string) {
+			v := h.volume(id)
+			return len(v.Claims) == 0 && len(v.PastClaims) == 0, describe(v)
+		})
+	}
+	a.signal(syscall.SIGTERM)
+	if st := a.wait(shutdownDeadline); st.ExitCode() != 0 {
+		t.Errorf("agent exit after SIGTERM: %s", st)
+	}
+	a.checkNoRace()
+}
