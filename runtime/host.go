@@ -75,6 +75,18 @@ func (h *hostCheck) healthChanged(done <-chan struct{}, alloc, plugin string, he
 	}
 }
 
+// lagged runs on the forwarder when it lost registry events: a health
+// change may be among them, so every plugin's claims are checked.
+func (h *hostCheck) lagged(done <-chan struct{}) {
+	if h.cfg.SkipMountCheck {
+		return
+	}
+	select {
+	case h.recheck <- "": // every plugin
+	case <-done:
+	}
+}
+
 // deregistered forgets an allocation's health (on the forwarder).
 func (h *hostCheck) deregistered(alloc string) { delete(h.healthy, alloc) }
 

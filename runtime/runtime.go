@@ -638,6 +638,7 @@ func (r *Runtime) forwardRegistryEvents(sub *actorkit.Subscription[registry.Even
 				ev.Type = EventActiveChanged
 			}
 		case registry.EventLagged:
+			r.host.lagged(r.done)
 			ev.Type = EventsDropped
 			ev.Message = fmt.Sprintf("runtime fell behind the registry and lost %d events", e.Dropped)
 		default:

@@ -55,6 +55,19 @@
 // outcome was not recorded is simply sent again; a caller that retries the
 // same claim gets the same target path.
 //
+// # The host
+//
+// The store is not trusted over the host. With [Config.Host] set,
+// [Manager.Start] (before it resumes anything), [Manager.Reconcile] (the
+// runtime calls it when a plugin's allocation is healthy again) and a
+// repeated claim of a published claim compare the claims with the mount
+// table: a claim whose target or staging path is not mounted goes back to
+// reserved with its Repair set, and through its publish steps again;
+// with [Config.HostRebooted], every current claim does, from
+// ControllerPublishVolume on. A repair that fails is retried with backoff
+// and never torn down (its Condition is degraded); [Manager.Repairing]
+// lists the volumes still being repaired. See claim.CheckHost.
+//
 // # Caveats
 //
 // A publish step that fails with a retryable error (unavailable, timeout,

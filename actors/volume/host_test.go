@@ -2,7 +2,10 @@ package volume
 
 import (
 	"context"
+	"errors"
 	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -254,5 +257,64 @@ func TestManager_Release_WhileRepairing_TearsDown(t *testing.T) {
 	e.checkClean()
 	if ids := e.m.Repairing(); len(ids) != 0 {
 		t.Errorf("Repairing() = %v after the release", ids)
+	}
+}
+
+type brokenHost struct{}
+
+func (brokenHost) Look(context.Context) (claim.HostView, error) {
+	return nil, errors.New("no mount table")
+}
+
+// A host that cannot be looked at does not stop the manager: nothing is
+// checked, nothing repaired; Reconcile returns the error.
+func TestManager_Start_HostUnreadable_ChecksNothing(t *testing.T) {
+	e, _, _, _ := hostEnv(t)
+	before := calls(e.plugin)
+	e.restartWith(func(c *Config) { c.Host = brokenHost{} })
+	if _, err := e.m.Reconcile(ctxT(t), ReconcileOptions{}); err == nil || !strings.Contains(err.Error(), "no mount table") {
+		t.Errorf("Reconcile with an unreadable host = %v", err)
+	}
+	v, err := e.m.Get(ctxT(t), "vol1")
+	if err != nil || v.Claims[0].State != claim.StatePublished || calls(e.plugin) != before {
+		t.Errorf("after a start with an unreadable host: %+v, %v, calls %v → %v", v.Claims, err, before, calls(e.plugin))
+	}
+	if err := e.m.Shutdown(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Reconcile(ctxT(t), ReconcileOptions{}); !errors.Is(err, ErrShutdown) {
+		t.Errorf("Reconcile after Shutdown = %v, want ErrShutdown", err)
+	}
+}
+
+func TestMountTable_Look(t *testing.T) {
+	dir := t.TempDir()
+	target, link := filepath.Join(dir, "t"), filepath.Join(dir, "link")
+	if err := os.Mkdir(target, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	dangling := filepath.Join(dir, "dangling")
+	if err := os.Symlink(filepath.Join(dir, "nosuch"), dangling); err != nil {
+		t.Fatal(err)
+	}
+	table := filepath.Join(dir, "mountinfo")
+	if err := os.WriteFile(table, []byte("30 22 0:21 / "+target+" rw - ext4 /dev/sda1 rw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	v, err := MountTable{File: table, Dir: dir}.Look(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !v.Mounted(target) || v.Mounted(link) || v.Mounted(dir) {
+		t.Errorf("Mounted: target %t, link %t, dir %t; want true, false, false", v.Mounted(target), v.Mounted(link), v.Mounted(dir))
+	}
+	if !v.Linked(link) || v.Linked(target) || v.Linked(dangling) {
+		t.Errorf("Linked: link %t, target %t, dangling %t; want true, false, false", v.Linked(link), v.Linked(target), v.Linked(dangling))
+	}
+	if _, err := (MountTable{File: filepath.Join(dir, "nosuch")}).Look(context.Background()); err == nil {
+		t.Error("Look with no mount table: no error")
 	}
 }

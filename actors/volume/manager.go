@@ -162,8 +162,11 @@ func (m *Manager) unregister() {
 // Start loads the index of registered volumes (by ID and by plugin volume)
 // and the claim counts from the store, and starts the actor of every volume
 // with an unfinished step: claims go forward to published, past claims to
-// freed. It returns when the manager is ready to serve; the resumed steps
-// run on in the background.
+// freed. Before that, with Config.Host or Config.HostRebooted, it checks
+// the claims against the host and records the ones to repair (see
+// Reconcile); a host that cannot be looked at is logged and not checked.
+// It returns when the manager is ready to serve; the resumed steps run on
+// in the background.
 //
 // A store written before one plugin volume could be registered under one
 // ID only may hold two IDs for the same plugin volume: both are loaded, the
@@ -198,10 +201,12 @@ func (m *Manager) Start(ctx context.Context) error {
 	case m.cfg.HostRebooted:
 		view = noHost{}
 	case m.cfg.Host != nil:
-		var err error
-		if view, err = m.cfg.Host.Look(ctx); err != nil {
-			return fmt.Errorf("check claims against the host: %w", err)
+		v, err := m.cfg.Host.Look(ctx)
+		if err != nil {
+			m.log.WithError(err).Error("cannot look at the host's mounts; the claims are not checked against them")
+			break
 		}
+		view = v
 	}
 	err := m.store.ForEachVolume(ctx, func(v persistence.Volume) error {
 		if view != nil && len(v.Claims) > 0 {

@@ -90,16 +90,14 @@ type Table struct {
 // Read reads the mount table file (DefaultPath when file is empty) and
 // returns its mount points at or below dir (every one when dir is "/" or
 // empty). dir is resolved through symlinks first, as the kernel shows real
-// paths. A missing table (not Linux) is an empty Table.
+// paths. A missing table (not Linux, no /proc) is an error wrapping
+// fs.ErrNotExist: an empty table would say that nothing is mounted.
 func Read(file, dir string) (*Table, error) {
 	if file == "" {
 		file = DefaultPath
 	}
 	f, err := os.Open(file)
 	if err != nil {
-		if os.IsNotExist(err) {
-			return &Table{points: map[string]struct{}{}}, nil
-		}
 		return nil, err
 	}
 	defer f.Close()
