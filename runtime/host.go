@@ -33,7 +33,8 @@ func newHostCheck(cfg HostConfig, log *logrus.Entry) *hostCheck {
 
 // bootChanged reads the host's boot ID and compares it with the stored
 // one. It returns the boot ID to record once the repairs are ("" when it
-// cannot be read) and whether the host rebooted since the last run. A
+// cannot be read or is recorded already) and whether the host rebooted
+// since the last run. A
 // store without a boot ID (a new one, or one written before the boot ID
 // was recorded) is not a reboot: the mount table check still runs.
 func (h *hostCheck) bootChanged(ctx context.Context, st *persistence.Store) (string, bool) {
@@ -52,7 +53,10 @@ func (h *hostCheck) bootChanged(ctx context.Context, st *persistence.Store) (str
 		h.log.WithError(err).Warn("cannot read the recorded boot ID; a reboot will not be noticed (the mount table is still checked)")
 		return "", false
 	}
-	if prev == "" || prev == id {
+	switch prev {
+	case id:
+		return "", false // recorded already
+	case "":
 		return id, false
 	}
 	h.log.WithFields(logrus.Fields{"was": prev, "now": id}).

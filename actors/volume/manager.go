@@ -643,9 +643,11 @@ func (m *Manager) deregister(ctx context.Context, id string, del bool) error {
 // Claim claims the volume for an allocation and publishes it to the
 // allocation's target path, one persisted step at a time; it returns the
 // published claim. Claiming again with the same allocation and mode returns
-// the same claim (and waits for it if it is still being published); a
-// claim the access mode does not allow is ErrClaimLimit. If ctx ends first
-// the claim goes on: call again to get it.
+// the same claim (and waits for it if it is still being published); with
+// Config.Host, a published claim is answered only once the mount table
+// shows its target (otherwise it is published again first, see
+// Reconcile). A claim the access mode does not allow is ErrClaimLimit. If
+// ctx ends first the claim goes on: call again to get it.
 func (m *Manager) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
 	if err := req.validate(); err != nil {
 		return Claim{}, err
