@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Readiness statuses (Readiness.Status).
@@ -35,12 +36,20 @@ type Readiness struct {
 // has answered its first fingerprint (healthy or not), and every claim the
 // host check found missing (after a reboot, or a mount gone) is published
 // again. Once ready, the runtime stays ready: later repairs show in the
-// claims' Condition, not here. A repair that keeps failing keeps the
-// runtime starting, and Pending names it with its error.
+// claims' Condition, not here. The runtime asks itself until it is ready,
+// so the moment does not depend on when Ready is first called. A repair
+// that keeps failing keeps the runtime starting, and Pending names it with
+// its error.
 func (r *Runtime) Ready(ctx context.Context) (Readiness, error) {
 	if err := r.ready(); err != nil {
 		return Readiness{}, err
 	}
+	return r.readiness(ctx)
+}
+
+// readiness is Ready for a caller that knows the runtime started (it
+// takes no lock: watchReady runs while Shutdown holds r.life).
+func (r *Runtime) readiness(ctx context.Context) (Readiness, error) {
 	if r.isReady.Load() {
 		return Readiness{Status: ReadyOK}, nil
 	}
@@ -73,6 +82,40 @@ func (r *Runtime) Ready(ctx context.Context) (Readiness, error) {
 		pending = append(pending[:maxPending-1], fmt.Sprintf("and %d more", total-maxPending+1))
 	}
 	return Readiness{Status: ReadyStarting, Pending: pending}, nil
+}
+
+// readyPoll is how often watchReady asks Ready until it says ok.
+const readyPoll = 100 * time.Millisecond
+
+// watchReady asks Ready until it says ok (which latches it and logs "agent
+// ready"), so that readiness is decided when the agent gets there, not at
+// the first GET /v1/ready: a plugin that restarts an hour later does not
+// make the agent starting again.
+func (r *Runtime) watchReady() {
+	defer r.wg.Done()
+	t := time.NewTicker(readyPoll)
+	defer t.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // ends with watchReady
+		select {
+		case <-r.done:
+			cancel()
+		case <-stop:
+		}
+	}()
+	for {
+		if rd, err := r.readiness(ctx); err == nil && rd.Status == ReadyOK {
+			return
+		}
+		select {
+		case <-t.C:
+		case <-r.done:
+			return
+		}
+	}
 }
 
 // repairPending describes volume id's claims that are being repaired.

@@ -237,9 +237,10 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("record boot id: %w", err)
 		}
 	}
-	r.wg.Add(1)
+	r.wg.Add(2)
 	go r.host.run(r.done, r.volumes, &r.wg)
 	r.started = true
+	go r.watchReady()
 	r.log.WithField("data_dir", r.cfg.DataDir).Info("runtime started")
 	return nil
 }
