@@ -63,7 +63,7 @@ func (a *volumeActor) Receive(ctx actor.Context) {
 	case *claimRequest:
 		a.claim(ctx, msg)
 	case *reconcileRequest:
-		a.reconcile(ctx, msg)
+		a.enqueue(ctx, msg)
 	case *factsResolved:
 		a.reserve(ctx, msg)
 	case *stepFinished:

@@ -34,6 +34,10 @@ type slot struct {
 // advanceWork asks for the next publish step of alloc's claim.
 type advanceWork struct{ alloc string }
 
+// recheckWork checks the host for alloc's published claim, which a caller
+// claimed again, before it is answered.
+type recheckWork struct{ alloc string }
+
 // turnWork is a claim actor's request for a release turn.
 type turnWork struct{ alloc string }
 
@@ -127,6 +131,10 @@ func (a *volumeActor) settle(ctx actor.Context) {
 		switch w := w.(type) {
 		case *advanceWork:
 			a.advance(ctx, w.alloc)
+		case *recheckWork:
+			a.recheckDone(w.alloc)
+		case *reconcileRequest:
+			a.reconcile(w)
 		case *turnWork:
 			a.grantTurn(ctx, w.alloc)
 		case *registerRequest:
@@ -222,18 +230,16 @@ func (a *volumeActor) claim(ctx actor.Context, msg *claimRequest) {
 // publish steps (the caller's settle starts them).
 func (a *volumeActor) join(msg *claimRequest, alloc string) {
 	c := &a.rec.Claims[claim.FindClaim(a.rec.Claims, alloc)]
-	if c.State == claim.StatePublished {
-		repairing, err := a.recheck(alloc)
-		if err != nil {
-			answer(msg.reply, reply{err: err})
-			return
-		}
-		if !repairing {
-			answer(msg.reply, reply{vol: a.rec, claim: *c})
-			return
-		}
+	if c.State == claim.StatePublished && a.m.cfg.Host == nil {
+		answer(msg.reply, reply{vol: a.rec, claim: *c})
+		return
 	}
 	a.waiters[alloc] = append(a.waiters[alloc], msg.reply)
+	if c.State == claim.StatePublished {
+		// Checked when the slot is free: no publish step is in flight
+		// then that the check could race with.
+		a.queue = append(a.queue, &recheckWork{alloc: alloc})
+	}
 }
 
 // reserve records the claims whose node plugin lookup finished, checking

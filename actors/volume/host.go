@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"github.com/sirupsen/logrus"
 
 	"github.com/csiactor/csiactor/actors/claim"
@@ -184,7 +183,8 @@ type noHost struct{}
 func (noHost) Mounted(string) bool { return false }
 func (noHost) Linked(string) bool  { return false }
 
-// checkHost runs on the volume actor when its slot is free: it sends the
+// checkHost runs on the volume actor when its slot is free (no publish
+// step in flight could race with the check): it sends the
 // claims the host is missing back through their publish steps (persisted
 // first) and queues them. It returns how many claims it sent back.
 func (a *volumeActor) checkHost(view claim.HostView, asOf time.Time) (int, error) {
@@ -209,11 +209,30 @@ func (a *volumeActor) checkHost(view claim.HostView, asOf time.Time) (int, error
 	return len(allocs), nil
 }
 
-// reconcile handles a reconcileRequest.
-func (a *volumeActor) reconcile(ctx actor.Context, req *reconcileRequest) {
+// reconcile handles a reconcileRequest. The slot is free.
+func (a *volumeActor) reconcile(req *reconcileRequest) {
 	n, err := a.checkHost(req.view, req.asOf)
 	answer(req.reply, reply{vol: a.rec, repaired: n, err: err})
-	a.settle(ctx)
+}
+
+// recheckDone runs a recheckWork: it answers alloc's waiters with the
+// claim when the host has its volume, or leaves them waiting for the
+// repair. The slot is free.
+func (a *volumeActor) recheckDone(alloc string) {
+	if a.rec == nil || claim.FindClaim(a.rec.Claims, alloc) < 0 {
+		return // released or deregistered meanwhile; its waiters were answered
+	}
+	repairing, err := a.recheck(alloc)
+	if err != nil {
+		for _, ch := range a.waiters[alloc] {
+			answer(ch, reply{err: err})
+		}
+		delete(a.waiters, alloc)
+		return
+	}
+	if !repairing {
+		a.answerPublished(alloc)
+	}
 }
 
 // hostLookTimeout is how long a repeated claim may wait for the host check of

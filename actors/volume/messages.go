@@ -49,7 +49,9 @@ type releaseRequest struct {
 
 // reconcileRequest is sent to a volume actor by Manager.Reconcile with
 // view, what the host had mounted at asOf. The reply comes when the claims
-// the host is missing are recorded as repairing (see claim.CheckHost).
+// the host is missing are recorded as repairing (see claim.CheckHost); it
+// waits in the actor's queue for the slot, so that no publish step is in
+// flight while the claims are checked.
 type reconcileRequest struct {
 	view  claim.HostView
 	asOf  time.Time
