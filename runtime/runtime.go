@@ -99,9 +99,12 @@ func (r *Runtime) Config() Config { return r.cfg }
 // Start opens the store in the data directory, starts the actor system,
 // restores every persisted allocation (adopting the exec-managed plugins a
 // previous run left running, starting the others) and registers the
-// configured ones, then resumes every unfinished claim and
-// release. It returns once all of that is under way; plugins become healthy
-// in the background (see WaitHealthy).
+// configured ones, then checks the claims against the host (after a reboot,
+// every claim is published again; a published claim whose target or
+// staging path is not mounted is too; see HostConfig) and resumes every
+// unfinished claim and release. It returns once all of that is under way;
+// plugins become healthy in the background (see WaitHealthy), and Ready
+// says when the repairs are done.
 //
 // On error everything started so far is stopped again and the runtime is
 // spent: make a new one to try again. A data dir whose store another agent
