@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
@@ -316,5 +317,44 @@ func TestMountTable_Look(t *testing.T) {
 	}
 	if _, err := (MountTable{File: filepath.Join(dir, "nosuch")}).Look(context.Background()); err == nil {
 		t.Error("Look with no mount table: no error")
+	}
+}
+
+// A repeated claim whose target is gone, while another claim's publish
+// step is in flight on the volume: the check waits for the slot, then the
+// claim is published again and answered.
+func TestManager_Claim_RepeatedWhileAStepRuns(t *testing.T) {
+	e, host, events, _ := hostEnv(t)
+	ctx := ctxT(t)
+	mnmw := fsCap(csi.AccessModeMultiNodeMultiWriter)
+	e.register("shared", mnmw)
+	reqA := claimReq("shared", "a", claim.ModeWrite, csi.AccessModeMultiNodeMultiWriter)
+	ca, err := e.m.Claim(ctx, reqA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b's target is "mounted" once published (the fake host is told ahead).
+	host.set(true, ca.TargetPath, ca.StagingPath, claim.TargetPath(e.dataDir, testPlugin, "b", "shared", claim.Usage(claim.ModeWrite, mnmw)))
+	before := e.plugin.Calls("NodePublishVolume")
+	e.plugin.SetFault("NodePublishVolume", fakeplugin.Fault{Delay: 300 * time.Millisecond, Times: 1})
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.m.Claim(ctx, claimReq("shared", "b", claim.ModeWrite, csi.AccessModeMultiNodeMultiWriter))
+		done <- err
+	}()
+	waitFor(t, "b's NodePublishVolume in flight", func() bool { return e.plugin.Calls("NodePublishVolume") == before+1 })
+	host.set(false, ca.TargetPath)
+	again, err := e.m.Claim(ctx, reqA)
+	if err != nil || again.State != claim.StatePublished || again.TargetPath != ca.TargetPath {
+		t.Fatalf("repeated claim = %+v, %v", again, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("claim b: %v", err)
+	}
+	if got := e.plugin.Calls("NodePublishVolume"); got != before+2 {
+		t.Errorf("NodePublishVolume calls = %d, want %d (b's, then a's repair)", got, before+2)
+	}
+	if evs := events.find(EventClaimRepaired, "a"); len(evs) != 1 || evs[0].Volume != "shared" {
+		t.Errorf("claim-repaired events of a = %+v", evs)
 	}
 }
