@@ -136,12 +136,13 @@ func TestAgent_Reboot_RepublishesBeforeReady(t *testing.T) {
 		t.Fatalf("agent exit after SIGTERM: %s", st)
 	}
 	a1.checkNoRace()
-	// A reboot ends every process, the plugin too if it outlived the agent.
-	for _, pid := range testbin.ProcessesWith(h.stateDir) {
+	// A reboot ends every process: the plugin, which outlives the agent,
+	// and anything else of this host (its log shim).
+	for _, pid := range testbin.ProcessesWith(h.base) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	h.eventually("no plugin process left", settleDeadline, func() (bool, string) {
-		left := testbin.ProcessesWith(h.stateDir)
+	h.eventually("no process of the host left", settleDeadline, func() (bool, string) {
+		left := testbin.ProcessesWith(h.base)
 		return len(left) == 0, fmt.Sprint(left)
 	})
 	h.loseEverything(claims)
