@@ -17,6 +17,7 @@ import (
 	"github.com/csiactor/csiactor/actors/plugin/proc"
 	"github.com/csiactor/csiactor/internal/actorkit"
 	"github.com/csiactor/csiactor/internal/fakeplugin"
+	"github.com/csiactor/csiactor/internal/testbin"
 )
 
 // fakePluginEnv makes the test binary run as an exec-managed CSI plugin: a
@@ -82,13 +83,19 @@ func fakeEnv(name string) map[string]string {
 }
 
 // shortDir returns a temporary directory with a short path (t.TempDir
-// paths can exceed the unix socket limit).
+// paths can exceed the unix socket limit). When the test ends, every
+// process whose command line names the directory is killed (plugin
+// processes and their log shims outlive an actor's shutdown by design),
+// then the directory is removed.
 func shortDir(t testing.TB) string {
 	d, err := os.MkdirTemp("", "pa-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(d) })
+	t.Cleanup(func() {
+		testbin.KillProcessesWith(d)
+		_ = os.RemoveAll(d)
+	})
 	return d
 }
 

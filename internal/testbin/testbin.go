@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // GoCommand finds the go command: in PATH, else in $GOROOT/bin.
@@ -54,6 +56,23 @@ func Build(prefix string, race bool, tags ...string) (bin, dir string, err error
 		return "", dir, fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
 	return bin, dir, nil
+}
+
+// KillProcessesWith sends SIGKILL to every live process whose command line
+// contains marker (other than this one), and waits until they are gone, at
+// most five seconds: tests use it to end the plugin processes that outlive
+// the agent by design.
+func KillProcessesWith(marker string) {
+	for range 100 {
+		pids := ProcessesWith(marker)
+		if len(pids) == 0 {
+			return
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // ProcessesWith returns the live (not zombie or dead) processes whose
