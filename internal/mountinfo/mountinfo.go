@@ -20,7 +20,7 @@ const DefaultPath = "/proc/self/mountinfo"
 // is, so resolve symlinks first where that matters. Where there is no
 // /proc/self/mountinfo (not Linux), it returns none.
 func Under(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	f, err := os.Open(DefaultPath)
 	if err != nil {
 		if os.IsNotExist(err) {
 			return nil, nil
@@ -28,8 +28,18 @@ func Under(dir string) ([]string, error) {
 		return nil, err
 	}
 	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
+	var out []string // a mount point with mounts stacked on it is listed once per mount
+	if err := scan(f, dir, func(mp string) { out = append(out, mp) }); err != nil {
+		return nil, err
+	}
+	sort.SliceStable(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out, nil
+}
+
+// scan calls fn with every mount point of the table r at or below dir
+// (every one when dir is "" or "/"), in the table's order.
+func scan(r io.Reader, dir string, fn func(mountPoint string)) error {
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		// Field 5 is the mount point.
@@ -38,15 +48,11 @@ func Under(dir string) ([]string, error) {
 			continue
 		}
 		mp := Unescape(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
+		if dir == "" || dir == "/" || mp == dir || strings.HasPrefix(mp, dir+"/") {
+			fn(mp)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	sort.SliceStable(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
-	return out, nil
+	return sc.Err()
 }
 
 // IsMountPoint reports whether path is a mount point (false when
@@ -106,19 +112,7 @@ func Read(file, dir string) (*Table, error) {
 
 func parse(r io.Reader, dir string) (*Table, error) {
 	t := &Table{points: map[string]struct{}{}}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := Unescape(fields[4])
-		if dir == "" || dir == "/" || mp == dir || strings.HasPrefix(mp, dir+"/") {
-			t.points[mp] = struct{}{}
-		}
-	}
-	if err := sc.Err(); err != nil {
+	if err := scan(r, dir, func(mp string) { t.points[mp] = struct{}{} }); err != nil {
 		return nil, err
 	}
 	return t, nil
