@@ -20,8 +20,14 @@ BENCHFLAGS ?= -run '^$$' -benchmem -timeout 30m
 
 all: build
 
+# VERSION and REVISION are what `csiactor version` and csiactor_build_info
+# report: the nearest tag, commits since and the commit (git describe),
+# "-dirty" with uncommitted changes; and the commit.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+REVISION ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+
 build:
-	$(GO) build -o $(BIN) ./cmd/csiactor
+	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.revision=$(REVISION)" -o $(BIN) ./cmd/csiactor
 
 ## run: start the agent on its embedded default (a temp data dir and the example plugin).
 run: build

@@ -12,6 +12,12 @@ import (
 	"github.com/csiactor/csiactor/cmd/csiactor/cli"
 )
 
+// version and revision are stamped by `make build` (-ldflags "-X
+// main.version=... -X main.revision=...", from git describe and git
+// rev-parse); empty, `csiactor version` falls back to the module version
+// and the VCS stamp in the build info.
+var version, revision string
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
@@ -30,7 +36,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "csiactor: %s again: exiting without waiting for the shutdown\n", s)
 		os.Exit(cli.ExitError)
 	}()
-	code := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr, cli.WithVersion(version), cli.WithRevision(revision))
 	stop()
 	os.Exit(code)
 }

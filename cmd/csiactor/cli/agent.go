@@ -258,7 +258,8 @@ func (e *env) runAgent(ctx context.Context, cfg runtime.Config, dev bool) (err e
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildInfo(versionInfo(e.version, e.revision)))
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: httpErrLog})
 
 	agent, err := e.newAgent(cfg, AgentDeps{Log: lg, Registerer: reg})

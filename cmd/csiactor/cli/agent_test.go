@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -159,7 +160,8 @@ func TestAgent_Serves_UntilInterrupted(t *testing.T) {
 		t.Errorf("TCP health: %d %s", code, body)
 	}
 	code, body := httpGet(t, tcp+"/metrics")
-	for _, m := range []string{"csiactor_test_up 1", "go_goroutines", "process_open_fds"} {
+	buildInfo := `csiactor_build_info{goversion="` + goruntime.Version() + `",revision="`
+	for _, m := range []string{"csiactor_test_up 1", "go_goroutines", "process_open_fds", buildInfo} {
 		if code != 200 || !strings.Contains(body, m) {
 			t.Errorf("TCP /metrics (%d) lacks %s", code, m)
 		}

@@ -62,12 +62,17 @@ func WithGetenv(getenv func(string) string) Option { return func(e *env) { e.get
 // the module version from the build info).
 func WithVersion(v string) Option { return func(e *env) { e.version = v } }
 
+// WithRevision sets the VCS revision that `csiactor version` prints (by
+// default the one Go stamped into the build info, if any).
+func WithRevision(r string) Option { return func(e *env) { e.revision = r } }
+
 // env is what every command runs with.
 type env struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	newAgent       NewAgentFunc
 	version        string
+	revision       string
 }
 
 // command is one node of the command tree: a group with subcommands, or a

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	goruntime "runtime"
 	"runtime/debug"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func versionCommand() *command {
@@ -20,7 +22,7 @@ func versionCommand() *command {
 				if err := wantArgs(args); err != nil {
 					return err
 				}
-				v := versionInfo(e.version)
+				v := versionInfo(e.version, e.revision)
 				if *asJSON {
 					return printJSON(e.stdout, v)
 				}
@@ -42,16 +44,16 @@ type version struct {
 }
 
 // versionInfo returns the given version, else the module version from the
-// build info ("(devel)" for a build from a checkout), with the VCS
-// revision when the build recorded one.
-func versionInfo(given string) version {
-	v := version{Version: given, Go: goruntime.Version()}
+// build info ("(devel)" for a build from a checkout), with the given
+// revision, else the VCS revision when the build recorded one.
+func versionInfo(given, revision string) version {
+	v := version{Version: given, Revision: revision, Go: goruntime.Version()}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if v.Version == "" {
 			v.Version = bi.Main.Version
 		}
 		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
+			if s.Key == "vcs.revision" && v.Revision == "" {
 				v.Revision = s.Value
 				if len(v.Revision) > 12 {
 					v.Revision = v.Revision[:12]
@@ -63,4 +65,16 @@ func versionInfo(given string) version {
 		v.Version = "(devel)"
 	}
 	return v
+}
+
+// buildInfo is the csiactor_build_info gauge: always 1, with the version,
+// VCS revision and Go version of the running agent as labels, for joins in
+// queries and for spotting hosts that run an old build.
+func buildInfo(v version) prometheus.Collector {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "csiactor_build_info",
+		Help: "The running agent's build: always 1, labelled with its version, VCS revision and Go version.",
+	}, []string{"version", "revision", "goversion"})
+	g.WithLabelValues(v.Version, v.Revision, v.Go).Set(1)
+	return g
 }
