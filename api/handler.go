@@ -664,7 +664,7 @@ func StatusCode(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, runtime.ErrConflict):
 		return http.StatusConflict
-	case errors.Is(err, runtime.ErrPluginUnavailable), errors.Is(err, runtime.ErrShutdown),
+	case errors.Is(err, runtime.ErrPluginUnavailable), errors.Is(err, runtime.ErrShutdown), errors.Is(err, runtime.ErrClusterUnavailable),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/csiactor/csiactor/actors/plugin"
 	"github.com/csiactor/csiactor/actors/registry"
 	"github.com/csiactor/csiactor/actors/volume"
+	"github.com/csiactor/csiactor/cluster"
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/persistence"
 )
@@ -30,7 +31,7 @@ func mapErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	for _, s := range []error{ErrInvalid, ErrNotFound, ErrConflict, ErrPluginUnavailable, ErrShutdown} {
+	for _, s := range []error{ErrInvalid, ErrNotFound, ErrConflict, ErrPluginUnavailable, ErrShutdown, ErrClusterUnavailable} {
 		if errors.Is(err, s) {
 			return err
 		}
@@ -41,6 +42,12 @@ func mapErr(err error) error {
 		return err
 	case errors.Is(err, volume.ErrInvalid), errors.Is(err, plugin.ErrInvalidSpec),
 		errors.Is(err, csi.ErrInvalidCapability), errors.Is(err, csi.ErrInvalidEndpoint):
+		kind = ErrInvalid
+	case errors.Is(err, volume.ErrArbiterUnavailable), errors.Is(err, cluster.ErrUnavailable), errors.Is(err, cluster.ErrClosed):
+		kind = ErrClusterUnavailable
+	case errors.Is(err, cluster.ErrConflict), errors.Is(err, cluster.ErrInUse):
+		kind = ErrConflict
+	case errors.Is(err, cluster.ErrInvalidConfig):
 		kind = ErrInvalid
 	case errors.Is(err, volume.ErrPluginUnavailable), errors.Is(err, registry.ErrNoHealthyPlugin):
 		// Before ErrNotFound: a volume whose plugin is not registered (yet,

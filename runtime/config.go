@@ -51,6 +51,9 @@ type Config struct {
 	Plugins PluginsConfig `yaml:"plugins"`
 	Volumes VolumesConfig `yaml:"volumes"`
 	Store   StoreConfig   `yaml:"store"`
+	// Cluster, when set, turns on cluster mode (etcd); nil keeps every
+	// volume and claim in this agent's store only.
+	Cluster *ClusterConfig `yaml:"cluster"`
 	// Allocations are registered on every start, in addition to the
 	// allocations restored from the store.
 	Allocations []AllocationConfig `yaml:"allocations"`
@@ -224,6 +227,7 @@ func (c Config) WithDefaults() Config {
 	c.Plugins.RestartBackoff = c.Plugins.RestartBackoff.WithDefaults()
 	c.Volumes.Retry = c.Volumes.Retry.WithDefaults()
 	c.Allocations = append([]AllocationConfig(nil), c.Allocations...)
+	c.Cluster = c.Cluster.withDefaults()
 	return c
 }
 
@@ -328,6 +332,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Volumes.Retry.Validate(); err != nil {
 		return prefixed("volumes.retry", err)
+	}
+	if err := c.Cluster.Validate(); err != nil {
+		return err
 	}
 	seen := make(map[string]int, len(c.Allocations))
 	for i, a := range c.Allocations {
@@ -477,6 +484,12 @@ func (d *configDecoder) decode(n *yaml.Node, v reflect.Value, key string) error 
 		return nil
 	case v.Kind() == reflect.Struct:
 		return d.decodeStruct(n, v, key)
+	case v.Kind() == reflect.Pointer && v.Type().Elem().Kind() == reflect.Struct:
+		// An optional section: present in the file means set.
+		if v.IsNil() {
+			v.Set(reflect.New(v.Type().Elem()))
+		}
+		return d.decodeStruct(n, v.Elem(), key)
 	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.String:
 		if n.Kind != yaml.SequenceNode {
 			return d.errAt(n, key, "want a list of strings")

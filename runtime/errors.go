@@ -36,6 +36,11 @@ var (
 	// volume directories): a new store would forget every allocation and
 	// claim and orphan their mounts, so nothing is created or overwritten.
 	ErrStoreLost = errors.New("store lost")
+	// ErrClusterUnavailable is returned in cluster mode when etcd cannot
+	// be reached or this host's lease was not renewed in time: a new
+	// claim cannot be admitted safely. Published claims keep working.
+	// The HTTP API answers 503.
+	ErrClusterUnavailable = errors.New("cluster unavailable")
 )
 
 // FieldError is a validation error that names the bad field, as a dotted

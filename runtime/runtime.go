@@ -19,6 +19,7 @@ import (
 	"github.com/csiactor/csiactor/actors/plugin"
 	"github.com/csiactor/csiactor/actors/registry"
 	"github.com/csiactor/csiactor/actors/volume"
+	"github.com/csiactor/csiactor/cluster"
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/actorkit"
 	"github.com/csiactor/csiactor/persistence"
@@ -67,10 +68,14 @@ type Runtime struct {
 	regSub   *actorkit.Subscription[registry.Event]
 	events   *eventLog
 	host     *hostCheck
-	done     chan struct{} // closed by Shutdown
-	isReady  atomic.Bool   // latched by Ready once nothing is pending
-	wg       sync.WaitGroup
-	stopped  bool
+	// cluster is the cluster session in cluster mode, else nil;
+	// clusterCancel ends its volume watch.
+	cluster       *cluster.Session
+	clusterCancel context.CancelFunc
+	done          chan struct{} // closed by Shutdown
+	isReady       atomic.Bool   // latched by Ready once nothing is pending
+	wg            sync.WaitGroup
+	stopped       bool
 }
 
 // New validates cfg (with defaults applied) and returns a runtime that has
@@ -154,6 +159,12 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("register restart counter: %w", err)
 		}
 	}
+	// etcd that does not answer fails Start before any plugin starts.
+	if r.cfg.Cluster != nil {
+		if err := r.startCluster(ctx); err != nil {
+			return err
+		}
+	}
 	r.events = newEventLog(RecentEvents)
 	r.system = actorkit.NewSystem(r.log.WithField("component", "actors"))
 
@@ -214,7 +225,12 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 		host = volume.MountTable{File: r.cfg.Host.MountTable, Dir: filepath.Join(r.cfg.DataDir, "volumes")}
 	}
 	vb := r.cfg.Volumes.Retry
+	var arbiter volume.Arbiter
+	if r.cluster != nil {
+		arbiter = r.cluster
+	}
 	r.volumes, err = volume.NewManager(r.system.Root, volume.Config{
+		Arbiter:              arbiter,
 		Host:                 host,
 		HostRebooted:         rebooted,
 		DataDir:              r.cfg.DataDir,
@@ -232,6 +248,11 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 	}
 	if err := r.volumes.Start(ctx); err != nil {
 		return fmt.Errorf("resume volumes: %w", err)
+	}
+	if r.cluster != nil {
+		if err := r.afterVolumesStarted(ctx); err != nil {
+			return err
+		}
 	}
 	// Recorded once the repairs it calls for are: a crash before this
 	// line makes the next start redo them.
@@ -289,6 +310,9 @@ func (r *Runtime) Shutdown(ctx context.Context) error {
 func (r *Runtime) teardownLocked(ctx context.Context) error {
 	r.stopped = true
 	close(r.done)
+	if r.clusterCancel != nil {
+		r.clusterCancel()
+	}
 	var errs []error
 	if r.volumes != nil {
 		if err := r.volumes.Shutdown(ctx); err != nil {
@@ -307,6 +331,13 @@ func (r *Runtime) teardownLocked(ctx context.Context) error {
 		r.events.close() // ends every subscription goroutine
 	}
 	r.wg.Wait()
+	if r.cluster != nil {
+		// After the volumes: a claim freed as they stopped is still
+		// handed to etcd (or left to the next start's prune).
+		if err := r.cluster.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("leave cluster: %w", err))
+		}
+	}
 	if r.system != nil {
 		r.system.Shutdown()
 	}
@@ -444,11 +475,14 @@ func (r *Runtime) RegisterVolume(ctx context.Context, id string, spec VolumeSpec
 	if err != nil {
 		return Volume{}, err
 	}
+	if err := r.shareVolume(ctx, id, spec); err != nil {
+		return Volume{}, err
+	}
 	v, err := r.volumes.Register(ctx, vs)
 	if err != nil {
 		return Volume{}, mapErr(err)
 	}
-	return volumeFromManager(v), nil
+	return r.withHosts(ctx, volumeFromManager(v), false), nil
 }
 
 // CreateVolume creates a volume through the plugin's controller
@@ -469,7 +503,15 @@ func (r *Runtime) CreateVolume(ctx context.Context, spec CreateVolumeSpec) (Volu
 	if err != nil {
 		return Volume{}, mapErr(err)
 	}
-	return volumeFromManager(v), nil
+	if r.cluster != nil {
+		// The other hosts register the volume the plugin created.
+		shared := spec.VolumeSpec
+		shared.ExternalID = v.ExternalID
+		if err := r.shareVolume(ctx, spec.ID, shared); err != nil {
+			return Volume{}, err
+		}
+	}
+	return r.withHosts(ctx, volumeFromManager(v), false), nil
 }
 
 // DeleteVolume deregisters the volume id and, with deleteToo, deletes it
@@ -481,6 +523,13 @@ func (r *Runtime) DeleteVolume(ctx context.Context, id string, deleteToo bool) e
 	}
 	if err := r.ready(); err != nil {
 		return err
+	}
+	if r.cluster != nil {
+		// Checked across every host first: deleting through the
+		// controller destroys the data another host may use.
+		if err := r.cluster.DeleteVolume(ctx, id); err != nil {
+			return mapErr(err)
+		}
 	}
 	var err error
 	if deleteToo {
@@ -505,7 +554,7 @@ func (r *Runtime) Volumes(ctx context.Context, filter VolumeFilter) ([]Volume, e
 	}
 	out := make([]Volume, 0, len(vs))
 	for _, v := range vs {
-		out = append(out, volumeFromManager(v))
+		out = append(out, r.withHosts(ctx, volumeFromManager(v), false))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
@@ -524,7 +573,7 @@ func (r *Runtime) Volume(ctx context.Context, id string) (Volume, error) {
 	if err != nil {
 		return Volume{}, mapErr(err)
 	}
-	return volumeFromManager(v), nil
+	return r.withHosts(ctx, volumeFromManager(v), true), nil
 }
 
 // Claim claims the volume for req.Alloc and publishes it, returning when the

@@ -452,6 +452,8 @@ type Volume struct {
 
 // Claim is a current or past claim of a volume by one allocation.
 type Claim struct {
+	// Host is the cluster node that holds the claim (cluster mode only).
+	Host           string `json:"host,omitempty"`
 	Alloc          string `json:"alloc"`
 	Mode           string `json:"mode"`
 	AccessMode     string `json:"access_mode"`

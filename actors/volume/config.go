@@ -78,6 +78,9 @@ type Config struct {
 	// every publish step (ControllerPublishVolume too: the attachment is
 	// uncertain) before it resumes anything.
 	HostRebooted bool
+	// Arbiter, when set, admits every new claim across the hosts of a
+	// cluster too, and is told when a claim is freed (cluster mode).
+	Arbiter Arbiter
 	// Logger receives the manager's logs; nil discards them.
 	Logger *logrus.Entry
 	// Registerer receives csiactor_volume_claims,

@@ -100,6 +100,7 @@ func (a *volumeActor) persist(v *persistence.Volume, point string) error {
 	a.rec = v
 	a.m.publish(a.h, v)
 	a.m.recordEvents(old, v)
+	a.freeHosts(old, v)
 	a.m.faultPoint("persisted:", point, a.h.id)
 	return nil
 }
@@ -279,9 +280,16 @@ func (a *volumeActor) reserveAll(ctx actor.Context, alloc string, reqs []*claimR
 			a.join(req, a.rec.Claims[i].Alloc)
 			continue
 		}
+		if err := a.admitHosts(req.req); err != nil {
+			answer(req.reply, reply{err: err})
+			continue
+		}
 		v := claim.CloneVolume(a.rec)
 		claim.Reserve(v, req.req, facts, a.m.cfg.DataDir, time.Now())
 		if err := a.persist(v, "reserve"); err != nil {
+			if a.m.cfg.Arbiter != nil {
+				a.m.cfg.Arbiter.Free(a.h.id, alloc)
+			}
 			answer(req.reply, reply{err: err})
 			continue
 		}

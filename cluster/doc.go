@@ -1,0 +1,34 @@
+// Package cluster lets many csiactor agents share volumes and claims
+// through etcd. It is the only package that imports the etcd client, as
+// persistence is the only one that imports bbolt.
+//
+// # Basics
+//
+// [Open] dials etcd, grants this host a lease and keeps a liveness key on
+// it. A [Session] then holds, under its key prefix (DefaultPrefix):
+//
+//	<prefix>/hosts/<node>     the host: when it was last seen (no lease)
+//	<prefix>/alive/<node>     the host's liveness key, on its lease
+//	<prefix>/volumes/<id>     a volume's definition, shared by every host
+//	<prefix>/claims/<id>      a volume's claims on every host (no lease)
+//
+// A claim is admitted by [Session.Admit] in one etcd transaction that
+// compares the claims key's mod revision (compare-and-swap) and this
+// host's liveness key's lease, after the caller's check (the access-mode
+// table, applied to the claims of every host) passed on what was read.
+// Claims are never attached to a lease: a dead agent's claims stay until
+// they are released. [Session.Free] removes a freed claim, retrying in the
+// background until etcd has it.
+//
+// Each host's own steps (stagings, usage counts, publish context,
+// allocations) stay in its bbolt store.
+//
+// # Caveats
+//
+// A lease is not mutual exclusion: an agent cut off from etcd does not
+// learn that its lease expired. A Session therefore stops admitting new
+// claims on its own timer, counted from the send time of the last
+// keepalive etcd acknowledged, a quarter of the TTL before the lease can
+// expire on the server ([Session.AdmitDeadline]). Published claims keep
+// working through an etcd outage; new claims fail with [ErrUnavailable].
+package cluster

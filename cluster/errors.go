@@ -1,0 +1,21 @@
+package cluster
+
+import "errors"
+
+var (
+	// ErrUnavailable is returned when etcd cannot be reached, or this
+	// host's lease was not renewed in time: a new claim cannot be
+	// admitted safely. Published claims are not affected.
+	ErrUnavailable = errors.New("cluster unavailable")
+	// ErrConflict is returned by PutVolume when the volume ID is
+	// registered in the cluster with another definition.
+	ErrConflict = errors.New("cluster conflict")
+	// ErrInUse is returned by DeleteVolume while a host holds a claim on
+	// the volume.
+	ErrInUse = errors.New("volume claimed in the cluster")
+	// ErrInvalidConfig is returned by Open for a Config it cannot use;
+	// the message names the field.
+	ErrInvalidConfig = errors.New("invalid cluster config")
+	// ErrClosed is returned by every method after Close.
+	ErrClosed = errors.New("cluster session closed")
+)

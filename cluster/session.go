@@ -1,0 +1,300 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Session is this host's membership of the cluster: an etcd client, a
+// lease with this host's liveness key on it, and the goroutines that renew
+// the lease and free released claims. All methods are safe for concurrent
+// use. Close it once at the end.
+type Session struct {
+	cfg     Config
+	log     *logrus.Entry
+	cli     *clientv3.Client
+	metrics *metrics
+	reg     prometheus.Registerer
+
+	mu        sync.Mutex
+	lease     clientv3.LeaseID    // guarded by mu
+	ttl       time.Duration       // guarded by mu; as granted
+	renewSent time.Time           // guarded by mu; send time of the last acknowledged keepalive (or grant)
+	frees     map[claimRef]string // guarded by mu; claims to remove from etcd, with their nonce
+	nonces    map[claimRef]string // guarded by mu; the nonce of every claim this session admitted
+	closed    bool                // guarded by mu
+
+	kick      chan struct{}   // wakes the free loop
+	ctx       context.Context // ends at Close
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+type claimRef struct{ volume, alloc string }
+
+// hostRecord is the value of <prefix>/hosts/<node>.
+type hostRecord struct {
+	ID        string    `json:"id"`
+	StartedAt time.Time `json:"started_at"`
+	LastSeen  time.Time `json:"last_seen"`
+}
+
+// Open dials etcd, grants this host's lease, writes its liveness key and
+// starts renewing it. etcd that does not answer within cfg.DialTimeout is
+// an error wrapping ErrUnavailable that names the endpoints.
+func Open(ctx context.Context, cfg Config) (*Session, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	log := cfg.Logger
+	if log == nil {
+		l := logrus.New()
+		l.SetOutput(discard{})
+		log = logrus.NewEntry(l)
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            cfg.Endpoints,
+		DialTimeout:          cfg.DialTimeout,
+		DialKeepAliveTime:    cfg.DialTimeout,
+		DialKeepAliveTimeout: cfg.DialTimeout,
+		TLS:                  cfg.TLS,
+		Username:             cfg.Username,
+		Password:             cfg.Password,
+		Logger:               zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: etcd %v: %w", ErrUnavailable, cfg.Endpoints, err)
+	}
+	s := &Session{
+		cfg:     cfg,
+		log:     log,
+		cli:     cli,
+		metrics: newMetrics(),
+		reg:     cfg.Registerer,
+		frees:   map[claimRef]string{},
+		nonces:  map[claimRef]string{},
+		kick:    make(chan struct{}, 1),
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if err := s.grant(ctx); err != nil {
+		s.cancel()
+		_ = cli.Close()
+		return nil, fmt.Errorf("%w: etcd %v does not answer: %w", ErrUnavailable, cfg.Endpoints, err)
+	}
+	if s.reg != nil {
+		for i, c := range s.metrics.collectors() {
+			if err := s.reg.Register(c); err != nil {
+				for _, d := range s.metrics.collectors()[:i] {
+					s.reg.Unregister(d)
+				}
+				s.cancel()
+				_ = cli.Close()
+				return nil, fmt.Errorf("register metrics: %w", err)
+			}
+		}
+	}
+	s.wg.Add(2)
+	go s.renewLoop()
+	go s.freeLoop()
+	s.log.WithFields(logrus.Fields{"node": cfg.NodeID, "endpoints": cfg.Endpoints, "lease_ttl": s.TTL()}).Info("joined the cluster")
+	return s, nil
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// NodeID returns this host's node ID.
+func (s *Session) NodeID() string { return s.cfg.NodeID }
+
+// TTL returns the TTL etcd granted this host's lease.
+func (s *Session) TTL() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ttl
+}
+
+func (s *Session) key(parts ...string) string {
+	k := s.cfg.Prefix
+	for _, p := range parts {
+		k += "/" + p
+	}
+	return k
+}
+
+func (s *Session) aliveKey(node string) string { return s.key("alive", node) }
+
+// reqCtx bounds one etcd request.
+func (s *Session) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.cfg.DialTimeout)
+}
+
+// grant grants a new lease and writes the liveness and host keys.
+func (s *Session) grant(ctx context.Context) error {
+	sent := time.Now()
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	secs := int64((s.cfg.LeaseTTL + time.Second - 1) / time.Second)
+	resp, err := s.cli.Grant(rctx, secs)
+	s.metrics.observe("grant", sent)
+	if err != nil {
+		return fmt.Errorf("grant lease: %w", err)
+	}
+	now := time.Now()
+	rec, _ := json.Marshal(hostRecord{ID: s.cfg.NodeID, StartedAt: now, LastSeen: now})
+	start := time.Now()
+	_, err = s.cli.Txn(rctx).Then(
+		clientv3.OpPut(s.aliveKey(s.cfg.NodeID), string(rec), clientv3.WithLease(resp.ID)),
+		clientv3.OpPut(s.key("hosts", s.cfg.NodeID), string(rec)),
+	).Commit()
+	s.metrics.observe("txn", start)
+	if err != nil {
+		return fmt.Errorf("write liveness key: %w", err)
+	}
+	s.mu.Lock()
+	s.lease, s.ttl, s.renewSent = resp.ID, time.Duration(resp.TTL)*time.Second, sent
+	s.mu.Unlock()
+	return nil
+}
+
+// renewInterval is how often the lease is renewed: four times per TTL.
+func (s *Session) renewInterval() time.Duration { return s.TTL() / 4 }
+
+// AdmitDeadline returns the time after which this host admits no new
+// claim unless its lease is renewed first: the send time of the last
+// keepalive etcd acknowledged plus three quarters of the TTL. etcd
+// received that keepalive after it was sent, so the lease cannot expire on
+// the server before a quarter of the TTL after this deadline.
+func (s *Session) AdmitDeadline() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.renewSent.Add(s.ttl - s.ttl/4)
+}
+
+// admitting returns the lease to admit a claim under, or ErrUnavailable
+// once AdmitDeadline has passed.
+func (s *Session) admitting() (clientv3.LeaseID, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
+	if d := s.renewSent.Add(s.ttl - s.ttl/4); time.Now().After(d) {
+		return 0, fmt.Errorf("%w: this host's etcd lease was last renewed %s ago (ttl %s); new claims are refused until etcd answers",
+			ErrUnavailable, time.Since(s.renewSent).Round(time.Millisecond), s.ttl)
+	}
+	return s.lease, nil
+}
+
+// renewLoop renews the lease every renewInterval until Close, granting a
+// new one when etcd says it expired, and refreshes the host gauge.
+func (s *Session) renewLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.renewInterval())
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.renew()
+		s.refreshHosts()
+	}
+}
+
+func (s *Session) renew() {
+	ctx := s.ctx
+	s.mu.Lock()
+	lease := s.lease
+	s.mu.Unlock()
+	sent := time.Now()
+	rctx, rcancel := context.WithTimeout(ctx, s.renewInterval())
+	_, err := s.cli.KeepAliveOnce(rctx, lease)
+	rcancel()
+	s.metrics.observe("keepalive", sent)
+	switch {
+	case err == nil:
+		s.mu.Lock()
+		if s.lease == lease && sent.After(s.renewSent) {
+			s.renewSent = sent
+		}
+		s.mu.Unlock()
+		s.metrics.renewals.WithLabelValues(renewOK).Inc()
+		s.touch(ctx)
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		s.metrics.renewals.WithLabelValues(renewExpired).Inc()
+		s.log.Warn("this host's etcd lease expired; granting a new one")
+		if err := s.grant(ctx); err != nil {
+			s.log.WithError(err).Warn("cannot renew this host's etcd lease")
+		}
+	default:
+		s.metrics.renewals.WithLabelValues(renewError).Inc()
+		if ctx.Err() == nil {
+			s.log.WithError(err).Warn("cannot renew this host's etcd lease")
+		}
+	}
+}
+
+// touch records when this host was last seen.
+func (s *Session) touch(ctx context.Context) {
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	key := s.key("hosts", s.cfg.NodeID)
+	start := time.Now()
+	resp, err := s.cli.Get(rctx, key)
+	s.metrics.observe("get", start)
+	if err != nil {
+		return
+	}
+	var rec hostRecord
+	if len(resp.Kvs) > 0 {
+		_ = json.Unmarshal(resp.Kvs[0].Value, &rec)
+	}
+	rec.ID, rec.LastSeen = s.cfg.NodeID, time.Now()
+	data, _ := json.Marshal(rec)
+	start = time.Now()
+	_, _ = s.cli.Put(rctx, key, string(data))
+	s.metrics.observe("put", start)
+}
+
+// Close stops renewing the lease and revokes it (this host is down at
+// once; its claims stay), stops the background goroutines and closes the
+// etcd client. Claims still to be freed are freed by the next Prune. It is
+// idempotent.
+func (s *Session) Close(ctx context.Context) error {
+	var err error
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		lease := s.lease
+		s.mu.Unlock()
+		s.cancel()
+		s.wg.Wait()
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
+		if _, rerr := s.cli.Revoke(rctx, lease); rerr != nil {
+			s.log.WithError(rerr).Info("cannot revoke this host's etcd lease; it expires on its own")
+		}
+		cancel()
+		err = s.cli.Close()
+		if s.reg != nil {
+			for _, c := range s.metrics.collectors() {
+				s.reg.Unregister(c)
+			}
+		}
+		s.log.Info("left the cluster")
+	})
+	return err
+}

@@ -1,0 +1,130 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func (s *Session) volumeKey(id string) string { return s.key("volumes", id) }
+
+// PutVolume records volume id's definition (opaque to the cluster; the
+// caller encodes it deterministically) for every host. The same
+// definition again is a no-op; another one is ErrConflict.
+func (s *Session) PutVolume(ctx context.Context, id string, def []byte) error {
+	key := s.volumeKey(id)
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	start := time.Now()
+	resp, err := s.cli.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(def))).Else(clientv3.OpGet(key)).Commit()
+	s.metrics.observe("txn", start)
+	if err != nil {
+		return fmt.Errorf("%w: register volume %q: %w", ErrUnavailable, id, err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 && bytes.Equal(kvs[0].Value, def) {
+		return nil
+	}
+	return fmt.Errorf("%w: volume %q is registered in the cluster with a different definition", ErrConflict, id)
+}
+
+// DeleteVolume removes volume id's definition, unless a host holds a
+// claim on it (ErrInUse, naming the hosts). A volume that is not there is
+// not an error.
+func (s *Session) DeleteVolume(ctx context.Context, id string) error {
+	ck := s.claimsKey(id)
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	start := time.Now()
+	resp, err := s.cli.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(ck), "=", 0)).
+		Then(clientv3.OpDelete(s.volumeKey(id))).Commit()
+	s.metrics.observe("txn", start)
+	if err != nil {
+		return fmt.Errorf("%w: deregister volume %q: %w", ErrUnavailable, id, err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	cs, err := s.Claims(ctx, id)
+	if err != nil {
+		return err
+	}
+	hosts := make([]string, 0, len(cs))
+	for _, c := range cs {
+		if len(hosts) == 0 || hosts[len(hosts)-1] != c.Host {
+			hosts = append(hosts, c.Host)
+		}
+	}
+	return fmt.Errorf("%w: volume %q has %d claims on hosts %s", ErrInUse, id, len(cs), strings.Join(hosts, ", "))
+}
+
+// VolumeEvent is a change of a volume definition: Def is nil when the
+// volume was deregistered.
+type VolumeEvent struct {
+	ID  string
+	Def []byte
+}
+
+// WatchVolumes calls fn with every volume definition in etcd, then with
+// every change, in order, until ctx ends. fn runs on WatchVolumes's
+// goroutine. When the watch breaks (etcd unreachable, history compacted)
+// it lists again and calls fn with every definition once more, so fn must
+// be idempotent. It returns ctx's error.
+func (s *Session) WatchVolumes(ctx context.Context, fn func(VolumeEvent)) error {
+	prefix := s.volumeKey("")
+	for {
+		rev, err := s.listVolumes(ctx, prefix, fn)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			s.log.WithError(err).Warn("cannot list volume definitions; retrying")
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for wr := range s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+			if wr.Err() != nil {
+				s.log.WithError(wr.Err()).Info("volume definition watch broke; listing again")
+				break
+			}
+			for _, e := range wr.Events {
+				ev := VolumeEvent{ID: strings.TrimPrefix(string(e.Kv.Key), prefix)}
+				if e.Type == clientv3.EventTypePut {
+					ev.Def = e.Kv.Value
+				}
+				fn(ev)
+			}
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+func (s *Session) listVolumes(ctx context.Context, prefix string, fn func(VolumeEvent)) (int64, error) {
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	start := time.Now()
+	resp, err := s.cli.Get(rctx, prefix, clientv3.WithPrefix())
+	s.metrics.observe("get", start)
+	if err != nil {
+		return 0, err
+	}
+	for _, kv := range resp.Kvs {
+		fn(VolumeEvent{ID: strings.TrimPrefix(string(kv.Key), prefix), Def: kv.Value})
+	}
+	return resp.Header.Revision, nil
+}

@@ -1,0 +1,397 @@
+package runtime
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/csiactor/csiactor/actors/volume"
+	"github.com/csiactor/csiactor/cluster"
+)
+
+// Defaults of a ClusterConfig's zero fields.
+const (
+	DefaultLeaseTTL        = cluster.DefaultLeaseTTL
+	DefaultClusterPrefix   = cluster.DefaultPrefix
+	DefaultEtcdDialTimeout = cluster.DefaultDialTimeout
+	// MinLeaseTTL is the shortest cluster.lease_ttl.
+	MinLeaseTTL = 2 * time.Second
+)
+
+// ClusterConfig turns on cluster mode: the agents that share one etcd
+// share their volumes and claims, and each claim is admitted across all
+// of their hosts. A nil *ClusterConfig (no cluster section) is the default:
+// the agent keeps everything in its bbolt store only.
+type ClusterConfig struct {
+	// NodeID names this host in the cluster. Empty means the host name.
+	NodeID string `yaml:"node_id"`
+	// Etcd is how the agent reaches etcd. Endpoints are required.
+	Etcd EtcdConfig `yaml:"etcd"`
+	// LeaseTTL is the TTL of this host's lease, in whole seconds, at
+	// least MinLeaseTTL. The agent stops admitting new claims three
+	// quarters of it after its last acknowledged renewal. Zero means
+	// DefaultLeaseTTL.
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// Prefix is the etcd key prefix of the cluster. Zero means
+	// DefaultClusterPrefix.
+	Prefix string `yaml:"prefix"`
+	// FenceAfter would fence a down host's claims automatically after this
+	// long; zero (off) is the default. Fencing is not supported by this
+	// agent yet, so any other value is an error.
+	FenceAfter time.Duration `yaml:"fence_after"`
+}
+
+// EtcdConfig is how an agent reaches etcd.
+type EtcdConfig struct {
+	// Endpoints are the client URLs of the etcd members, like
+	// "https://10.0.0.1:2379".
+	Endpoints []string `yaml:"endpoints"`
+	// TLS, when any field is set, dials the endpoints with TLS.
+	TLS EtcdTLSConfig `yaml:"tls"`
+	// Username, with PasswordFile, authenticates to etcd.
+	Username string `yaml:"username"`
+	// PasswordFile holds the password of Username (trailing newlines
+	// are dropped). An absolute path.
+	PasswordFile string `yaml:"password_file"`
+	// DialTimeout bounds the first contact with etcd and every request.
+	// Zero means DefaultEtcdDialTimeout.
+	DialTimeout time.Duration `yaml:"dial_timeout"`
+}
+
+// EtcdTLSConfig holds the PEM files of an etcd TLS connection; each is an
+// absolute path.
+type EtcdTLSConfig struct {
+	// CA verifies the members' certificates; empty means the system's.
+	CA string `yaml:"ca"`
+	// Cert and Key are this agent's client certificate and key; both or
+	// neither.
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+}
+
+// withDefaults returns a copy of c with zero values filled in (the node ID
+// from the host name).
+func (c *ClusterConfig) withDefaults() *ClusterConfig {
+	if c == nil {
+		return nil
+	}
+	d := *c
+	d.Etcd.Endpoints = append([]string(nil), c.Etcd.Endpoints...)
+	if d.NodeID == "" {
+		if h, err := os.Hostname(); err == nil {
+			d.NodeID = h
+		}
+	}
+	setDefault(&d.LeaseTTL, DefaultLeaseTTL)
+	setDefault(&d.Prefix, DefaultClusterPrefix)
+	setDefault(&d.Etcd.DialTimeout, DefaultEtcdDialTimeout)
+	return &d
+}
+
+// Validate checks c with its defaults; the error is a *FieldError naming
+// the key under "cluster".
+func (c *ClusterConfig) Validate() error {
+	if c == nil {
+		return nil
+	}
+	c = c.withDefaults()
+	if c.NodeID == "" {
+		return fieldErr("cluster.node_id", "empty, and the host name is unknown; set it")
+	}
+	if err := ValidateID("cluster.node_id", c.NodeID); err != nil {
+		return err
+	}
+	if len(c.Etcd.Endpoints) == 0 {
+		return fieldErr("cluster.etcd.endpoints", "give at least one etcd client URL, like \"https://10.0.0.1:2379\"")
+	}
+	for i, e := range c.Etcd.Endpoints {
+		key := fmt.Sprintf("cluster.etcd.endpoints[%d]", i)
+		u, err := url.Parse(e)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") {
+			return fieldErr(key, fmt.Sprintf("%q: want a URL like \"https://10.0.0.1:2379\"", e))
+		}
+	}
+	t := c.Etcd.TLS
+	for _, f := range []struct{ key, path string }{
+		{"cluster.etcd.tls.ca", t.CA}, {"cluster.etcd.tls.cert", t.Cert}, {"cluster.etcd.tls.key", t.Key},
+		{"cluster.etcd.password_file", c.Etcd.PasswordFile},
+	} {
+		if f.path != "" && !filepath.IsAbs(f.path) {
+			return fieldErr(f.key, fmt.Sprintf("%q is not an absolute path", f.path))
+		}
+	}
+	if (t.Cert == "") != (t.Key == "") {
+		return fieldErr("cluster.etcd.tls.cert", "give both cert and key, or neither")
+	}
+	if (c.Etcd.Username == "") != (c.Etcd.PasswordFile == "") {
+		return fieldErr("cluster.etcd.username", "give both username and password_file, or neither")
+	}
+	if c.Etcd.DialTimeout < 0 {
+		return fieldErr("cluster.etcd.dial_timeout", fmt.Sprintf("%s is negative", c.Etcd.DialTimeout))
+	}
+	if c.LeaseTTL < MinLeaseTTL || c.LeaseTTL%time.Second != 0 {
+		return fieldErr("cluster.lease_ttl", fmt.Sprintf("%s: want whole seconds, at least %s", c.LeaseTTL, MinLeaseTTL))
+	}
+	if !strings.HasPrefix(c.Prefix, "/") || strings.HasSuffix(c.Prefix, "/") || strings.ContainsRune(c.Prefix, 0) {
+		return fieldErr("cluster.prefix", fmt.Sprintf("%q: want a key prefix like \"/csiactor/v1\" (a leading '/', no trailing one)", c.Prefix))
+	}
+	switch {
+	case c.FenceAfter < 0:
+		return fieldErr("cluster.fence_after", fmt.Sprintf("%s is negative", c.FenceAfter))
+	case c.FenceAfter > 0:
+		return fieldErr("cluster.fence_after", "automatic fencing is not supported by this agent yet; leave it out (off)")
+	}
+	return nil
+}
+
+// sessionConfig builds the cluster session's config, reading the TLS and
+// password files.
+func (c *ClusterConfig) sessionConfig() (cluster.Config, error) {
+	sc := cluster.Config{
+		NodeID:      c.NodeID,
+		Endpoints:   c.Etcd.Endpoints,
+		DialTimeout: c.Etcd.DialTimeout,
+		LeaseTTL:    c.LeaseTTL,
+		Prefix:      c.Prefix,
+		Username:    c.Etcd.Username,
+	}
+	if c.Etcd.PasswordFile != "" {
+		b, err := os.ReadFile(c.Etcd.PasswordFile)
+		if err != nil {
+			return sc, fmt.Errorf("cluster.etcd.password_file: %w", err)
+		}
+		sc.Password = strings.TrimRight(string(b), "\r\n")
+	}
+	t := c.Etcd.TLS
+	if t != (EtcdTLSConfig{}) {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if t.CA != "" {
+			pem, err := os.ReadFile(t.CA)
+			if err != nil {
+				return sc, fmt.Errorf("cluster.etcd.tls.ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return sc, fmt.Errorf("cluster.etcd.tls.ca: %s holds no PEM certificate", t.CA)
+			}
+			tc.RootCAs = pool
+		}
+		if t.Cert != "" {
+			cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
+			if err != nil {
+				return sc, fmt.Errorf("cluster.etcd.tls.cert: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		sc.TLS = tc
+	}
+	return sc, nil
+}
+
+// clusterVolume is a volume definition as the cluster shares it.
+type clusterVolume struct {
+	ID   string     `json:"id"`
+	Spec VolumeSpec `json:"spec"`
+}
+
+// startCluster joins the cluster: r.cluster is the session, set before
+// the volume manager starts (it is the manager's Arbiter).
+func (r *Runtime) startCluster(ctx context.Context) error {
+	sc, err := r.cfg.Cluster.sessionConfig()
+	if err != nil {
+		return &kindError{kind: ErrInvalid, err: err}
+	}
+	sc.Logger = r.log.WithField("component", "cluster")
+	sc.Registerer = r.reg
+	s, err := cluster.Open(ctx, sc)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", mapErr(err))
+	}
+	r.cluster = s
+	return nil
+}
+
+// afterVolumesStarted frees the claims etcd holds for this host that the
+// host no longer has, then follows the cluster's volume definitions.
+func (r *Runtime) afterVolumesStarted(ctx context.Context) error {
+	n, err := r.cluster.Prune(ctx, func(vol, alloc string) bool {
+		v, err := r.volumes.Get(ctx, vol)
+		if err != nil {
+			// Kept unless the volume is surely gone: a claim freed
+			// wrongly would let another host's writer in.
+			return !errors.Is(err, volume.ErrNotFound)
+		}
+		return slices.ContainsFunc(v.Claims, func(c volume.Claim) bool { return c.Alloc == alloc }) ||
+			slices.ContainsFunc(v.PastClaims, func(c volume.Claim) bool { return c.Alloc == alloc })
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: %w", mapErr(err))
+	}
+	if n > 0 {
+		r.log.WithField("claims", n).Info("freed claims etcd held for this host that it no longer has")
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	r.clusterCancel = cancel
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		_ = r.cluster.WatchVolumes(wctx, r.clusterVolumeChanged)
+	}()
+	return nil
+}
+
+// clusterVolumeChanged registers here a volume registered on another host,
+// and deregisters one deregistered there.
+func (r *Runtime) clusterVolumeChanged(e cluster.VolumeEvent) {
+	log := r.log.WithFields(logrus.Fields{"component": "cluster", "volume": e.ID})
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Plugins.RPCTimeout)
+	defer cancel()
+	if e.Def == nil {
+		err := r.volumes.Deregister(ctx, e.ID)
+		if err != nil && !errors.Is(err, volume.ErrNotFound) {
+			log.WithError(err).Warn("volume deregistered in the cluster cannot be deregistered here")
+		}
+		return
+	}
+	if _, err := r.volumes.Get(ctx, e.ID); err == nil {
+		return
+	}
+	var cv clusterVolume
+	if err := json.Unmarshal(e.Def, &cv); err != nil {
+		log.WithError(err).Warn("cannot decode a volume definition from the cluster; skipped")
+		return
+	}
+	vs, err := volumeSpec(e.ID, cv.Spec)
+	if err != nil {
+		log.WithError(err).Warn("volume definition from the cluster is not valid here; skipped")
+		return
+	}
+	if _, err := r.volumes.Register(ctx, vs); err != nil {
+		log.WithError(err).Warn("cannot register a volume of the cluster here")
+		return
+	}
+	log.Debug("registered a volume of the cluster")
+}
+
+// shareVolume records volume id's definition in the cluster (a no-op
+// outside cluster mode).
+func (r *Runtime) shareVolume(ctx context.Context, id string, spec VolumeSpec) error {
+	if r.cluster == nil {
+		return nil
+	}
+	def, err := json.Marshal(clusterVolume{ID: id, Spec: spec})
+	if err != nil {
+		return err
+	}
+	return mapErr(r.cluster.PutVolume(ctx, id, def))
+}
+
+// Node is one host of the cluster.
+type Node struct {
+	ID string `json:"id"`
+	// Status is NodeUp or NodeDown.
+	Status string `json:"status"`
+	// Self is true for this agent's host.
+	Self bool `json:"self,omitempty"`
+	// StartedAt is when the host's agent last joined; LastSeen when it
+	// last renewed its lease.
+	StartedAt time.Time `json:"started_at"`
+	LastSeen  time.Time `json:"last_seen"`
+	// Claims is how many claims the host holds, as the cluster records
+	// them.
+	Claims int `json:"claims"`
+}
+
+// Node statuses.
+const (
+	// NodeUp: the host's lease is alive.
+	NodeUp = cluster.StatusUp
+	// NodeDown: the host's lease expired or was revoked; its claims stay
+	// and block other writers until they are released.
+	NodeDown = cluster.StatusDown
+)
+
+// Nodes lists the hosts of the cluster, by ID. Outside cluster mode it
+// fails with an error wrapping ErrNotFound.
+func (r *Runtime) Nodes(ctx context.Context) ([]Node, error) {
+	if err := r.ready(); err != nil {
+		return nil, err
+	}
+	if r.cluster == nil {
+		return nil, fmt.Errorf("%w: not in cluster mode (the agent has no cluster section)", ErrNotFound)
+	}
+	hs, err := r.cluster.Hosts(ctx)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]Node, 0, len(hs))
+	for _, h := range hs {
+		out = append(out, Node{ID: h.ID, Status: h.Status, Self: h.ID == r.cluster.NodeID(),
+			StartedAt: h.StartedAt, LastSeen: h.LastSeen, Claims: h.Claims})
+	}
+	return out, nil
+}
+
+// Node returns one host of the cluster, or an error wrapping ErrNotFound.
+func (r *Runtime) Node(ctx context.Context, id string) (Node, error) {
+	if err := ValidateID("id", id); err != nil {
+		return Node{}, err
+	}
+	ns, err := r.Nodes(ctx)
+	if err != nil {
+		return Node{}, err
+	}
+	for _, n := range ns {
+		if n.ID == id {
+			return n, nil
+		}
+	}
+	return Node{}, fmt.Errorf("%w: node %q", ErrNotFound, id)
+}
+
+// withHosts sets the host of v's claims (this host's) and, with remote,
+// adds the claims other hosts hold, as the cluster records them (state
+// ClaimRemote). In local mode it returns v unchanged. An unreachable
+// cluster leaves v with this host's claims only.
+func (r *Runtime) withHosts(ctx context.Context, v Volume, remote bool) Volume {
+	if r.cluster == nil {
+		return v
+	}
+	self := r.cluster.NodeID()
+	for i := range v.Claims {
+		v.Claims[i].Host = self
+	}
+	for i := range v.PastClaims {
+		v.PastClaims[i].Host = self
+	}
+	if !remote {
+		return v
+	}
+	cs, err := r.cluster.Claims(ctx, v.ID)
+	if err != nil {
+		return v
+	}
+	for _, c := range cs {
+		if c.Host == self {
+			continue
+		}
+		v.Claims = append(v.Claims, Claim{Host: c.Host, Alloc: c.Alloc, Mode: c.Mode,
+			AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode, State: ClaimRemote})
+	}
+	return v
+}
+
+// ClaimRemote is the state shown for a claim another host of the cluster
+// holds: its steps are that host's.
+const ClaimRemote = "remote"
