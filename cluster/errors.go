@@ -6,7 +6,7 @@ var (
 	// ErrUnavailable is returned when etcd cannot be reached, or this
 	// host's lease was not renewed in time: a new claim cannot be
 	// admitted safely. Published claims are not affected.
-	ErrUnavailable = errors.New("cluster unavailable")
+	ErrUnavailable = errors.New("etcd unavailable")
 	// ErrConflict is returned by PutVolume when the volume ID is
 	// registered in the cluster with another definition.
 	ErrConflict = errors.New("cluster conflict")

@@ -13,6 +13,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 // Session is this host's membership of the cluster: an etcd client, a
@@ -73,6 +75,12 @@ func Open(ctx context.Context, cfg Config) (*Session, error) {
 		Username:             cfg.Username,
 		Password:             cfg.Password,
 		Logger:               zap.NewNop(),
+		// gRPC's default reconnect backoff grows to 2 minutes: an agent
+		// would go on refusing claims long after etcd is back.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: cfg.DialTimeout,
+		})},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: etcd %v: %w", ErrUnavailable, cfg.Endpoints, err)

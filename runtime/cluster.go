@@ -258,6 +258,9 @@ func (r *Runtime) clusterVolumeChanged(e cluster.VolumeEvent) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Plugins.RPCTimeout)
 	defer cancel()
 	if e.Def == nil {
+		if r.isDeleting(e.ID) {
+			return // DeleteVolume on this host does it
+		}
 		err := r.volumes.Deregister(ctx, e.ID)
 		if err != nil && !errors.Is(err, volume.ErrNotFound) {
 			log.WithError(err).Warn("volume deregistered in the cluster cannot be deregistered here")
@@ -282,6 +285,30 @@ func (r *Runtime) clusterVolumeChanged(e cluster.VolumeEvent) {
 		return
 	}
 	log.Debug("registered a volume of the cluster")
+}
+
+// markDeleting counts a DeleteVolume of id under way; call the function
+// it returns when it is done.
+func (r *Runtime) markDeleting(id string, n int) func() {
+	r.deletingMu.Lock()
+	defer r.deletingMu.Unlock()
+	if r.deleting == nil {
+		r.deleting = map[string]int{}
+	}
+	r.deleting[id] += n
+	return func() {
+		r.deletingMu.Lock()
+		defer r.deletingMu.Unlock()
+		if r.deleting[id] -= n; r.deleting[id] <= 0 {
+			delete(r.deleting, id)
+		}
+	}
+}
+
+func (r *Runtime) isDeleting(id string) bool {
+	r.deletingMu.Lock()
+	defer r.deletingMu.Unlock()
+	return r.deleting[id] > 0
 }
 
 // shareVolume records volume id's definition in the cluster (a no-op

@@ -72,6 +72,10 @@ type Runtime struct {
 	// clusterCancel ends its volume watch.
 	cluster       *cluster.Session
 	clusterCancel context.CancelFunc
+	// deleting holds the volumes this runtime is deregistering: the
+	// cluster watch leaves them to it. Guarded by deletingMu.
+	deletingMu sync.Mutex
+	deleting   map[string]int
 	done          chan struct{} // closed by Shutdown
 	isReady       atomic.Bool   // latched by Ready once nothing is pending
 	wg            sync.WaitGroup
@@ -527,6 +531,7 @@ func (r *Runtime) DeleteVolume(ctx context.Context, id string, deleteToo bool) e
 	if r.cluster != nil {
 		// Checked across every host first: deleting through the
 		// controller destroys the data another host may use.
+		defer r.markDeleting(id, 1)()
 		if err := r.cluster.DeleteVolume(ctx, id); err != nil {
 			return mapErr(err)
 		}

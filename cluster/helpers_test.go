@@ -1,0 +1,289 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/csiactor/csiactor/internal/fakeplugin"
+	"github.com/csiactor/csiactor/internal/leakcheck"
+	"github.com/csiactor/csiactor/runtime"
+)
+
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
+
+// waitLimit bounds every wait for something that happens in the
+// background; a safety net against a hung test, not a speed assertion.
+const waitLimit = 30 * time.Second
+
+const testPlugin = "fake"
+
+// shortDir returns a new directory removed when t ends (t.TempDir paths
+// are too long for unix sockets).
+func shortDir(t testing.TB, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+// eventually calls cond until it returns true, failing t on its error or
+// after waitLimit.
+func eventually(t testing.TB, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for {
+		ok, err := cond()
+		if err != nil {
+			t.Fatalf("waiting for %s: %s", what, err)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// agent is one runtime of a test cluster, with its own data dir, node ID
+// and fake plugin (a monolith allocation "plugin-<node>").
+type agent struct {
+	t    testing.TB
+	node string
+	cfg  runtime.Config
+	reg  *prometheus.Registry
+	rt   *runtime.Runtime
+}
+
+// clusterConfig is a runtime config for node in cluster mode on endpoint:
+// fast heartbeats and retries, store sync off, a 2 s lease.
+func clusterConfig(t testing.TB, node, endpoint string) runtime.Config {
+	backoff := runtime.BackoffConfig{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond, Multiplier: 2}
+	return runtime.Config{
+		DataDir: shortDir(t, "csiactor-cl-"),
+		API:     runtime.APIConfig{HTTPAddr: "127.0.0.1:0"},
+		Plugins: runtime.PluginsConfig{
+			HeartbeatInterval: 500 * time.Millisecond,
+			ProbeTimeout:      500 * time.Millisecond,
+			RPCTimeout:        10 * time.Second,
+			KillTimeout:       2 * time.Second,
+			RestartBackoff:    backoff,
+		},
+		Volumes: runtime.VolumesConfig{Retry: backoff},
+		Store:   runtime.StoreConfig{NoSync: true},
+		Host:    runtime.HostConfig{SkipMountCheck: true},
+		Cluster: &runtime.ClusterConfig{
+			NodeID:   node,
+			Etcd:     runtime.EtcdConfig{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second},
+			LeaseTTL: 2 * time.Second,
+		},
+	}
+}
+
+// startAgent starts a runtime for node on endpoint with a fake plugin
+// attached; it is shut down when t ends.
+func startAgent(t testing.TB, node, endpoint string) *agent {
+	t.Helper()
+	a := &agent{t: t, node: node, cfg: clusterConfig(t, node, endpoint)}
+	a.start()
+	p, ep := fakeplugin.Start(t, fakeplugin.Config{ControllerPublish: true, StageUnstage: true, NodeID: "csi-" + node})
+	_ = p
+	if _, err := a.rt.RegisterAllocation(context.Background(), "plugin-"+node, runtime.AllocationSpec{
+		Plugin: testPlugin, Type: runtime.TypeMonolith, Socket: ep[len("unix://"):],
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := a.rt.WaitHealthy(ctx, testPlugin, runtime.TypeMonolith); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func (a *agent) start() {
+	a.t.Helper()
+	a.reg = prometheus.NewRegistry()
+	rt, err := runtime.New(a.cfg, runtime.Options{Registerer: a.reg})
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if err := rt.Start(context.Background()); err != nil {
+		a.t.Fatal(err)
+	}
+	a.rt = rt
+	a.t.Cleanup(func() { _ = rt.Shutdown(context.Background()) })
+}
+
+func (a *agent) stop() {
+	a.t.Helper()
+	if err := a.rt.Shutdown(context.Background()); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
+// waitVolume waits until volume id is registered on a.
+func (a *agent) waitVolume(id string) {
+	a.t.Helper()
+	eventually(a.t, fmt.Sprintf("volume %s on %s", id, a.node), func() (bool, error) {
+		_, err := a.rt.Volume(context.Background(), id)
+		if errors.Is(err, runtime.ErrNotFound) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+}
+
+// waitFreed waits until a has no claim or past claim of alloc on vol.
+func (a *agent) waitFreed(vol, alloc string) {
+	a.t.Helper()
+	eventually(a.t, fmt.Sprintf("claim of %s on %s freed on %s", alloc, vol, a.node), func() (bool, error) {
+		v, err := a.rt.Volume(context.Background(), vol)
+		if err != nil {
+			return false, err
+		}
+		for _, c := range append(v.Claims, v.PastClaims...) {
+			if c.Alloc == alloc {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+func volSpec(id, accessMode string) runtime.VolumeSpec {
+	return runtime.VolumeSpec{
+		Plugin:       testPlugin,
+		ExternalID:   "ext-" + id,
+		Capabilities: []runtime.Capability{{AccessMode: accessMode, AttachmentMode: "file-system"}},
+	}
+}
+
+func claimReq(alloc, mode, accessMode string) runtime.ClaimRequest {
+	return runtime.ClaimRequest{Alloc: alloc, Mode: mode, AccessMode: accessMode, AttachmentMode: "file-system"}
+}
+
+// proxy forwards TCP connections to target until blocked: then it drops
+// every connection it carries and holds new ones open without forwarding
+// a byte (a partition, not a refusal).
+type proxy struct {
+	l      net.Listener
+	target string
+
+	mu      sync.Mutex
+	blocked bool                  // guarded by mu
+	conns   map[net.Conn]struct{} // guarded by mu
+	wg      sync.WaitGroup
+}
+
+func startProxy(t testing.TB, target string) *proxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{l: l, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+// Endpoint returns the proxy's URL.
+func (p *proxy) Endpoint() string { return "http://" + p.l.Addr().String() }
+
+func (p *proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns == nil {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.l.Accept()
+		if err != nil {
+			return
+		}
+		if !p.track(c) {
+			_ = c.Close()
+			return
+		}
+		p.mu.Lock()
+		blocked := p.blocked
+		p.mu.Unlock()
+		if blocked {
+			continue // held open, never answered, closed by unblock or close
+		}
+		u, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		if !p.track(u) {
+			_ = u.Close()
+			_ = c.Close()
+			return
+		}
+		p.wg.Add(2)
+		go p.pipe(c, u)
+		go p.pipe(u, c)
+	}
+}
+
+func (p *proxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	_, _ = io.Copy(dst, src)
+	_ = dst.Close()
+	_ = src.Close()
+}
+
+// dropAll closes every connection; p.mu is held.
+func (p *proxy) dropAllLocked() {
+	for c := range p.conns {
+		_ = c.Close()
+		delete(p.conns, c)
+	}
+}
+
+// block starts the partition.
+func (p *proxy) block() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.blocked = true
+	p.dropAllLocked()
+}
+
+// unblock ends it: held connections are closed, so clients dial again.
+func (p *proxy) unblock() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.blocked = false
+	p.dropAllLocked()
+}
+
+func (p *proxy) close() {
+	_ = p.l.Close()
+	p.mu.Lock()
+	p.dropAllLocked()
+	p.conns = nil
+	p.mu.Unlock()
+	p.wg.Wait()
+}

@@ -1,0 +1,284 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/csiactor/csiactor/internal/etcdtest"
+	"github.com/csiactor/csiactor/internal/leakcheck"
+	"github.com/csiactor/csiactor/runtime"
+)
+
+// threeAgents starts an etcd server and three agents on it, n1..n3.
+func threeAgents(t *testing.T) (*etcdtest.Server, []*agent) {
+	t.Helper()
+	t.Cleanup(leakcheck.Check(t)) // last: after the agents and the server stopped
+	srv := etcdtest.Start(t)
+	var as []*agent
+	for i := 1; i <= 3; i++ {
+		as = append(as, startAgent(t, fmt.Sprintf("n%d", i), srv.Endpoint()))
+	}
+	return srv, as
+}
+
+// TestCluster_VolumeVisibleEverywhere: a volume registered on one agent
+// is registered on the others; another definition under its ID is a
+// conflict; deregistering it on one removes it everywhere.
+func TestCluster_VolumeVisibleEverywhere(t *testing.T) {
+	_, as := threeAgents(t)
+	ctx := context.Background()
+	if _, err := as[1].rt.RegisterVolume(ctx, "shared", volSpec("shared", "single-node-writer")); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range as {
+		a.waitVolume("shared")
+	}
+	_, err := as[2].rt.RegisterVolume(ctx, "shared", volSpec("other", "single-node-writer"))
+	if !errors.Is(err, runtime.ErrConflict) {
+		t.Fatalf("another definition = %v, want ErrConflict", err)
+	}
+	if _, err := as[2].rt.RegisterVolume(ctx, "shared", volSpec("shared", "single-node-writer")); err != nil {
+		t.Fatalf("the same definition again: %v", err)
+	}
+	if err := as[0].rt.DeleteVolume(ctx, "shared", false); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range as {
+		eventually(t, "volume gone on "+a.node, func() (bool, error) {
+			_, err := a.rt.Volume(ctx, "shared")
+			return errors.Is(err, runtime.ErrNotFound), nil
+		})
+	}
+}
+
+// TestCluster_SingleNodeWriter300: 300 concurrent write claims from 3
+// agents on one single-node-writer volume: exactly one wins, the other
+// 299 get ErrConflict (HTTP 409). After its release the volume can be
+// claimed from another host, and not while it is held.
+func TestCluster_SingleNodeWriter300(t *testing.T) {
+	_, as := threeAgents(t)
+	ctx := context.Background()
+	const vol, am = "disk", "single-node-writer"
+	if _, err := as[0].rt.RegisterVolume(ctx, vol, volSpec(vol, am)); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range as {
+		a.waitVolume(vol)
+	}
+	const n = 300
+	type result struct {
+		agent int
+		alloc string
+		err   error
+	}
+	results := make([]result, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := i % 3
+			alloc := fmt.Sprintf("w-%d", i)
+			<-start
+			_, err := as[a].rt.Claim(ctx, vol, claimReq(alloc, "write", am))
+			results[i] = result{a, alloc, err}
+		}()
+	}
+	began := time.Now()
+	close(start)
+	wg.Wait()
+	took := time.Since(began)
+	var winners []result
+	conflicts := 0
+	for _, r := range results {
+		switch {
+		case r.err == nil:
+			winners = append(winners, r)
+		case errors.Is(r.err, runtime.ErrConflict):
+			conflicts++
+		default:
+			t.Errorf("claim of %s on %s: %v (want nil or ErrConflict)", r.alloc, as[r.agent].node, r.err)
+		}
+	}
+	if len(winners) != 1 || conflicts != n-1 {
+		t.Fatalf("%d winners %+v, %d conflicts; want 1 and %d", len(winners), winners, conflicts, n-1)
+	}
+	w := winners[0]
+	t.Logf("%d claims from 3 agents in %s: %s on %s won, %d conflicts", n, took.Round(time.Millisecond), w.alloc, as[w.agent].node, conflicts)
+	// Every agent's view shows the one claim and its host.
+	for _, a := range as {
+		v, err := a.rt.Volume(ctx, vol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(v.Claims) != 1 || v.Claims[0].Alloc != w.alloc || v.Claims[0].Host != as[w.agent].node {
+			t.Fatalf("volume on %s: claims %+v, want %s on %s", a.node, v.Claims, w.alloc, as[w.agent].node)
+		}
+		if a == as[w.agent] && v.Claims[0].State != runtime.ClaimPublished {
+			t.Fatalf("winner's claim state %q", v.Claims[0].State)
+		}
+	}
+	other := as[(w.agent+1)%3]
+	if _, err := other.rt.Claim(ctx, vol, claimReq("late", "write", am)); !errors.Is(err, runtime.ErrConflict) {
+		t.Fatalf("claim while held = %v", err)
+	}
+	if err := other.rt.DeleteVolume(ctx, vol, false); !errors.Is(err, runtime.ErrConflict) {
+		t.Fatalf("deregister while claimed elsewhere = %v, want ErrConflict", err)
+	}
+	if _, err := as[w.agent].rt.Release(ctx, vol, w.alloc); err != nil {
+		t.Fatal(err)
+	}
+	as[w.agent].waitFreed(vol, w.alloc)
+	eventually(t, "claim from another host after the release", func() (bool, error) {
+		_, err := other.rt.Claim(ctx, vol, claimReq("late", "write", am))
+		if errors.Is(err, runtime.ErrConflict) {
+			return false, nil // the free reaches etcd in the background
+		}
+		return err == nil, err
+	})
+}
+
+// TestCluster_MultiNodeSingleWriter: readers on every host, one writer in
+// the cluster among writers racing on all three.
+func TestCluster_MultiNodeSingleWriter(t *testing.T) {
+	_, as := threeAgents(t)
+	ctx := context.Background()
+	const vol, am = "lun", "multi-node-single-writer"
+	if _, err := as[2].rt.RegisterVolume(ctx, vol, volSpec(vol, am)); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range as {
+		a.waitVolume(vol)
+		for j := range 3 {
+			if _, err := a.rt.Claim(ctx, vol, claimReq(fmt.Sprintf("r-%s-%d", a.node, j), "read", am)); err != nil {
+				t.Fatalf("reader on %s: %v", a.node, err)
+			}
+		}
+	}
+	var mu sync.Mutex
+	var won []string
+	var wg sync.WaitGroup
+	for i := range 30 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := as[i%3]
+			alloc := fmt.Sprintf("w-%d", i)
+			_, err := a.rt.Claim(ctx, vol, claimReq(alloc, "write", am))
+			switch {
+			case err == nil:
+				mu.Lock()
+				won = append(won, a.node+"/"+alloc)
+				mu.Unlock()
+			case !errors.Is(err, runtime.ErrConflict):
+				t.Errorf("writer %s on %s: %v", alloc, a.node, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(won) != 1 {
+		t.Fatalf("writers admitted: %v, want one", won)
+	}
+	v, err := as[0].rt.Volume(ctx, vol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := map[string]int{}
+	writers := 0
+	for _, c := range v.Claims {
+		hosts[c.Host]++
+		if c.Mode == "write" {
+			writers++
+		}
+	}
+	if len(v.Claims) != 10 || writers != 1 || len(hosts) != 3 {
+		t.Fatalf("claims seen from n1: %+v", v.Claims)
+	}
+	t.Logf("9 readers on 3 hosts and writer %s", won[0])
+	// The hosts and their claims, and the metrics.
+	ns, err := as[0].rt.Nodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, n := range ns {
+		if n.Status != runtime.NodeUp {
+			t.Fatalf("node %+v not up", n)
+		}
+		total += n.Claims
+	}
+	if len(ns) != 3 || total != 10 || !ns[0].Self || ns[0].ID != "n1" {
+		t.Fatalf("Nodes = %+v", ns)
+	}
+	eventually(t, "csiactor_cluster_hosts", func() (bool, error) {
+		err := testutil.GatherAndCompare(as[0].reg, strings.NewReader(`
+# HELP csiactor_cluster_hosts Hosts of the cluster by status (up: its lease is alive; down: it expired), as this agent last saw them.
+# TYPE csiactor_cluster_hosts gauge
+csiactor_cluster_hosts{status="down"} 0
+csiactor_cluster_hosts{status="up"} 3
+`), "csiactor_cluster_hosts")
+		return err == nil, nil
+	})
+	if n, err := testutil.GatherAndCount(as[0].reg, "csiactor_cluster_etcd_request_seconds", "csiactor_cluster_lease_renewals_total"); err != nil || n == 0 {
+		t.Fatalf("cluster metrics: %d series, %v", n, err)
+	}
+}
+
+// TestCluster_EtcdDown: with etcd down, new claims fail with
+// ErrClusterUnavailable (HTTP 503) while the published claim stays
+// published; once etcd is back, claims are admitted again. A host that
+// shut down is listed down, its claims kept.
+func TestCluster_EtcdDown(t *testing.T) {
+	srv, as := threeAgents(t)
+	ctx := context.Background()
+	const vol, am = "shared-fs", "multi-node-multi-writer"
+	if _, err := as[0].rt.RegisterVolume(ctx, vol, volSpec(vol, am)); err != nil {
+		t.Fatal(err)
+	}
+	as[0].waitVolume(vol)
+	if _, err := as[0].rt.Claim(ctx, vol, claimReq("before", "write", am)); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	_, err := as[0].rt.Claim(ctx, vol, claimReq("during", "write", am))
+	if !errors.Is(err, runtime.ErrClusterUnavailable) {
+		t.Fatalf("claim with etcd down = %v, want ErrClusterUnavailable", err)
+	}
+	t.Log(err)
+	v, err := as[0].rt.Volume(ctx, vol)
+	if err != nil || len(v.Claims) != 1 || v.Claims[0].State != runtime.ClaimPublished {
+		t.Fatalf("published claim during the outage: %+v, %v", v.Claims, err)
+	}
+	srv.Restart()
+	eventually(t, "claims admitted again", func() (bool, error) {
+		_, err := as[0].rt.Claim(ctx, vol, claimReq("after", "write", am))
+		if errors.Is(err, runtime.ErrClusterUnavailable) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	as[1].waitVolume(vol)
+	eventually(t, "claims admitted again on n2", func() (bool, error) {
+		_, err := as[1].rt.Claim(ctx, vol, claimReq("on-n2", "write", am))
+		if errors.Is(err, runtime.ErrClusterUnavailable) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	as[1].stop()
+	ns, err := as[0].rt.Nodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns[1].ID != "n2" || ns[1].Status != runtime.NodeDown || ns[1].Claims != 1 {
+		t.Fatalf("n2 after shutdown: %+v (want down with its claim)", ns[1])
+	}
+}

@@ -1,0 +1,223 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/csiactor/csiactor/actors/claim"
+	"github.com/csiactor/csiactor/cluster"
+	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/internal/etcdtest"
+	"github.com/csiactor/csiactor/internal/leakcheck"
+	"github.com/csiactor/csiactor/persistence"
+)
+
+func open(t *testing.T, node string, endpoints ...string) *cluster.Session {
+	t.Helper()
+	s, err := cluster.Open(context.Background(), cluster.Config{
+		NodeID: node, Endpoints: endpoints, LeaseTTL: 2 * time.Second, DialTimeout: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
+func directClient(t *testing.T, endpoint string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// writer is a single-node-writer write claim request of alloc.
+func writer(alloc string, am csi.AccessMode) (persistence.Claim, claim.Request) {
+	r := claim.Request{Alloc: alloc, Mode: claim.ModeWrite,
+		Capability: csi.VolumeCapability{AccessMode: am, AttachmentMode: csi.AttachmentModeFileSystem}}
+	return persistence.Claim{Alloc: alloc, Mode: "write", AccessMode: am.String(), AttachmentMode: "file-system"}, r
+}
+
+func admit(s *cluster.Session, vol string, am csi.AccessMode, alloc string) error {
+	c, r := writer(alloc, am)
+	return s.Admit(context.Background(), vol, c, func(held []persistence.Claim) error {
+		return claim.AdmitHosts(s.NodeID(), r, held)
+	})
+}
+
+// TestOpen_Unreachable: no etcd at the endpoint is a clear error, and
+// nothing is left running.
+func TestOpen_Unreachable(t *testing.T) {
+	defer leakcheck.Check(t)()
+	_, err := cluster.Open(context.Background(), cluster.Config{
+		NodeID: "a", Endpoints: []string{"http://127.0.0.1:1"}, DialTimeout: 300 * time.Millisecond,
+	})
+	if !errors.Is(err, cluster.ErrUnavailable) {
+		t.Fatalf("Open = %v, want ErrUnavailable", err)
+	}
+	t.Log(err)
+}
+
+// TestSession_AdmitFree: the table across hosts, an idempotent admit, a
+// free that empties the key, a freed claim that lets the other host in,
+// and Prune.
+func TestSession_AdmitFree(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t)) // last: after the sessions and the server stopped
+	srv := etcdtest.Start(t)
+	a, b := open(t, "a", srv.Endpoint()), open(t, "b", srv.Endpoint())
+	snw := csi.AccessModeSingleNodeWriter
+	if err := admit(a, "v1", snw, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := admit(a, "v1", snw, "x"); err != nil {
+		t.Fatalf("admit again: %v", err)
+	}
+	err := admit(b, "v1", snw, "y")
+	if !errors.Is(err, claim.ErrClaimLimit) {
+		t.Fatalf("admit on b = %v, want ErrClaimLimit", err)
+	}
+	t.Log(err)
+	cs, err := b.Claims(context.Background(), "v1")
+	if err != nil || len(cs) != 1 || cs[0].Host != "a" || cs[0].Alloc != "x" {
+		t.Fatalf("Claims = %+v, %v", cs, err)
+	}
+	a.Free("v1", "x")
+	eventually(t, "claim freed", func() (bool, error) {
+		cs, err := b.Claims(context.Background(), "v1")
+		return len(cs) == 0, err
+	})
+	cli := directClient(t, srv.Endpoint())
+	if resp, err := cli.Get(context.Background(), cluster.DefaultPrefix+"/claims/v1"); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("claims key left: %v %v", resp, err)
+	}
+	if err := admit(b, "v1", snw, "y"); err != nil {
+		t.Fatalf("admit on b after the free: %v", err)
+	}
+	// Prune frees what this host no longer has, and keeps the rest.
+	if err := admit(b, "v2", snw, "z"); err != nil {
+		t.Fatal(err)
+	}
+	n, err := b.Prune(context.Background(), func(vol, alloc string) bool { return vol == "v1" })
+	if err != nil || n != 1 {
+		t.Fatalf("Prune = %d, %v; want 1", n, err)
+	}
+	if cs, _ := a.Claims(context.Background(), "v2"); len(cs) != 0 {
+		t.Fatalf("v2 claims after prune: %+v", cs)
+	}
+	if cs, _ := a.Claims(context.Background(), "v1"); len(cs) != 1 || cs[0].Host != "b" {
+		t.Fatalf("v1 claims after prune: %+v", cs)
+	}
+	hs, err := a.Hosts(context.Background())
+	if err != nil || len(hs) != 2 || hs[0].Status != cluster.StatusUp || hs[1].Claims != 1 {
+		t.Fatalf("Hosts = %+v, %v", hs, err)
+	}
+	if err := b.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	hs, _ = a.Hosts(context.Background())
+	if hs[1].ID != "b" || hs[1].Status != cluster.StatusDown || hs[1].Claims != 1 {
+		t.Fatalf("b after Close: %+v (want down, its claim kept)", hs[1])
+	}
+	if err := admit(b, "v3", snw, "q"); !errors.Is(err, cluster.ErrClosed) {
+		t.Fatalf("admit after Close = %v", err)
+	}
+}
+
+// TestSession_FreeThenAdmitAgain: a free still under way for an alloc's
+// earlier claim never removes its next one.
+func TestSession_FreeThenAdmitAgain(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t)) // last: after the sessions and the server stopped
+	srv := etcdtest.Start(t)
+	a := open(t, "a", srv.Endpoint())
+	for i := range 50 {
+		if err := admit(a, "v", csi.AccessModeSingleNodeWriter, "x"); err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		a.Free("v", "x")
+	}
+	if err := admit(a, "v", csi.AccessModeSingleNodeWriter, "x"); err != nil {
+		t.Fatal(err)
+	}
+	// Give a stale free every chance to run, then check the claim.
+	b := open(t, "b", srv.Endpoint())
+	eventually(t, "stale frees done", func() (bool, error) {
+		err := admit(b, "v", csi.AccessModeSingleNodeWriter, "y")
+		if err == nil {
+			t.Fatal("b admitted while a holds the claim")
+		}
+		cs, cerr := b.Claims(context.Background(), "v")
+		return len(cs) == 1 && cs[0].Host == "a", cerr
+	})
+	cs, _ := b.Claims(context.Background(), "v")
+	if len(cs) != 1 || cs[0].Host != "a" || cs[0].Alloc != "x" {
+		t.Fatalf("claims = %+v", cs)
+	}
+}
+
+// TestSession_Partition: an agent cut off from etcd stops admitting on its
+// own timer before its lease expires on the server (measured against the
+// deletion of its liveness key, seen by a client that is not cut off), and
+// admits again once etcd is back.
+func TestSession_Partition(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	srv := etcdtest.Start(t)
+	p := startProxy(t, srv.Endpoint()[len("http://"):])
+	s := open(t, "cut", p.Endpoint())
+	cli := directClient(t, srv.Endpoint())
+	if err := admit(s, "v", csi.AccessModeMultiNodeMultiWriter, "before"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	expired := make(chan time.Time, 1)
+	wch := cli.Watch(wctx, cluster.DefaultPrefix+"/alive/cut")
+	go func() {
+		for wr := range wch {
+			for _, e := range wr.Events {
+				if e.Type == clientv3.EventTypeDelete {
+					expired <- time.Now()
+					return
+				}
+			}
+		}
+	}()
+	blocked := time.Now()
+	p.block()
+	var expiry time.Time
+	select {
+	case expiry = <-expired:
+	case <-time.After(waitLimit):
+		t.Fatal("the lease never expired on the server")
+	}
+	deadline := s.AdmitDeadline()
+	if !deadline.Before(expiry) {
+		t.Fatalf("admission deadline %s is not before the server-side expiry %s", deadline, expiry)
+	}
+	t.Logf("partition at 0; agent stopped admitting at %s; server expired the lease at %s; margin %s (ttl %s)",
+		deadline.Sub(blocked).Round(time.Millisecond), expiry.Sub(blocked).Round(time.Millisecond),
+		expiry.Sub(deadline).Round(time.Millisecond), s.TTL())
+	start := time.Now()
+	err := admit(s, "v", csi.AccessModeMultiNodeMultiWriter, "during")
+	if !errors.Is(err, cluster.ErrUnavailable) {
+		t.Fatalf("admit during the partition = %v, want ErrUnavailable", err)
+	}
+	t.Logf("refused in %s without asking etcd: %v", time.Since(start).Round(time.Microsecond), err)
+	p.unblock()
+	eventually(t, "admitting again", func() (bool, error) {
+		err := admit(s, "v", csi.AccessModeMultiNodeMultiWriter, "after")
+		return err == nil, nil
+	})
+	cs, err := s.Claims(context.Background(), "v")
+	if err != nil || len(cs) != 2 {
+		t.Fatalf("claims after the partition = %+v, %v (want before and after)", cs, err)
+	}
+	cancel()
+}
