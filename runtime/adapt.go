@@ -38,16 +38,18 @@ func mapErr(err error) error {
 	}
 	var kind error
 	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return err
-	case errors.Is(err, volume.ErrInvalid), errors.Is(err, plugin.ErrInvalidSpec),
-		errors.Is(err, csi.ErrInvalidCapability), errors.Is(err, csi.ErrInvalidEndpoint):
-		kind = ErrInvalid
+	// Before the context errors: an etcd request that timed out is the
+	// cluster's unavailability, not the caller's deadline.
 	case errors.Is(err, volume.ErrArbiterUnavailable), errors.Is(err, cluster.ErrUnavailable), errors.Is(err, cluster.ErrClosed):
 		kind = ErrClusterUnavailable
 	case errors.Is(err, cluster.ErrConflict), errors.Is(err, cluster.ErrInUse):
 		kind = ErrConflict
 	case errors.Is(err, cluster.ErrInvalidConfig):
+		kind = ErrInvalid
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.Is(err, volume.ErrInvalid), errors.Is(err, plugin.ErrInvalidSpec),
+		errors.Is(err, csi.ErrInvalidCapability), errors.Is(err, csi.ErrInvalidEndpoint):
 		kind = ErrInvalid
 	case errors.Is(err, volume.ErrPluginUnavailable), errors.Is(err, registry.ErrNoHealthyPlugin):
 		// Before ErrNotFound: a volume whose plugin is not registered (yet,

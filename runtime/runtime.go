@@ -68,6 +68,11 @@ type Runtime struct {
 	regSub   *actorkit.Subscription[registry.Event]
 	events   *eventLog
 	host     *hostCheck
+	done     chan struct{} // closed by Shutdown
+	isReady  atomic.Bool   // latched by Ready once nothing is pending
+	wg       sync.WaitGroup
+	stopped  bool
+
 	// cluster is the cluster session in cluster mode, else nil;
 	// clusterCancel ends its volume watch.
 	cluster       *cluster.Session
@@ -76,10 +81,6 @@ type Runtime struct {
 	// cluster watch leaves them to it. Guarded by deletingMu.
 	deletingMu sync.Mutex
 	deleting   map[string]int
-	done          chan struct{} // closed by Shutdown
-	isReady       atomic.Bool   // latched by Ready once nothing is pending
-	wg            sync.WaitGroup
-	stopped       bool
 }
 
 // New validates cfg (with defaults applied) and returns a runtime that has
