@@ -119,6 +119,8 @@ func newServer(b Backend, opts Options) *server {
 	m.HandleFunc("POST /v1/volumes/{id}/claims", s.claim)
 	m.HandleFunc("DELETE /v1/volumes/{id}/claims/{alloc}", s.release)
 	m.HandleFunc("GET /v1/events", s.events)
+	m.HandleFunc("GET /v1/nodes", s.nodes)
+	m.HandleFunc("GET /v1/nodes/{id}", s.node)
 	if opts.Metrics != nil {
 		m.Handle("GET /metrics", opts.Metrics)
 	}

@@ -117,6 +117,9 @@ func writeClaims(e *env, title string, cs []runtime.Claim) error {
 		return nil
 	}
 	fmt.Fprintf(e.stdout, "\n%s\n", title)
+	if hasHosts(cs) {
+		return writeHostClaims(e, cs)
+	}
 	t := newTable(e.stdout, "ALLOC", "MODE", "ACCESS MODE", "ATTACHMENT", "STATE", "TARGET PATH", "LAST ERROR")
 	for _, c := range cs {
 		t.row(c.Alloc, c.Mode, c.AccessMode, c.AttachmentMode, claimState(c), orDash(c.TargetPath), orDash(c.LastError))
