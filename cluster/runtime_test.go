@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -280,5 +281,40 @@ func TestCluster_EtcdDown(t *testing.T) {
 	}
 	if ns[1].ID != "n2" || ns[1].Status != runtime.NodeDown || ns[1].Claims != 1 {
 		t.Fatalf("n2 after shutdown: %+v (want down with its claim)", ns[1])
+	}
+	// With every agent shut down and etcd still up, no goroutine of the
+	// etcd client or of the cluster package is left.
+	as[0].stop()
+	as[2].stop()
+	noClientGoroutines(t)
+}
+
+// noClientGoroutines fails t if a goroutine of the etcd client (or a gRPC
+// client transport: the agents' CSI clients are closed too) or of the
+// cluster package is still running after a grace period.
+func noClientGoroutines(t *testing.T) {
+	t.Helper()
+	var left []string
+	deadline := time.Now().Add(leakcheck.Grace)
+	for {
+		left = left[:0]
+		buf := make([]byte, 1<<22)
+		buf = buf[:goruntime.Stack(buf, true)]
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			if strings.Contains(g, "etcd/server/") {
+				continue // the embedded server's, which goes on running
+			}
+			if strings.Contains(g, "go.etcd.io/etcd/client/v3") || strings.Contains(g, "csiactor/cluster.(*Session)") ||
+				strings.Contains(g, "grpc/internal/transport.NewHTTP2Client") {
+				left = append(left, g)
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(left) > 0 {
+		t.Fatalf("%d etcd client goroutines left after Shutdown:\n%s", len(left), strings.Join(left, "\n\n"))
 	}
 }
