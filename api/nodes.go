@@ -18,6 +18,9 @@ type NodesBackend interface {
 	Nodes(ctx context.Context) ([]runtime.Node, error)
 	// Node returns one host, or ErrNotFound.
 	Node(ctx context.Context, id string) (runtime.Node, error)
+	// FenceNode takes the claims of the down host id away from it (see
+	// runtime.Runtime.FenceNode).
+	FenceNode(ctx context.Context, id string) (runtime.FenceResult, error)
 }
 
 var _ NodesBackend = (*runtime.Runtime)(nil)
@@ -77,4 +80,31 @@ func (c *Client) Node(ctx context.Context, id string) (runtime.Node, error) {
 	}
 	var out runtime.Node
 	return out, c.do(ctx, http.MethodGet, "/v1/nodes/"+url.PathEscape(id), nil, nil, &out)
+}
+
+func (s *server) fenceNode(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, "id")
+	if !ok || !s.noQuery(w, r) {
+		return
+	}
+	nb, ok := s.nodesBackend(w)
+	if !ok {
+		return
+	}
+	res, err := nb.FenceNode(r.Context(), id)
+	if err != nil {
+		writeBackendError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// FenceNode fences the down host id (POST /v1/nodes/{id}/fence): its
+// claims are unpublished from it through the controller and taken away.
+func (c *Client) FenceNode(ctx context.Context, id string) (runtime.FenceResult, error) {
+	if id == "" {
+		return runtime.FenceResult{}, fmt.Errorf("%w: node id is empty", runtime.ErrInvalid)
+	}
+	var out runtime.FenceResult
+	return out, c.do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(id)+"/fence", nil, nil, &out)
 }

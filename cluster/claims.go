@@ -28,6 +28,11 @@ type HostClaim struct {
 	AccessMode     string    `json:"access_mode"`
 	AttachmentMode string    `json:"attachment_mode"`
 	Since          time.Time `json:"since"`
+	// CSINodeID is the node plugin's ID for the host, and
+	// ControllerRequired says the claim went through
+	// ControllerPublishVolume: a fence of the host unpublishes it there.
+	CSINodeID          string `json:"csi_node_id,omitempty"`
+	ControllerRequired bool   `json:"controller_required,omitempty"`
 	// Nonce is new at every admission, so that a free meant for an
 	// earlier claim of the same allocation never removes a later one.
 	Nonce string `json:"nonce"`
@@ -122,7 +127,8 @@ func (s *Session) Admit(ctx context.Context, volume string, c persistence.Claim,
 		}
 		nonce := strconv.FormatUint(rand.Uint64(), 36)
 		d.Claims = append(d.Claims, HostClaim{Host: s.cfg.NodeID, Alloc: c.Alloc, Mode: c.Mode,
-			AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode, Since: time.Now().UTC(), Nonce: nonce})
+			AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode, Since: time.Now().UTC(), Nonce: nonce,
+			CSINodeID: c.NodeID, ControllerRequired: c.ControllerRequired})
 		data, err := json.Marshal(d)
 		if err != nil {
 			return err

@@ -66,6 +66,8 @@ type agent struct {
 	cfg  runtime.Config
 	reg  *prometheus.Registry
 	rt   *runtime.Runtime
+	// plugin is the agent's fake plugin.
+	plugin *fakeplugin.Plugin
 }
 
 // clusterConfig is a runtime config for node in cluster mode on endpoint:
@@ -100,7 +102,7 @@ func startAgent(t testing.TB, node, endpoint string) *agent {
 	a := &agent{t: t, node: node, cfg: clusterConfig(t, node, endpoint)}
 	a.start()
 	p, ep := fakeplugin.Start(t, fakeplugin.Config{ControllerPublish: true, StageUnstage: true, NodeID: "csi-" + node})
-	_ = p
+	a.plugin = p
 	if _, err := a.rt.RegisterAllocation(context.Background(), "plugin-"+node, runtime.AllocationSpec{
 		Plugin: testPlugin, Type: runtime.TypeMonolith, Socket: ep[len("unix://"):],
 	}); err != nil {

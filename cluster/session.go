@@ -37,6 +37,7 @@ type Session struct {
 	closed    bool                // guarded by mu
 
 	kick      chan struct{}   // wakes the free loop
+	rejoined  chan struct{}   // see Rejoined
 	ctx       context.Context // ends at Close
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -86,14 +87,15 @@ func Open(ctx context.Context, cfg Config) (*Session, error) {
 		return nil, fmt.Errorf("%w: etcd %v: %w", ErrUnavailable, cfg.Endpoints, err)
 	}
 	s := &Session{
-		cfg:     cfg,
-		log:     log,
-		cli:     cli,
-		metrics: newMetrics(),
-		reg:     cfg.Registerer,
-		frees:   map[claimRef]string{},
-		nonces:  map[claimRef]string{},
-		kick:    make(chan struct{}, 1),
+		cfg:      cfg,
+		log:      log,
+		cli:      cli,
+		metrics:  newMetrics(),
+		reg:      cfg.Registerer,
+		frees:    map[claimRef]string{},
+		nonces:   map[claimRef]string{},
+		kick:     make(chan struct{}, 1),
+		rejoined: make(chan struct{}, 1),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if err := s.grant(ctx); err != nil {
@@ -247,6 +249,11 @@ func (s *Session) renew() {
 		s.log.Warn("this host's etcd lease expired; granting a new one")
 		if err := s.grant(ctx); err != nil {
 			s.log.WithError(err).Warn("cannot renew this host's etcd lease")
+			break
+		}
+		select {
+		case s.rejoined <- struct{}{}:
+		default:
 		}
 	default:
 		s.metrics.renewals.WithLabelValues(renewError).Inc()

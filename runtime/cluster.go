@@ -241,13 +241,17 @@ func (r *Runtime) afterVolumesStarted(ctx context.Context) error {
 	if n > 0 {
 		r.log.WithField("claims", n).Info("freed claims etcd held for this host that it no longer has")
 	}
+	if err := r.releaseFenced(ctx); err != nil {
+		return fmt.Errorf("cluster: %w", mapErr(err))
+	}
 	wctx, cancel := context.WithCancel(context.Background())
 	r.clusterCancel = cancel
-	r.wg.Add(1)
+	r.wg.Add(2)
 	go func() {
 		defer r.wg.Done()
 		_ = r.cluster.WatchVolumes(wctx, r.clusterVolumeChanged)
 	}()
+	go r.followRejoins(wctx)
 	return nil
 }
 

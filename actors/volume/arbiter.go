@@ -17,7 +17,9 @@ import (
 type Arbiter interface {
 	// NodeID names this host in the cluster.
 	NodeID() string
-	// Admit records c as this host's claim on volume if fits, called with
+	// Admit records c (with NodeID, the node plugin's ID for this host,
+	// and ControllerRequired, which a fence of this host needs) as this
+	// host's claim on volume if fits, called with
 	// the claims every host holds (NodeID set to the host), returns nil.
 	// It returns fits's error as it is, or an error of its own when it
 	// cannot decide (etcd unreachable, this host's lease not renewed).
@@ -39,7 +41,7 @@ const DefaultArbiterTimeout = 5 * time.Second
 
 // admitHosts asks the Arbiter, if any, to admit req on the volume. It
 // blocks the actor for one etcd round trip (a few when hosts race).
-func (a *volumeActor) admitHosts(req claim.Request) error {
+func (a *volumeActor) admitHosts(req claim.Request, facts claim.Facts) error {
 	arb := a.m.cfg.Arbiter
 	if arb == nil {
 		return nil
@@ -47,7 +49,8 @@ func (a *volumeActor) admitHosts(req claim.Request) error {
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultArbiterTimeout)
 	defer cancel()
 	c := persistence.Claim{Alloc: req.Alloc, Mode: string(req.Mode),
-		AccessMode: req.Capability.AccessMode.String(), AttachmentMode: req.Capability.AttachmentMode.String()}
+		AccessMode: req.Capability.AccessMode.String(), AttachmentMode: req.Capability.AttachmentMode.String(),
+		NodeID: facts.NodeID, ControllerRequired: facts.ControllerRequired}
 	host := arb.NodeID()
 	err := arb.Admit(ctx, a.h.id, c, func(held []persistence.Claim) error {
 		return claim.AdmitHosts(host, req, held)

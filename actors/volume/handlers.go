@@ -280,7 +280,7 @@ func (a *volumeActor) reserveAll(ctx actor.Context, alloc string, reqs []*claimR
 			a.join(req, a.rec.Claims[i].Alloc)
 			continue
 		}
-		if err := a.admitHosts(req.req); err != nil {
+		if err := a.admitHosts(req.req, facts); err != nil {
 			answer(req.reply, reply{err: err})
 			continue
 		}

@@ -14,7 +14,7 @@ func nodeCommand() *command {
 	return &command{
 		name:    "node",
 		summary: "list the hosts of the agent's cluster, or show one (cluster mode)",
-		usage:   "csiactor node list|status [flags] [NODE]",
+		usage:   "csiactor node list|status|fence [flags] [NODE]",
 		subs: []*command{
 			clientLeaf(&command{
 				name:    "list",
@@ -68,6 +68,42 @@ claims stay, and block other writers, until they are released.`,
 					t.row("Started", n.StartedAt.Local().Format(time.RFC3339))
 					t.row("Last seen", lastSeen(n.LastSeen))
 					t.row("Claims", fmt.Sprint(n.Claims))
+					return t.flush()
+				}
+			}),
+			clientLeaf(&command{
+				name:    "fence",
+				summary: "take the claims of a down host away from it",
+				usage:   "csiactor node fence [flags] NODE",
+				help: `Fences the down host NODE (POST /v1/nodes/NODE/fence): for each of its claims
+that went through ControllerPublishVolume, the agent's controller of the
+volume's plugin unpublishes the volume from NODE's node ID; then the claims are
+removed from the cluster, so other hosts can claim the volumes. NODE releases
+them locally when it is back. Refused while NODE's lease is alive.`,
+			}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
+				return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
+					if err := wantArgs(args, "NODE"); err != nil {
+						return err
+					}
+					if err := checkID("NODE", args[0]); err != nil {
+						return err
+					}
+					res, err := cl.FenceNode(ctx, args[0])
+					if err != nil {
+						return err
+					}
+					if cf.json {
+						return printJSON(e.stdout, res)
+					}
+					if len(res.Claims) == 0 {
+						fmt.Fprintf(e.stdout, "Node %s fenced: it held no claims\n", res.Node)
+						return nil
+					}
+					fmt.Fprintf(e.stdout, "Node %s fenced\n\n", res.Node)
+					t := newTable(e.stdout, "VOLUME", "ALLOC", "MODE", "CONTROLLER UNPUBLISHED")
+					for _, c := range res.Claims {
+						t.row(c.Volume, c.Alloc, c.Mode, yesNo(c.ControllerUnpublished))
+					}
 					return t.flush()
 				}
 			}),

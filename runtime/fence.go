@@ -1,0 +1,192 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/sirupsen/logrus"
+
+	"github.com/csiactor/csiactor/actors/claim"
+	"github.com/csiactor/csiactor/actors/volume"
+	"github.com/csiactor/csiactor/cluster"
+	"github.com/csiactor/csiactor/csi"
+)
+
+// FencedClaim is a claim a fence took from a down host.
+type FencedClaim struct {
+	Volume string `json:"volume"`
+	Alloc  string `json:"alloc"`
+	Mode   string `json:"mode"`
+	// ControllerUnpublished says ControllerUnpublishVolume ran (on this
+	// agent's controller) for the fenced host's node ID. It is false for
+	// a claim that never went through ControllerPublishVolume: then only
+	// the claim was taken.
+	ControllerUnpublished bool `json:"controller_unpublished"`
+}
+
+// FenceResult is what FenceNode did.
+type FenceResult struct {
+	Node   string        `json:"node"`
+	Claims []FencedClaim `json:"claims"`
+}
+
+// FenceNode fences the down host id, so that other hosts can claim its
+// volumes: for each of its claims that went through
+// ControllerPublishVolume, this agent's controller of the volume's plugin
+// unpublishes the volume from the host's node ID; then the claims are
+// removed from etcd and recorded as fenced, in a transaction that requires
+// the host to be down still. The host, when it is back, releases them
+// locally (unpublish and unstage).
+//
+// It fails with ErrNotFound outside cluster mode or for a host that never
+// joined, ErrConflict for this agent's own host or a host that is up,
+// ErrPluginUnavailable when this agent has no healthy controller for a
+// claim that needs one (run it on an agent that has one), and
+// ErrClusterUnavailable when etcd does not answer. A volume whose
+// unpublish failed keeps the host's claims; the others are fenced.
+func (r *Runtime) FenceNode(ctx context.Context, id string) (FenceResult, error) {
+	if err := ValidateID("id", id); err != nil {
+		return FenceResult{}, err
+	}
+	if err := r.ready(); err != nil {
+		return FenceResult{}, err
+	}
+	if r.cluster == nil {
+		return FenceResult{}, fmt.Errorf("%w: not in cluster mode (the agent has no cluster section)", ErrNotFound)
+	}
+	if id == r.cluster.NodeID() {
+		return FenceResult{}, fmt.Errorf("%w: %q is this agent's own host", ErrConflict, id)
+	}
+	held, err := r.cluster.HostClaims(ctx, id)
+	switch {
+	case errors.Is(err, cluster.ErrUnknownHost):
+		return FenceResult{}, fmt.Errorf("%w: node %q: %w", ErrNotFound, id, err)
+	case errors.Is(err, cluster.ErrHostUp):
+		return FenceResult{}, fmt.Errorf("%w: %w", ErrConflict, err)
+	case err != nil:
+		return FenceResult{}, mapErr(err)
+	}
+	log := r.log.WithFields(logrus.Fields{"component": "cluster", "node": id})
+	out := FenceResult{Node: id, Claims: []FencedClaim{}}
+	var errs []error
+	for _, vol := range slices.Sorted(maps.Keys(held)) {
+		fenced, err := r.fenceVolume(ctx, id, vol, held[vol])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out.Claims = append(out.Claims, fenced...)
+		for _, c := range fenced {
+			log.WithFields(logrus.Fields{"volume": vol, "alloc": c.Alloc, "controller_unpublished": c.ControllerUnpublished}).
+				Warn("claim of a down host fenced")
+		}
+	}
+	if len(errs) > 0 {
+		return out, errors.Join(errs...)
+	}
+	return out, nil
+}
+
+// fenceVolume unpublishes vol from host's node ID where its claims need
+// it, then fences them in etcd.
+func (r *Runtime) fenceVolume(ctx context.Context, host, vol string, cs []cluster.HostClaim) ([]FencedClaim, error) {
+	var out []FencedClaim
+	unpublished := map[string]bool{} // CSI node IDs done
+	for _, c := range cs {
+		fc := FencedClaim{Volume: vol, Alloc: c.Alloc, Mode: c.Mode}
+		if c.ControllerRequired {
+			if !unpublished[c.CSINodeID] {
+				if err := r.controllerUnpublish(ctx, vol, c.CSINodeID); err != nil {
+					return nil, fmt.Errorf("fence %q on volume %q: %w", host, vol, err)
+				}
+				unpublished[c.CSINodeID] = true
+			}
+			fc.ControllerUnpublished = true
+		}
+		out = append(out, fc)
+	}
+	allocs := make([]string, 0, len(cs))
+	for _, c := range cs {
+		allocs = append(allocs, c.Alloc)
+	}
+	if err := r.cluster.Fence(ctx, host, vol, allocs); err != nil {
+		if errors.Is(err, cluster.ErrHostUp) {
+			return nil, fmt.Errorf("%w: %w", ErrConflict, err)
+		}
+		return nil, mapErr(err)
+	}
+	return out, nil
+}
+
+// controllerUnpublish runs ControllerUnpublishVolume of vol (as the
+// cluster defines it, with its secrets) for nodeID on this agent's
+// controller of the volume's plugin. NotFound counts as done.
+func (r *Runtime) controllerUnpublish(ctx context.Context, vol, nodeID string) error {
+	def, err := r.cluster.VolumeDef(ctx, vol)
+	if err != nil {
+		return mapErr(err)
+	}
+	if def == nil {
+		return fmt.Errorf("%w: volume %q has no definition in the cluster", ErrNotFound, vol)
+	}
+	var cv clusterVolume
+	if err := json.Unmarshal(def, &cv); err != nil {
+		return fmt.Errorf("decode volume %q: %w", vol, err)
+	}
+	c, _, err := r.plugins.Client(ctx, cv.Spec.Plugin, claim.ControllerPlugin)
+	if err != nil {
+		return fmt.Errorf("%w: no healthy controller of plugin %q on this host to unpublish volume %q from the fenced host: %w",
+			ErrPluginUnavailable, cv.Spec.Plugin, vol, err)
+	}
+	err = c.ControllerUnpublishVolume(ctx, &csipb.ControllerUnpublishVolumeRequest{
+		VolumeId: cv.Spec.ExternalID, NodeId: nodeID, Secrets: cv.Spec.Secrets,
+	})
+	if csi.Classify(csi.UnpublishKind, err) == csi.Success {
+		return nil
+	}
+	return mapErr(fmt.Errorf("ControllerUnpublishVolume of volume %q from node %q: %w", vol, nodeID, err))
+}
+
+// releaseFenced releases here the claims other hosts fenced while this
+// host was down (the teardown unpublishes and unstages them), and clears
+// their fence records.
+func (r *Runtime) releaseFenced(ctx context.Context) error {
+	fenced, err := r.cluster.Fenced(ctx)
+	if err != nil {
+		return err
+	}
+	for _, f := range fenced {
+		log := r.log.WithFields(logrus.Fields{"component": "cluster", "volume": f.Volume, "alloc": f.Alloc})
+		_, err := r.volumes.Release(ctx, f.Volume, f.Alloc)
+		if err != nil && !errors.Is(err, volume.ErrNotFound) {
+			log.WithError(err).Warn("cannot release a claim another host fenced")
+			continue
+		}
+		log.Warn("another host fenced this claim while this host was away; released it here")
+		if err := r.cluster.ClearFenced(ctx, f.Volume, f.Alloc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// followRejoins releases fenced claims each time the session had to take
+// a new lease (its old one expired: it may have been fenced meanwhile).
+func (r *Runtime) followRejoins(ctx context.Context) {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.cluster.Rejoined():
+			if err := r.releaseFenced(ctx); err != nil && ctx.Err() == nil {
+				r.log.WithError(err).Warn("cannot check for fenced claims after rejoining the cluster")
+			}
+		}
+	}
+}
