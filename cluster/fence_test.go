@@ -11,6 +11,8 @@ import (
 
 	"github.com/csiactor/csiactor/api"
 	"github.com/csiactor/csiactor/cmd/csiactor/cli"
+	"github.com/csiactor/csiactor/internal/etcdtest"
+	"github.com/csiactor/csiactor/internal/leakcheck"
 	"github.com/csiactor/csiactor/runtime"
 )
 
@@ -91,5 +93,40 @@ func TestCluster_Fence(t *testing.T) {
 	// Fencing it again finds nothing to fence: it is up.
 	if _, err := as[0].rt.FenceNode(ctx, "n2"); !errors.Is(err, runtime.ErrConflict) {
 		t.Fatalf("FenceNode(n2) while up = %v", err)
+	}
+}
+
+// TestCluster_AdoptLocalClaims: an agent that held claims before cluster
+// mode was turned on records them in etcd when it joins, so they block
+// other hosts.
+func TestCluster_AdoptLocalClaims(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	srv := etcdtest.Start(t)
+	ctx := context.Background()
+	const vol, am = "old-disk", "single-node-writer"
+	cfg := clusterConfig(t, "n1", srv.Endpoint())
+	clusterSection := cfg.Cluster
+	cfg.Cluster = nil
+	a := startAgentWith(t, "n1", cfg)
+	if _, err := a.rt.RegisterVolume(ctx, vol, volSpec(vol, am)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.rt.Claim(ctx, vol, claimReq("old", "write", am)); err != nil {
+		t.Fatal(err)
+	}
+	a.stop()
+	a.cfg.Cluster = clusterSection
+	a.start()
+	b := startAgent(t, "n2", srv.Endpoint())
+	// The volume was not shared (registered before); register it on n2.
+	if _, err := b.rt.RegisterVolume(ctx, vol, volSpec(vol, am)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.rt.Claim(ctx, vol, claimReq("new", "write", am)); !errors.Is(err, runtime.ErrConflict) {
+		t.Fatalf("claim on n2 over n1's adopted claim = %v, want ErrConflict", err)
+	}
+	ns, err := b.rt.Nodes(ctx)
+	if err != nil || len(ns) != 2 || ns[0].Claims != 1 {
+		t.Fatalf("Nodes = %+v, %v", ns, err)
 	}
 }

@@ -99,7 +99,13 @@ func clusterConfig(t testing.TB, node, endpoint string) runtime.Config {
 // attached; it is shut down when t ends.
 func startAgent(t testing.TB, node, endpoint string) *agent {
 	t.Helper()
-	a := &agent{t: t, node: node, cfg: clusterConfig(t, node, endpoint)}
+	return startAgentWith(t, node, clusterConfig(t, node, endpoint))
+}
+
+// startAgentWith is startAgent with cfg.
+func startAgentWith(t testing.TB, node string, cfg runtime.Config) *agent {
+	t.Helper()
+	a := &agent{t: t, node: node, cfg: cfg}
 	a.start()
 	p, ep := fakeplugin.Start(t, fakeplugin.Config{ControllerPublish: true, StageUnstage: true, NodeID: "csi-" + node})
 	a.plugin = p

@@ -16,8 +16,11 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/csiactor/csiactor/actors/claim"
 	"github.com/csiactor/csiactor/actors/volume"
 	"github.com/csiactor/csiactor/cluster"
+	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/persistence"
 )
 
 // Defaults of a ClusterConfig's zero fields.
@@ -244,6 +247,9 @@ func (r *Runtime) afterVolumesStarted(ctx context.Context) error {
 	if err := r.releaseFenced(ctx); err != nil {
 		return fmt.Errorf("cluster: %w", mapErr(err))
 	}
+	if err := r.adoptClaims(ctx); err != nil {
+		return fmt.Errorf("cluster: %w", mapErr(err))
+	}
 	wctx, cancel := context.WithCancel(context.Background())
 	r.clusterCancel = cancel
 	r.wg.Add(2)
@@ -426,3 +432,51 @@ func (r *Runtime) withHosts(ctx context.Context, v Volume, remote bool) Volume {
 // ClaimRemote is the state shown for a claim another host of the cluster
 // holds: its steps are that host's.
 const ClaimRemote = "remote"
+
+// adoptClaims records in etcd the claims and unfreed past claims this host
+// holds that etcd does not have: those made before cluster mode was turned
+// on, or kept while etcd lost its data. They are on the host already, so
+// they are recorded even where the access-mode table across hosts refuses
+// them (another host claimed the volume meanwhile); an error line names
+// both, for an operator to release one.
+func (r *Runtime) adoptClaims(ctx context.Context) error {
+	vs, err := r.volumes.List(ctx, volume.Filter{})
+	if err != nil {
+		return err
+	}
+	self := r.cluster.NodeID()
+	n := 0
+	for _, v := range vs {
+		for _, c := range slices.Concat(v.Claims, v.PastClaims) {
+			log := r.log.WithFields(logrus.Fields{"component": "cluster", "volume": v.ID, "alloc": c.Alloc})
+			am, err1 := csi.ParseAccessMode(c.AccessMode)
+			at, err2 := csi.ParseAttachmentMode(c.AttachmentMode)
+			mode, err3 := claim.ParseMode(c.Mode)
+			if err := errors.Join(err1, err2, err3); err != nil {
+				log.WithError(err).Error("cannot record a claim of this host in the cluster")
+				continue
+			}
+			req := claim.Request{Alloc: c.Alloc, Mode: mode, Capability: csi.VolumeCapability{AccessMode: am, AttachmentMode: at}}
+			pc := persistence.Claim{Alloc: c.Alloc, Mode: c.Mode, AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode,
+				NodeID: c.NodeID, ControllerRequired: v.ControllerPublished || c.State != ClaimPublished}
+			wrote := false
+			err := r.cluster.Admit(ctx, v.ID, pc, func(held []persistence.Claim) error {
+				wrote = true
+				if err := claim.AdmitHosts(self, req, held); err != nil {
+					log.WithError(err).Error("a claim this host holds clashes with the cluster's; recording it anyway: release one of them")
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			if wrote {
+				n++
+			}
+		}
+	}
+	if n > 0 {
+		r.log.WithField("claims", n).Warn("recorded in the cluster claims this host held that etcd did not have")
+	}
+	return nil
+}
