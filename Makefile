@@ -16,7 +16,7 @@ TESTFLAGS ?= -race -count=1 -timeout 12m
 BENCHTIME ?= 1s
 BENCHFLAGS ?= -run '^$$' -benchmem -timeout 30m
 
-.PHONY: all build run test bench lint fmt clean
+.PHONY: all build run run-cluster test bench lint fmt clean
 
 all: build
 
@@ -32,6 +32,10 @@ build:
 ## run: start the agent on its embedded default (a temp data dir and the example plugin).
 run: build
 	./$(BIN) agent -dev
+
+## run-cluster: an embedded etcd and three agents (-dev, each with the example plugin) sharing it; Ctrl-C stops all.
+run-cluster: build
+	$(GO) run ./examples/cluster -bin $(BIN)
 
 ## test: vet, then every test with the race detector (root-only tests skip elsewhere).
 test:
