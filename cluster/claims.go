@@ -100,7 +100,7 @@ func (s *Session) readClaims(ctx context.Context, volume string) (claimsDoc, int
 func (s *Session) Admit(ctx context.Context, volume string, c persistence.Claim, fits func(held []persistence.Claim) error) error {
 	ref := claimRef{volume, c.Alloc}
 	s.mu.Lock()
-	_, freeing := s.frees[ref]
+	_, refreed := s.frees[ref]
 	delete(s.frees, ref) // a claim of the alloc again: the free is void
 	s.mu.Unlock()
 	for range maxCAS {
@@ -108,6 +108,9 @@ func (s *Session) Admit(ctx context.Context, volume string, c persistence.Claim,
 		if err != nil {
 			return err
 		}
+		// Taken before the read: a free that completes after it is not in
+		// what the read returns, one that completes later is in this.
+		freeing := s.pendingFrees(volume)
 		d, rev, err := s.readClaims(ctx, volume)
 		if err != nil {
 			return err
@@ -116,12 +119,13 @@ func (s *Session) Admit(ctx context.Context, volume string, c persistence.Claim,
 		current := s.nonces[ref]
 		s.mu.Unlock()
 		i := d.find(s.cfg.NodeID, c.Alloc)
-		if i >= 0 && !freeing && current != "" && d.Claims[i].Nonce == current {
+		if i >= 0 && !refreed && current != "" && d.Claims[i].Nonce == current {
 			return nil // admitted before, and no free of it is under way
 		}
 		if i >= 0 {
 			d.Claims = append(d.Claims[:i], d.Claims[i+1:]...)
 		}
+		s.dropFreed(freeing, &d)
 		if err := fits(d.held()); err != nil {
 			return err
 		}
@@ -156,6 +160,41 @@ func (s *Session) Admit(ctx context.Context, volume string, c persistence.Claim,
 		}
 	}
 	return fmt.Errorf("%w: the claims of volume %q kept changing; try again", ErrUnavailable, volume)
+}
+
+// pendingFrees returns the allocs of this host's claims on volume that
+// were freed here and wait for the free loop, with their nonces.
+func (s *Session) pendingFrees(volume string) map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out map[string]string
+	for r, nonce := range s.frees {
+		if r.volume == volume {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[r.alloc] = nonce
+		}
+	}
+	return out
+}
+
+// dropFreed removes from d this host's claims in freeing (see
+// pendingFrees): they hold no place any more, and a claim right after a
+// release must not be refused for them. The write that follows removes
+// them from etcd too.
+func (s *Session) dropFreed(freeing map[string]string, d *claimsDoc) {
+	if len(freeing) == 0 {
+		return
+	}
+	kept := d.Claims[:0]
+	for _, c := range d.Claims {
+		if nonce, ok := freeing[c.Alloc]; ok && c.Host == s.cfg.NodeID && (nonce == "" || nonce == c.Nonce) {
+			continue
+		}
+		kept = append(kept, c)
+	}
+	d.Claims = kept
 }
 
 // Free removes this host's claim of alloc on volume from etcd. It does not

@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -145,6 +146,19 @@ func TestSession_FreeThenAdmitAgain(t *testing.T) {
 	}
 	if err := admit(a, "v", csi.AccessModeSingleNodeWriter, "x"); err != nil {
 		t.Fatal(err)
+	}
+	// Another alloc right after a free is admitted: the freed claim holds
+	// no place even before the free reaches etcd.
+	for i := range 50 {
+		other := fmt.Sprintf("y-%d", i)
+		a.Free("v", "x")
+		if err := admit(a, "v", csi.AccessModeSingleNodeWriter, other); err != nil {
+			t.Fatalf("round %d: admit %s right after the free of x: %v", i, other, err)
+		}
+		a.Free("v", other)
+		if err := admit(a, "v", csi.AccessModeSingleNodeWriter, "x"); err != nil {
+			t.Fatalf("round %d: admit x again: %v", i, err)
+		}
 	}
 	// Give a stale free every chance to run, then check the claim.
 	b := open(t, "b", srv.Endpoint())

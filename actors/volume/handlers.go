@@ -99,8 +99,8 @@ func (a *volumeActor) persist(v *persistence.Volume, point string) error {
 	old := a.rec
 	a.rec = v
 	a.m.publish(a.h, v)
+	a.freeHosts(old, v) // before the events: a freed claim is freed for the cluster too
 	a.m.recordEvents(old, v)
-	a.freeHosts(old, v)
 	a.m.faultPoint("persisted:", point, a.h.id)
 	return nil
 }
