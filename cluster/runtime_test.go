@@ -318,3 +318,84 @@ func noClientGoroutines(t *testing.T) {
 		t.Fatalf("%d etcd client goroutines left after Shutdown:\n%s", len(left), strings.Join(left, "\n\n"))
 	}
 }
+
+// TestCluster_ThreeMembers: against a 3-member etcd, claims go on being
+// admitted with one member down; with all down they fail with
+// ErrClusterUnavailable; with all back they are admitted again.
+func TestCluster_ThreeMembers(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	members := etcdtest.StartCluster(t, 3)
+	ctx := context.Background()
+	var as []*agent
+	for i := 1; i <= 2; i++ {
+		cfg := clusterConfig(t, fmt.Sprintf("n%d", i), "")
+		cfg.Cluster.Etcd.Endpoints = etcdtest.Endpoints(members)
+		as = append(as, startAgentWith(t, fmt.Sprintf("n%d", i), cfg))
+	}
+	const vol, am = "mm", "multi-node-single-writer"
+	if _, err := as[0].rt.RegisterVolume(ctx, vol, volSpec(vol, am)); err != nil {
+		t.Fatal(err)
+	}
+	as[1].waitVolume(vol)
+	claimOn := func(a *agent, alloc string) error {
+		_, err := a.rt.Claim(ctx, vol, claimReq(alloc, "read", am))
+		return err
+	}
+	if err := claimOn(as[0], "r0"); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	step := func(what string) { t.Logf("%s at %s", what, time.Since(began).Round(time.Millisecond)) }
+	members[0].Stop()
+	step("member m1 stopped")
+	for i, a := range as {
+		alloc := fmt.Sprintf("one-down-%d", i)
+		eventually(t, "a claim with one member down on "+a.node, func() (bool, error) {
+			err := claimOn(a, alloc)
+			if errors.Is(err, runtime.ErrClusterUnavailable) {
+				t.Logf("while the client fails over: %v", err)
+				return false, nil
+			}
+			return err == nil, err
+		})
+	}
+	if _, err := as[1].rt.Claim(ctx, vol, claimReq("w1", "write", am)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := as[0].rt.Claim(ctx, vol, claimReq("w0", "write", am)); !errors.Is(err, runtime.ErrConflict) {
+		t.Fatalf("second writer with one member down = %v, want ErrConflict", err)
+	}
+	step("claims admitted with m1 down")
+	members[1].Stop()
+	members[2].Stop()
+	step("every member stopped")
+	if err := claimOn(as[0], "all-down"); !errors.Is(err, runtime.ErrClusterUnavailable) {
+		t.Fatalf("claim with every member down = %v, want ErrClusterUnavailable", err)
+	}
+	step("claim refused")
+	etcdtest.RestartAll(t, members)
+	step("every member back")
+	for _, a := range as {
+		eventually(t, "claims admitted again on "+a.node, func() (bool, error) {
+			err := claimOn(a, "back-"+a.node)
+			if errors.Is(err, runtime.ErrClusterUnavailable) {
+				return false, nil
+			}
+			return err == nil, err
+		})
+	}
+	step("claims admitted again")
+	v, err := as[0].rt.Volume(ctx, vol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writers := 0
+	for _, c := range v.Claims {
+		if c.Mode == "write" {
+			writers++
+		}
+	}
+	if len(v.Claims) != 6 || writers != 1 {
+		t.Fatalf("claims after the outage: %+v", v.Claims)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,9 +23,11 @@ const StartTimeout = 60 * time.Second
 // ports, so clients reconnect to the same endpoint.
 type Server struct {
 	t          testing.TB
+	name       string
 	dir        string
 	clientURL  url.URL
 	peerURL    url.URL
+	cluster    string // the initial cluster, name=peer URL,...
 	etcd       *embed.Etcd
 	stoppedYet bool
 }
@@ -37,13 +40,56 @@ func Start(t testing.TB) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{t: t, dir: dir, clientURL: freeURL(t), peerURL: freeURL(t)}
+	s := &Server{t: t, name: "etcdtest", dir: dir, clientURL: freeURL(t), peerURL: freeURL(t)}
+	s.cluster = s.name + "=" + s.peerURL.String()
 	t.Cleanup(func() {
 		s.Stop()
 		_ = os.RemoveAll(dir)
 	})
 	s.start()
 	return s
+}
+
+// StartCluster starts an n-member cluster, each member in its own data dir
+// on its own loopback ports; they are stopped when t ends.
+func StartCluster(t testing.TB, n int) []*Server {
+	t.Helper()
+	ss := make([]*Server, n)
+	var peers []string
+	for i := range ss {
+		dir, err := os.MkdirTemp("", "etcdtest-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &Server{t: t, name: fmt.Sprintf("m%d", i+1), dir: dir, clientURL: freeURL(t), peerURL: freeURL(t)}
+		ss[i] = s
+		peers = append(peers, s.name+"="+s.peerURL.String())
+		t.Cleanup(func() {
+			s.Stop()
+			_ = os.RemoveAll(dir)
+		})
+	}
+	// The members wait for each other to be ready: start them together.
+	errs := make(chan error, n)
+	for _, s := range ss {
+		s.cluster = strings.Join(peers, ",")
+		go func() { errs <- s.startErr() }()
+	}
+	for range ss {
+		if err := <-errs; err != nil {
+			t.Fatalf("etcdtest: %s", err)
+		}
+	}
+	return ss
+}
+
+// Endpoints returns the client URLs of ss.
+func Endpoints(ss []*Server) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = s.Endpoint()
+	}
+	return out
 }
 
 func freeURL(t testing.TB) url.URL {
@@ -59,27 +105,34 @@ func freeURL(t testing.TB) url.URL {
 
 func (s *Server) start() {
 	s.t.Helper()
+	if err := s.startErr(); err != nil {
+		s.t.Fatalf("etcdtest: %s", err)
+	}
+}
+
+func (s *Server) startErr() error {
 	cfg := embed.NewConfig()
-	cfg.Name = "etcdtest"
+	cfg.Name = s.name
 	cfg.Dir = s.dir
 	cfg.ListenClientUrls = []url.URL{s.clientURL}
 	cfg.AdvertiseClientUrls = []url.URL{s.clientURL}
 	cfg.ListenPeerUrls = []url.URL{s.peerURL}
 	cfg.AdvertisePeerUrls = []url.URL{s.peerURL}
-	cfg.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, s.peerURL.String())
+	cfg.InitialCluster = s.cluster
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	cfg.TickMs, cfg.ElectionMs = 50, 500
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		s.t.Fatalf("etcdtest: start: %s", err)
+		return fmt.Errorf("start %s: %w", s.name, err)
 	}
 	select {
 	case <-e.Server.ReadyNotify():
 	case <-time.After(StartTimeout):
 		e.Close()
-		s.t.Fatalf("etcdtest: not ready after %s", StartTimeout)
+		return fmt.Errorf("%s not ready after %s", s.name, StartTimeout)
 	}
 	s.etcd, s.stoppedYet = e, false
+	return nil
 }
 
 // Endpoint returns the client URL, like "http://127.0.0.1:40123".
@@ -94,9 +147,26 @@ func (s *Server) Stop() {
 	s.etcd.Close()
 }
 
-// Restart starts a stopped server again on the same data and ports.
+// Restart starts a stopped server again on the same data and ports. A
+// member of a cluster waits for a quorum: restart members with
+// RestartAll.
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Stop()
 	s.start()
+}
+
+// RestartAll restarts the stopped members of a cluster together.
+func RestartAll(t testing.TB, ss []*Server) {
+	t.Helper()
+	errs := make(chan error, len(ss))
+	for _, s := range ss {
+		s.Stop()
+		go func() { errs <- s.startErr() }()
+	}
+	for range ss {
+		if err := <-errs; err != nil {
+			t.Fatalf("etcdtest: %s", err)
+		}
+	}
 }
