@@ -53,7 +53,7 @@ func (d *claimsDoc) find(host, alloc string) int {
 }
 
 // held returns d's claims as persistence claims with NodeID set to their
-// host, leaving out skip (this host's claim being admitted).
+// host, for the caller's access-mode check.
 func (d *claimsDoc) held() []persistence.Claim {
 	out := make([]persistence.Claim, 0, len(d.Claims))
 	for _, c := range d.Claims {

@@ -11,6 +11,7 @@
 //	<prefix>/alive/<node>     the host's liveness key, on its lease
 //	<prefix>/volumes/<id>     a volume's definition, shared by every host
 //	<prefix>/claims/<id>      a volume's claims on every host (no lease)
+//	<prefix>/fenced/<node>/<id>/<alloc>  a claim taken from a down host
 //
 // A claim is admitted by [Session.Admit] in one etcd transaction that
 // compares the claims key's mod revision (compare-and-swap) and this
@@ -19,6 +20,13 @@
 // Claims are never attached to a lease: a dead agent's claims stay until
 // they are released. [Session.Free] removes a freed claim, retrying in the
 // background until etcd has it.
+//
+// A down host's claims stay, blocking other writers, until it is fenced:
+// [Session.HostClaims] lists them (only for a host whose liveness key is
+// gone), the caller unpublishes them through a controller, and
+// [Session.Fence] removes them and records them as fenced, in a
+// transaction that requires the host to be down still. The host, when it
+// is back, finds them with [Session.Fenced] and releases them locally.
 //
 // Each host's own steps (stagings, usage counts, publish context,
 // allocations) stay in its bbolt store.
