@@ -244,10 +244,11 @@ func (r *Runtime) afterVolumesStarted(ctx context.Context) error {
 	if n > 0 {
 		r.log.WithField("claims", n).Info("freed claims etcd held for this host that it no longer has")
 	}
-	if err := r.releaseFenced(ctx); err != nil {
+	fenced, err := r.releaseFenced(ctx)
+	if err != nil {
 		return fmt.Errorf("cluster: %w", mapErr(err))
 	}
-	if err := r.adoptClaims(ctx); err != nil {
+	if err := r.adoptClaims(ctx, fenced); err != nil {
 		return fmt.Errorf("cluster: %w", mapErr(err))
 	}
 	wctx, cancel := context.WithCancel(context.Background())
@@ -438,8 +439,10 @@ const ClaimRemote = "remote"
 // on, or kept while etcd lost its data. They are on the host already, so
 // they are recorded even where the access-mode table across hosts refuses
 // them (another host claimed the volume meanwhile); an error line names
-// both, for an operator to release one.
-func (r *Runtime) adoptClaims(ctx context.Context) error {
+// both, for an operator to release one. The claims in skip (just released
+// because another host fenced them) are left out. A claim freed while it
+// was recorded (a teardown resumed at start) is freed in etcd again.
+func (r *Runtime) adoptClaims(ctx context.Context, skip map[[2]string]bool) error {
 	vs, err := r.volumes.List(ctx, volume.Filter{})
 	if err != nil {
 		return err
@@ -448,6 +451,9 @@ func (r *Runtime) adoptClaims(ctx context.Context) error {
 	n := 0
 	for _, v := range vs {
 		for _, c := range slices.Concat(v.Claims, v.PastClaims) {
+			if skip[[2]string{v.ID, c.Alloc}] {
+				continue
+			}
 			log := r.log.WithFields(logrus.Fields{"component": "cluster", "volume": v.ID, "alloc": c.Alloc})
 			am, err1 := csi.ParseAccessMode(c.AccessMode)
 			at, err2 := csi.ParseAttachmentMode(c.AttachmentMode)
@@ -470,8 +476,16 @@ func (r *Runtime) adoptClaims(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if wrote {
-				n++
+			if !wrote {
+				continue
+			}
+			n++
+			// The list may be older than the claim's end: a teardown
+			// resumed at start can free it meanwhile, and its free
+			// found nothing to remove yet.
+			if cur, err := r.volumes.Get(ctx, v.ID); errors.Is(err, volume.ErrNotFound) ||
+				(err == nil && !slices.ContainsFunc(slices.Concat(cur.Claims, cur.PastClaims), func(x volume.Claim) bool { return x.Alloc == c.Alloc })) {
+				r.cluster.Free(v.ID, c.Alloc)
 			}
 		}
 	}

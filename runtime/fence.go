@@ -154,12 +154,13 @@ func (r *Runtime) controllerUnpublish(ctx context.Context, vol, nodeID string) e
 
 // releaseFenced releases here the claims other hosts fenced while this
 // host was down (the teardown unpublishes and unstages them), and clears
-// their fence records.
-func (r *Runtime) releaseFenced(ctx context.Context) error {
+// their fence records. It returns the released claims' volume/alloc.
+func (r *Runtime) releaseFenced(ctx context.Context) (map[[2]string]bool, error) {
 	fenced, err := r.cluster.Fenced(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	done := map[[2]string]bool{}
 	for _, f := range fenced {
 		log := r.log.WithFields(logrus.Fields{"component": "cluster", "volume": f.Volume, "alloc": f.Alloc})
 		_, err := r.volumes.Release(ctx, f.Volume, f.Alloc)
@@ -168,11 +169,12 @@ func (r *Runtime) releaseFenced(ctx context.Context) error {
 			continue
 		}
 		log.Warn("another host fenced this claim while this host was away; released it here")
+		done[[2]string{f.Volume, f.Alloc}] = true
 		if err := r.cluster.ClearFenced(ctx, f.Volume, f.Alloc); err != nil {
-			return err
+			return done, err
 		}
 	}
-	return nil
+	return done, nil
 }
 
 // followRejoins releases fenced claims each time the session had to take
@@ -184,7 +186,7 @@ func (r *Runtime) followRejoins(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-r.cluster.Rejoined():
-			if err := r.releaseFenced(ctx); err != nil && ctx.Err() == nil {
+			if _, err := r.releaseFenced(ctx); err != nil && ctx.Err() == nil {
 				r.log.WithError(err).Warn("cannot check for fenced claims after rejoining the cluster")
 			}
 		}
