@@ -77,15 +77,19 @@ func TestRuntime_ExecPlugin_OutlivesShutdownAndIsAdopted(t *testing.T) {
 		return len(lines) >= 2, nil
 	})
 	lines := logLines(t, e.rt, "e1", -1)
+	// The shim reads stdout and stderr on their own: lines of the two
+	// streams keep their order within each stream only.
 	streams := map[string]string{}
+	serving := false
 	for _, l := range lines {
 		streams[l.Line] = l.Stream
+		serving = serving || (l.Stream == "stdout" && strings.HasPrefix(l.Line, "fake plugin serving on "))
 		if l.Time.IsZero() {
 			t.Errorf("line %q without a time", l.Line)
 		}
 	}
-	if streams["a line on stderr"] != "stderr" || !strings.HasPrefix(lines[0].Line, "fake plugin serving on ") {
-		t.Errorf("lines %+v", lines)
+	if streams["a line on stderr"] != "stderr" || !serving {
+		t.Errorf("lines %+v, want the serving line on stdout and the stderr line on stderr", lines)
 	}
 	if last := logLines(t, e.rt, "e1", 1); len(last) != 1 {
 		t.Errorf("tail 1 = %+v", last)
