@@ -83,6 +83,11 @@ type ControllerCapabilities struct {
 	ExpandVolume           bool
 	GetVolume              bool
 	SingleNodeMultiWriter  bool
+	// CreateDeleteSnapshot, ListSnapshots and CloneVolume: the controller
+	// takes snapshots, lists them, and creates a volume from another.
+	CreateDeleteSnapshot bool
+	ListSnapshots        bool
+	CloneVolume          bool
 }
 
 // NodeCapabilities is the answer to NodeGetCapabilities.

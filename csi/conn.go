@@ -151,6 +151,12 @@ func (c *client) ControllerCapabilities(ctx context.Context) (ControllerCapabili
 			caps.GetVolume = true
 		case csipb.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER:
 			caps.SingleNodeMultiWriter = true
+		case csipb.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT:
+			caps.CreateDeleteSnapshot = true
+		case csipb.ControllerServiceCapability_RPC_LIST_SNAPSHOTS:
+			caps.ListSnapshots = true
+		case csipb.ControllerServiceCapability_RPC_CLONE_VOLUME:
+			caps.CloneVolume = true
 		}
 	}
 	return caps, nil

@@ -89,11 +89,18 @@ func pluginCodeKind(c codes.Code) error {
 }
 
 func allocationFromInfo(i registry.AllocationInfo) Allocation {
-	return Allocation{
+	a := Allocation{
 		ID: i.ID, Plugin: i.Plugin, Type: string(i.Type), Socket: i.Socket,
 		Command: i.Command, Healthy: i.Healthy, HealthDescription: i.HealthDescription,
 		Singleton: i.Singleton, NodeID: i.NodeID, Source: string(i.Source), PID: i.PID,
 	}
+	if c := i.Capabilities; c != nil {
+		a.Capabilities = &Capabilities{
+			Plugin: c.Plugin, Controller: c.Controller, Node: c.Node,
+			Topology: c.Topology, MaxVolumesPerNode: c.MaxVolumesPerNode,
+		}
+	}
+	return a
 }
 
 func pluginFromSummary(s registry.PluginSummary) Plugin {

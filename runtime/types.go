@@ -135,6 +135,25 @@ type Allocation struct {
 	// PID is the plugin process of an exec-managed allocation, started or
 	// adopted by this agent; 0 while none runs.
 	PID int `json:"pid,omitempty"`
+	// Capabilities is what the plugin announced at the allocation's last
+	// fingerprint; nil until it was fingerprinted since the agent started.
+	Capabilities *Capabilities `json:"capabilities,omitempty"`
+}
+
+// Capabilities is what an allocation's plugin can do, by CSI names (like
+// CREATE_DELETE_VOLUME): its plugin capabilities (CONTROLLER_SERVICE,
+// VOLUME_ACCESSIBILITY_CONSTRAINTS, EXPANSION_ONLINE, EXPANSION_OFFLINE),
+// its controller's and node's RPC capabilities by its type, and the node's
+// topology and volume limit from NodeGetInfo.
+type Capabilities struct {
+	Plugin     []string `json:"plugin"`
+	Controller []string `json:"controller,omitempty"`
+	Node       []string `json:"node,omitempty"`
+	// Topology is the node's accessible topology segments.
+	Topology map[string]string `json:"topology,omitempty"`
+	// MaxVolumesPerNode is the most volumes the node plugin publishes on
+	// this host; 0 means no limit.
+	MaxVolumesPerNode int64 `json:"max_volumes_per_node,omitempty"`
 }
 
 // AllocationSpec is the body of a register-allocation request: an attached

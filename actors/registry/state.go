@@ -191,6 +191,7 @@ func (r *Actor) info(e *entry) AllocationInfo {
 		ControllerRequired: fp.ControllerRequired,
 		PID:                e.status.PID,
 		Exits:              e.status.Exits,
+		Capabilities:       capabilitiesOf(fp),
 	}
 	if fp.NodeInfo != nil {
 		in.NodeID = fp.NodeInfo.NodeID

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"maps"
 	"time"
 
 	"github.com/csiactor/csiactor/actors/plugin"
@@ -58,6 +59,41 @@ type AllocationInfo struct {
 	ControllerRequired bool          `json:"controller_required,omitempty"`
 	PID                int           `json:"pid,omitempty"`
 	Exits              int           `json:"exits,omitempty"`
+	// Capabilities is what the allocation's last fingerprint announced;
+	// nil until it was fingerprinted since the agent started.
+	Capabilities *Capabilities `json:"capabilities,omitempty"`
+}
+
+// Capabilities is what an allocation's plugin can do, by CSI names: its
+// plugin capabilities, its controller's and its node's RPC capabilities
+// (by its type), and the node's topology and volume limit.
+type Capabilities struct {
+	Plugin     []string `json:"plugin"`
+	Controller []string `json:"controller,omitempty"`
+	Node       []string `json:"node,omitempty"`
+	// Topology is NodeGetInfo's accessible topology segments.
+	Topology map[string]string `json:"topology,omitempty"`
+	// MaxVolumesPerNode is NodeGetInfo's limit; 0 means none.
+	MaxVolumesPerNode int64 `json:"max_volumes_per_node,omitempty"`
+}
+
+// capabilitiesOf describes what fp announced; nil when fp was never taken.
+func capabilitiesOf(fp plugin.Fingerprint) *Capabilities {
+	if fp.At.IsZero() {
+		return nil
+	}
+	c := &Capabilities{Plugin: fp.Capabilities.Names()}
+	if fp.Controller != nil {
+		c.Controller = fp.Controller.Names()
+	}
+	if fp.Node != nil {
+		c.Node = fp.Node.Names()
+	}
+	if fp.NodeInfo != nil {
+		c.Topology = maps.Clone(fp.NodeInfo.AccessibleTopology)
+		c.MaxVolumesPerNode = fp.NodeInfo.MaxVolumesPerNode
+	}
+	return c
 }
 
 // PluginSummary is one plugin: its allocations and what they add up to.

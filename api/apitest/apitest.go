@@ -144,6 +144,16 @@ func (b *Backend) SetHealth(id string, healthy bool, description string) {
 	}
 }
 
+// SetCapabilities sets what allocation id's plugin announced, as its
+// fingerprint would (nil: not fingerprinted). Unknown IDs are ignored.
+func (b *Backend) SetCapabilities(id string, c *runtime.Capabilities) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if a := b.allocs[id]; a != nil {
+		a.a.Capabilities = c
+	}
+}
+
 // Publish records ev (stamped with the clock if it has no time) and sends
 // it to every subscriber that has room.
 func (b *Backend) Publish(ev runtime.Event) {

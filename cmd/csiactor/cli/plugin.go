@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/csiactor/csiactor/api"
 	"github.com/csiactor/csiactor/runtime"
@@ -39,7 +41,10 @@ func pluginCommand() *command {
 				name:    "status",
 				summary: "show one plugin and its allocations",
 				usage:   "csiactor plugin status [flags] NAME",
-				help:    `Shows the plugin NAME (GET /v1/plugins/NAME) and each of its allocations.`,
+				help: `Shows the plugin NAME (GET /v1/plugins/NAME) and each of its allocations,
+then what each fingerprinted allocation announced: its plugin, controller
+and node capabilities by their CSI names, and its node's topology and
+max_volumes_per_node ("-": none).`,
 			}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 				return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
 					if err := wantArgs(args, "NAME"); err != nil {
@@ -66,7 +71,10 @@ func pluginCommand() *command {
 						return err
 					}
 					fmt.Fprintln(e.stdout, "\nAllocations")
-					return writeAllocations(e, p.Allocations, false)
+					if err := writeAllocations(e, p.Allocations, false); err != nil {
+						return err
+					}
+					return writeCapabilities(e, p.Allocations)
 				}
 			}),
 		},
@@ -82,4 +90,34 @@ func writePlugins(e *env, ps []runtime.Plugin) error {
 			yesNo(p.ControllerRequired))
 	}
 	return t.flush()
+}
+
+// writeCapabilities prints, for each allocation fingerprinted since the
+// agent started, what its plugin announced.
+func writeCapabilities(e *env, as []runtime.Allocation) error {
+	for _, a := range as {
+		c := a.Capabilities
+		if c == nil {
+			continue
+		}
+		fmt.Fprintf(e.stdout, "\nCapabilities of %s\n", a.ID)
+		t := newTable(e.stdout)
+		t.row("Plugin", orDash(strings.Join(c.Plugin, ", ")))
+		if a.Type != runtime.TypeNode {
+			t.row("Controller", orDash(strings.Join(c.Controller, ", ")))
+		}
+		if a.Type != runtime.TypeController {
+			t.row("Node", orDash(strings.Join(c.Node, ", ")))
+			t.row("Topology", orDash(formatMap(c.Topology)))
+			limit := "-"
+			if c.MaxVolumesPerNode > 0 {
+				limit = strconv.FormatInt(c.MaxVolumesPerNode, 10)
+			}
+			t.row("Max volumes per node", limit)
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/csiactor/csiactor/runtime"
@@ -54,4 +55,49 @@ func TestPluginStatus_Cases(t *testing.T) {
 	r = runCLI(t, env, "plugin", "status")
 	r.want(t, 2, "")
 	r.contains(t, "stderr", "missing NAME")
+}
+
+func TestPluginStatus_Capabilities(t *testing.T) {
+	b, env := populated(t)
+	b.SetCapabilities("hp1", &runtime.Capabilities{
+		Plugin:            []string{"CONTROLLER_SERVICE", "EXPANSION_ONLINE"},
+		Controller:        []string{"CREATE_DELETE_VOLUME", "EXPAND_VOLUME"},
+		Node:              []string{"STAGE_UNSTAGE_VOLUME"},
+		Topology:          map[string]string{"zone": "a", "rack": "r1"},
+		MaxVolumesPerNode: 16,
+	})
+	b.SetCapabilities("nfs-node", &runtime.Capabilities{Plugin: []string{}})
+	r := runCLI(t, env, "plugin", "status", "hostpath")
+	r.want(t, 0, "Name                 hostpath\n"+
+		"Provider             fake.csi.csiactor.dev\n"+
+		"Version              1.0.0\n"+
+		"Controller required  no\n"+
+		"Controllers          1/1 healthy\n"+
+		"Nodes                1/1 healthy\n"+
+		"\n"+
+		"Allocations\n"+
+		"ID   TYPE      HEALTHY  SINGLETON  NODE    SOCKET        DESCRIPTION\n"+
+		"hp1  monolith  yes      yes        node-1  /run/hp.sock  healthy\n"+
+		"\n"+
+		"Capabilities of hp1\n"+
+		"Plugin                CONTROLLER_SERVICE, EXPANSION_ONLINE\n"+
+		"Controller            CREATE_DELETE_VOLUME, EXPAND_VOLUME\n"+
+		"Node                  STAGE_UNSTAGE_VOLUME\n"+
+		"Topology              rack=r1, zone=a\n"+
+		"Max volumes per node  16\n")
+	r = runCLI(t, env, "plugin", "status", "nfs")
+	r.contains(t, "stdout", "Capabilities of nfs-node\n"+
+		"Plugin                -\n"+
+		"Node                  -\n"+
+		"Topology              -\n"+
+		"Max volumes per node  -\n")
+	r = runCLI(t, env, "plugin", "status", "-json", "hostpath")
+	var p runtime.Plugin
+	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil || p.Allocations[0].Capabilities == nil ||
+		p.Allocations[0].Capabilities.MaxVolumesPerNode != 16 || p.Allocations[0].Capabilities.Topology["zone"] != "a" {
+		t.Errorf("plugin status -json = %+v, %v", p, err)
+	}
+	if !strings.Contains(r.stdout, `"max_volumes_per_node":16`) && !strings.Contains(r.stdout, `"max_volumes_per_node": 16`) {
+		t.Errorf("plugin status -json has no max_volumes_per_node: %s", r.stdout)
+	}
 }
