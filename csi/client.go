@@ -30,6 +30,9 @@ type Client interface {
 	ControllerPublishVolume(ctx context.Context, req *csipb.ControllerPublishVolumeRequest) (*csipb.ControllerPublishVolumeResponse, error)
 	ControllerUnpublishVolume(ctx context.Context, req *csipb.ControllerUnpublishVolumeRequest) error
 	ValidateVolumeCapabilities(ctx context.Context, req *csipb.ValidateVolumeCapabilitiesRequest) (*csipb.ValidateVolumeCapabilitiesResponse, error)
+	// ControllerExpandVolume grows a volume on the storage side; the answer
+	// says the new capacity and whether NodeExpandVolume is needed.
+	ControllerExpandVolume(ctx context.Context, req *csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error)
 
 	// NodeCapabilities calls NodeGetCapabilities.
 	NodeCapabilities(ctx context.Context) (NodeCapabilities, error)
@@ -39,6 +42,9 @@ type Client interface {
 	NodeUnstageVolume(ctx context.Context, req *csipb.NodeUnstageVolumeRequest) error
 	NodePublishVolume(ctx context.Context, req *csipb.NodePublishVolumeRequest) error
 	NodeUnpublishVolume(ctx context.Context, req *csipb.NodeUnpublishVolumeRequest) error
+	// NodeExpandVolume grows a published volume's file system (or device)
+	// on this node.
+	NodeExpandVolume(ctx context.Context, req *csipb.NodeExpandVolumeRequest) (*csipb.NodeExpandVolumeResponse, error)
 
 	// State returns the gRPC connection state.
 	State() connectivity.State
@@ -112,7 +118,9 @@ type RPCKind int
 
 const (
 	// PublishKind is for RPCs that create or attach: CreateVolume,
-	// ControllerPublishVolume, NodeStageVolume, NodePublishVolume.
+	// ControllerPublishVolume, NodeStageVolume, NodePublishVolume, and
+	// those that change a volume: ControllerExpandVolume,
+	// NodeExpandVolume.
 	PublishKind RPCKind = iota + 1
 	// UnpublishKind is for RPCs that remove or detach: DeleteVolume,
 	// ControllerUnpublishVolume, NodeUnstageVolume, NodeUnpublishVolume.

@@ -196,6 +196,10 @@ func (c *client) ValidateVolumeCapabilities(ctx context.Context, req *csipb.Vali
 	return invoke(ctx, c, "ValidateVolumeCapabilities", c.opts.rpcTimeout, req, c.controller.ValidateVolumeCapabilities)
 }
 
+func (c *client) ControllerExpandVolume(ctx context.Context, req *csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error) {
+	return invoke(ctx, c, "ControllerExpandVolume", c.opts.rpcTimeout, req, c.controller.ControllerExpandVolume)
+}
+
 func (c *client) NodeCapabilities(ctx context.Context) (NodeCapabilities, error) {
 	resp, err := invoke(ctx, c, "NodeGetCapabilities", c.opts.rpcTimeout,
 		&csipb.NodeGetCapabilitiesRequest{}, c.node.NodeGetCapabilities)
@@ -256,6 +260,10 @@ func (c *client) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 func (c *client) NodeUnpublishVolume(ctx context.Context, req *csipb.NodeUnpublishVolumeRequest) error {
 	_, err := invoke(ctx, c, "NodeUnpublishVolume", c.opts.rpcTimeout, req, c.node.NodeUnpublishVolume)
 	return err
+}
+
+func (c *client) NodeExpandVolume(ctx context.Context, req *csipb.NodeExpandVolumeRequest) (*csipb.NodeExpandVolumeResponse, error) {
+	return invoke(ctx, c, "NodeExpandVolume", c.opts.rpcTimeout, req, c.node.NodeExpandVolume)
 }
 
 func (c *client) State() connectivity.State { return c.cc.GetState() }

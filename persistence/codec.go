@@ -41,7 +41,8 @@ const volumeCodecShape = "Volume{ID string; Plugin string; ExternalID string; " 
 	"CreatedAt time.Time; UpdatedAt time.Time; NodeID string; ControllerRequired bool; Repair string}; " +
 	"PastClaims []Claim; " +
 	"Stagings []Staging{Usage string; Path string; Users []string; Staged bool}; " +
-	"Revision uint64; CreatedAt time.Time; UpdatedAt time.Time}"
+	"Revision uint64; CreatedAt time.Time; UpdatedAt time.Time; " +
+	"Expansion *Expansion{CapacityBytes int64; Controller bool; NodeCapable bool; Node bool; LastError string; Attempts int}}"
 
 // volumeCodecCovers reports whether the binary codec covers every field of
 // Volume as compiled.
@@ -135,7 +136,21 @@ func appendVolume(dst []byte, v *Volume) []byte {
 	}
 	dst = binary.AppendUvarint(dst, v.Revision)
 	dst = appendTime(dst, v.CreatedAt)
-	return appendTime(dst, v.UpdatedAt)
+	dst = appendTime(dst, v.UpdatedAt)
+	if x := v.Expansion; x == nil {
+		dst = binary.AppendUvarint(dst, 0)
+	} else {
+		dst = binary.AppendUvarint(dst, 1)
+		dst = appendSub(dst, func(dst []byte) []byte {
+			dst = binary.AppendVarint(dst, x.CapacityBytes)
+			dst = appendBool(dst, x.Controller)
+			dst = appendBool(dst, x.NodeCapable)
+			dst = appendBool(dst, x.Node)
+			dst = appendString(dst, x.LastError)
+			return binary.AppendVarint(dst, int64(x.Attempts))
+		})
+	}
+	return dst
 }
 
 func appendClaims(dst []byte, cs []Claim) []byte {
@@ -417,5 +432,18 @@ func decodeVolumeBinary(data []byte, v *Volume) error {
 	v.Revision = r.uvarint("revision")
 	v.CreatedAt = r.time("created_at")
 	v.UpdatedAt = r.time("updated_at")
+	if n := r.count("expansion"); n == 1 {
+		e := r.sub("expansion")
+		v.Expansion = &Expansion{
+			CapacityBytes: e.varint("expansion capacity_bytes"),
+			Controller:    e.bool("expansion controller"),
+			NodeCapable:   e.bool("expansion node_capable"),
+			Node:          e.bool("expansion node"),
+			LastError:     e.string("expansion last_error"),
+			Attempts:      int(e.varint("expansion attempts")),
+		}
+	} else if n > 1 {
+		r.fail("expansion")
+	}
 	return err
 }

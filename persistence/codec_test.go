@@ -107,9 +107,21 @@ func TestVolumeCodec_RoundTrip(t *testing.T) {
 
 func TestVolumeCodec_OlderRecordLeavesNewFieldsZero(t *testing.T) {
 	created := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	// A record written before Expansion existed ends after UpdatedAt.
+	updated := created.Add(time.Hour)
+	rec := appendVolume(nil, &Volume{ID: "v", Revision: 9, CreatedAt: created, UpdatedAt: updated})
+	rec = rec[:len(rec)-1] // the expansion count
+	var old Volume
+	if err := decodeVolumeBinary(rec, &old); err != nil {
+		t.Fatalf("decode record without an expansion: %v", err)
+	}
+	if old.ID != "v" || !old.UpdatedAt.Equal(updated) || old.Expansion != nil {
+		t.Fatalf("decoded %+v", old)
+	}
+
 	// A record written before UpdatedAt existed ends after CreatedAt.
-	rec := appendVolume(nil, &Volume{ID: "v", Revision: 9, CreatedAt: created})
-	rec = rec[:len(rec)-len(appendTime(nil, time.Time{}))]
+	rec = appendVolume(nil, &Volume{ID: "v", Revision: 9, CreatedAt: created})
+	rec = rec[:len(rec)-1-len(appendTime(nil, time.Time{}))]
 	var got Volume
 	if err := decodeVolumeBinary(rec, &got); err != nil {
 		t.Fatalf("decode record without its last field: %v", err)

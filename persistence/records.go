@@ -82,6 +82,27 @@ type Volume struct {
 	Revision  uint64    `json:"revision"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+
+	// Expansion is the expansion in progress: recorded before its first
+	// RPC, removed when it is done or has failed for good; nil when none.
+	Expansion *Expansion `json:"expansion,omitempty"`
+}
+
+// Expansion is a volume's expansion in progress, as its steps left it.
+type Expansion struct {
+	// CapacityBytes is the capacity asked for.
+	CapacityBytes int64 `json:"capacity_bytes"`
+	// Controller: ControllerExpandVolume is still to be done.
+	Controller bool `json:"controller,omitempty"`
+	// NodeCapable: the node plugin has EXPAND_VOLUME, so NodeExpandVolume
+	// runs when the controller says it is required (or when the plugin has
+	// no controller expansion at all).
+	NodeCapable bool `json:"node_capable,omitempty"`
+	// Node: NodeExpandVolume is still to be done on every published claim.
+	Node bool `json:"node,omitempty"`
+	// LastError is the last failure of the current step, without secrets.
+	LastError string `json:"last_error,omitempty"`
+	Attempts  int    `json:"attempts,omitempty"`
 }
 
 // Claim is a current or past claim on a volume by one allocation.

@@ -111,6 +111,12 @@ func (p *pluginsAdapter) resolve(ctx context.Context, k targetKey) (csi.Client, 
 	}
 	facts := claim.Facts{ControllerRequired: t.ControllerRequired}
 	fp := t.Fingerprint
+	facts.ControllerService = fp.Capabilities.ControllerService
+	facts.OnlineExpansion = fp.Capabilities.OnlineExpansion
+	facts.OfflineExpansion = fp.Capabilities.OfflineExpansion
+	if fp.Controller != nil {
+		facts.ControllerExpand = fp.Controller.ExpandVolume
+	}
 	if fp.NodeInfo == nil || fp.Node == nil {
 		if nt, err := p.reg.Client(ctx, k.plugin, plugin.Node); err == nil {
 			fp = nt.Fingerprint
@@ -121,6 +127,7 @@ func (p *pluginsAdapter) resolve(ctx context.Context, k targetKey) (csi.Client, 
 	}
 	if fp.Node != nil {
 		facts.StageUnstage = fp.Node.StageUnstageVolume
+		facts.NodeExpand = fp.Node.ExpandVolume
 	}
 	return t.Client, facts, nil
 }
@@ -210,4 +217,14 @@ func (c *retryingClient) NodePublishVolume(ctx context.Context, req *csipb.NodeP
 func (c *retryingClient) NodeUnpublishVolume(ctx context.Context, req *csipb.NodeUnpublishVolumeRequest) error {
 	_, err := again(ctx, c, func(cl csi.Client) (struct{}, error) { return struct{}{}, cl.NodeUnpublishVolume(ctx, req) })
 	return err
+}
+
+func (c *retryingClient) ControllerExpandVolume(ctx context.Context, req *csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error) {
+	return again(ctx, c, func(cl csi.Client) (*csipb.ControllerExpandVolumeResponse, error) {
+		return cl.ControllerExpandVolume(ctx, req)
+	})
+}
+
+func (c *retryingClient) NodeExpandVolume(ctx context.Context, req *csipb.NodeExpandVolumeRequest) (*csipb.NodeExpandVolumeResponse, error) {
+	return again(ctx, c, func(cl csi.Client) (*csipb.NodeExpandVolumeResponse, error) { return cl.NodeExpandVolume(ctx, req) })
 }

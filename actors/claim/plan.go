@@ -270,9 +270,9 @@ func ApplyRelease(v *persistence.Volume, s Step, now time.Time) {
 }
 
 // Unfinished reports whether v has a step to resume: a current claim not
-// yet published, or any past claim.
+// yet published, any past claim, or an expansion in progress.
 func Unfinished(v *persistence.Volume) bool {
-	if len(v.PastClaims) > 0 {
+	if len(v.PastClaims) > 0 || v.Expansion != nil {
 		return true
 	}
 	for i := range v.Claims {

@@ -28,6 +28,16 @@ type Facts struct {
 	ControllerRequired bool
 	// StageUnstage: the node plugin has STAGE_UNSTAGE_VOLUME.
 	StageUnstage bool
+
+	// What an expansion needs: the plugin has CONTROLLER_SERVICE; the
+	// controller (when the type asked for is the controller) and the node
+	// plugin (when it is the node, or the answer includes one) have
+	// EXPAND_VOLUME; the plugin expands volumes ONLINE or OFFLINE.
+	ControllerService bool
+	ControllerExpand  bool
+	NodeExpand        bool
+	OnlineExpansion   bool
+	OfflineExpansion  bool
 }
 
 // Plugins gives a claim the CSI client of a plugin's current singleton.

@@ -30,8 +30,10 @@ type volumeActor struct {
 	waiters  map[string][]chan<- reply // callers of claims being published, by alloc
 	claimers map[string]*actor.PID     // claim actors, by alloc
 	respawns map[string]*claim.Job     // claim actors to start again, by alloc
-	idle     *time.Timer
-	idleGen  uint64
+	// expandWaiters are the callers of the expansion in progress.
+	expandWaiters []chan<- reply
+	idle          *time.Timer
+	idleGen       uint64
 
 	stopping   bool // restarting or stopping: start nothing new
 	passivated bool // stopping because idle
@@ -78,6 +80,10 @@ func (a *volumeActor) Receive(ctx actor.Context) {
 		a.releaseStepDone(ctx, msg)
 	case *opFinished:
 		a.opFinished(ctx, msg)
+	case *expandRequest:
+		a.enqueue(ctx, msg)
+	case *expandFinished:
+		a.expansionFinished(ctx, msg)
 	case *respawnClaimer:
 		a.respawnClaimer(ctx, msg)
 	case *actor.Terminated:

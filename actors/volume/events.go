@@ -1,6 +1,7 @@
 package volume
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/csiactor/csiactor/actors/claim"
@@ -25,6 +26,12 @@ const (
 	// published again because the host was missing its volume; the
 	// message names what was missing.
 	EventClaimRepaired = "claim-repaired"
+	// EventVolumeExpanding: an expansion was recorded and its first step
+	// starts; EventVolumeExpanded: it is done (the message says the new
+	// capacity); EventVolumeExpandFailed: the plugin refused it for good.
+	EventVolumeExpanding    = "volume-expanding"
+	EventVolumeExpanded     = "volume-expanded"
+	EventVolumeExpandFailed = "volume-expand-failed"
 )
 
 // Event is something that happened to a volume, reported to Config.OnEvent
@@ -57,6 +64,8 @@ func (m *Manager) recordEvents(old, cur *persistence.Volume) {
 			ev(EventVolumeRegistered, "", "volume registered")
 		}
 		old = &persistence.Volume{}
+	} else {
+		recordExpansion(old, cur, ev)
 	}
 	oldClaims, oldPast, curPast := indexClaims(old.Claims), indexClaims(old.PastClaims), indexClaims(cur.PastClaims)
 	for _, c := range cur.Claims {
@@ -91,6 +100,24 @@ func (m *Manager) recordEvents(old, cur *persistence.Volume) {
 			ev(EventClaimFreed, c.Alloc, "past claim freed")
 		}
 	}
+}
+
+// recordExpansion reports the start and the end of an expansion.
+func recordExpansion(old, cur *persistence.Volume, ev func(typ, alloc, msg string)) {
+	if old.Expansion == nil && cur.Expansion != nil {
+		ev(EventVolumeExpanding, "", fmt.Sprintf("expanding from %d to %d bytes", old.CapacityBytes, cur.Expansion.CapacityBytes))
+	}
+	if old.Expansion != nil && cur.Expansion == nil && cur.CapacityBytes >= old.Expansion.CapacityBytes {
+		ev(EventVolumeExpanded, "", fmt.Sprintf("expanded to %d bytes", cur.CapacityBytes))
+	}
+}
+
+// recordExpandFailed reports an expansion the plugin refused for good.
+func (m *Manager) recordExpandFailed(v *persistence.Volume, err error) {
+	if m.cfg.OnEvent == nil || v == nil {
+		return
+	}
+	m.cfg.OnEvent(Event{Time: time.Now(), Type: EventVolumeExpandFailed, Plugin: v.Plugin, Volume: v.ID, Message: err.Error()})
 }
 
 // claimIndex finds claims by alloc: by scanning when there are few, as in

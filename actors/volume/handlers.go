@@ -79,6 +79,9 @@ func (a *volumeActor) started(ctx actor.Context) {
 		for i := range a.rec.PastClaims {
 			a.spawnClaimer(ctx, a.rec.PastClaims[i].Alloc)
 		}
+		if a.rec.Expansion != nil {
+			a.queue = append(a.queue, &expandWork{})
+		}
 	}
 	a.settle(ctx)
 	a.h.disp.SetInline(true)
@@ -142,6 +145,10 @@ func (a *volumeActor) settle(ctx actor.Context) {
 			a.register(ctx, w)
 		case *deregisterRequest:
 			a.deregister(ctx, w)
+		case *expandRequest:
+			a.expand(ctx, w)
+		case *expandWork:
+			a.runExpansion(ctx)
 		}
 	}
 	if a.stopping {
@@ -164,7 +171,7 @@ func (a *volumeActor) settle(ctx actor.Context) {
 func (a *volumeActor) isIdle() bool {
 	return a.slot.kind == slotFree && len(a.queue) == 0 && a.job == nil &&
 		len(a.lookups) == 0 && len(a.retries) == 0 && len(a.waiters) == 0 &&
-		len(a.claimers) == 0 && len(a.respawns) == 0 &&
+		len(a.claimers) == 0 && len(a.respawns) == 0 && len(a.expandWaiters) == 0 &&
 		(a.rec == nil || !claim.Unfinished(a.rec))
 }
 

@@ -254,6 +254,11 @@ func newEnvWith(t testing.TB, dir string, plugin *fakeplugin.Plugin, endpoint st
 			NodeID:             pcfg.NodeID,
 			ControllerRequired: pcfg.ControllerPublish,
 			StageUnstage:       pcfg.StageUnstage,
+			ControllerService:  pcfg.Controller,
+			ControllerExpand:   pcfg.ControllerExpand,
+			NodeExpand:         pcfg.NodeExpand,
+			OnlineExpansion:    (pcfg.ControllerExpand || pcfg.NodeExpand) && !pcfg.OfflineExpansion,
+			OfflineExpansion:   pcfg.OfflineExpansion,
 		}
 	}
 	e.plugins = newTestPlugins(client, facts)

@@ -180,6 +180,8 @@ type Volume struct {
 	Revision            uint64    `json:"revision"`
 	CreatedAt           time.Time `json:"created_at"`
 	UpdatedAt           time.Time `json:"updated_at"`
+	// Expansion is the expansion in progress; nil when none.
+	Expansion *Expansion `json:"expansion,omitempty"`
 }
 
 // Claim is a current or past claim's status.
@@ -274,6 +276,7 @@ func viewOf(v *persistence.Volume) Volume {
 	for _, st := range v.Stagings {
 		out.Stagings = append(out.Stagings, Staging{Usage: st.Usage, Path: st.Path, Users: slices.Clone(st.Users), Staged: st.Staged})
 	}
+	out.Expansion = expansionOf(v.Expansion)
 	return out
 }
 

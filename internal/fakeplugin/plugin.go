@@ -91,6 +91,16 @@ type Config struct {
 	// StageUnstage: STAGE_UNSTAGE_VOLUME node capability. Without it
 	// NodeStageVolume and NodeUnstageVolume fail with Unimplemented.
 	StageUnstage bool
+	// ControllerExpand: EXPAND_VOLUME controller capability (it implies
+	// Controller); NodeExpand: EXPAND_VOLUME node capability. Either one
+	// announces the ONLINE volume expansion plugin capability, or OFFLINE
+	// with OfflineExpansion. NodeExpansionRequired is what
+	// ControllerExpandVolume answers in node_expansion_required. Without
+	// the capability the expand RPCs fail with Unimplemented.
+	ControllerExpand      bool
+	NodeExpand            bool
+	OfflineExpansion      bool
+	NodeExpansionRequired bool
 
 	// NotReady makes Probe answer ready=false (see SetReady).
 	NotReady bool
@@ -194,6 +204,7 @@ type Plugin struct {
 	ctrl    map[string]ctrlPub        // volume → controller publication
 	staged  map[string]stage          // volume → staging
 	pubs    map[string]map[string]pub // volume → target path → publication
+	grown   map[string]int64          // target path → NodeExpandVolume's required bytes
 }
 
 // New returns a Plugin with cfg; it does not listen until Serve.
@@ -207,7 +218,7 @@ func New(cfg Config) *Plugin {
 	if cfg.NodeID == "" {
 		cfg.NodeID = DefaultNodeID
 	}
-	if cfg.ControllerPublish || cfg.CreateDelete {
+	if cfg.ControllerPublish || cfg.CreateDelete || cfg.ControllerExpand {
 		cfg.Controller = true
 	}
 	cfg.Topology = maps.Clone(cfg.Topology)
@@ -230,6 +241,7 @@ func New(cfg Config) *Plugin {
 		ctrl:    map[string]ctrlPub{},
 		staged:  map[string]stage{},
 		pubs:    map[string]map[string]pub{},
+		grown:   map[string]int64{},
 	}
 }
 
@@ -446,6 +458,14 @@ func (p *Plugin) Published() map[string][]string {
 	return out
 }
 
+// NodeExpanded returns target path → capacity of every NodeExpandVolume
+// that succeeded, the last one per path.
+func (p *Plugin) NodeExpanded() map[string]int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.grown)
+}
+
 // interceptor records every call and applies faults. stopCh is closed when
 // the serving generation ends.
 func (p *Plugin) interceptor(stopCh <-chan struct{}) grpc.UnaryServerInterceptor {
@@ -508,6 +528,14 @@ func (c Config) lacking(method string) string {
 	case "NodeStageVolume", "NodeUnstageVolume":
 		if !c.StageUnstage {
 			return "STAGE_UNSTAGE_VOLUME"
+		}
+	case "ControllerExpandVolume":
+		if !c.ControllerExpand {
+			return "EXPAND_VOLUME"
+		}
+	case "NodeExpandVolume":
+		if !c.NodeExpand {
+			return "EXPAND_VOLUME"
 		}
 	}
 	return ""

@@ -155,6 +155,15 @@ func (s *server) GetPluginCapabilities(context.Context, *csipb.GetPluginCapabili
 	if s.p.cfg.Controller {
 		resp.Capabilities = append(resp.Capabilities, pluginService(csipb.PluginCapability_Service_CONTROLLER_SERVICE))
 	}
+	if s.p.cfg.ControllerExpand || s.p.cfg.NodeExpand {
+		t := csipb.PluginCapability_VolumeExpansion_ONLINE
+		if s.p.cfg.OfflineExpansion {
+			t = csipb.PluginCapability_VolumeExpansion_OFFLINE
+		}
+		resp.Capabilities = append(resp.Capabilities, &csipb.PluginCapability{
+			Type: &csipb.PluginCapability_VolumeExpansion_{VolumeExpansion: &csipb.PluginCapability_VolumeExpansion{Type: t}},
+		})
+	}
 	return resp, nil
 }
 
@@ -177,6 +186,9 @@ func (s *server) ControllerGetCapabilities(context.Context, *csipb.ControllerGet
 	}
 	if s.p.cfg.ControllerPublish {
 		resp.Capabilities = append(resp.Capabilities, controllerRPC(csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME))
+	}
+	if s.p.cfg.ControllerExpand {
+		resp.Capabilities = append(resp.Capabilities, controllerRPC(csipb.ControllerServiceCapability_RPC_EXPAND_VOLUME))
 	}
 	return resp, nil
 }
@@ -313,6 +325,9 @@ func (s *server) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilities
 	resp := &csipb.NodeGetCapabilitiesResponse{}
 	if s.p.cfg.StageUnstage {
 		resp.Capabilities = append(resp.Capabilities, nodeRPC(csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME))
+	}
+	if s.p.cfg.NodeExpand {
+		resp.Capabilities = append(resp.Capabilities, nodeRPC(csipb.NodeServiceCapability_RPC_EXPAND_VOLUME))
 	}
 	return resp, nil
 }
@@ -457,4 +472,48 @@ func (s *server) NodeUnpublishVolume(_ context.Context, req *csipb.NodeUnpublish
 		delete(p.pubs, id)
 	}
 	return &csipb.NodeUnpublishVolumeResponse{}, nil
+}
+
+// ControllerExpandVolume grows a volume the plugin knows (any volume without
+// StrictVolumes: an unknown one is added). A required size below the
+// volume's answers the current size, as the spec allows.
+func (s *server) ControllerExpandVolume(_ context.Context, req *csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error) {
+	p, id := s.p, req.GetVolumeId()
+	size := req.GetCapacityRange().GetRequiredBytes()
+	var rangeErr error
+	switch limit := req.GetCapacityRange().GetLimitBytes(); {
+	case req.GetCapacityRange() == nil:
+		rangeErr = invalidArg("capacity_range")
+	case size <= 0:
+		rangeErr = status.Error(codes.InvalidArgument, "capacity_range.required_bytes must be positive")
+	case limit > 0 && limit < size:
+		rangeErr = status.Errorf(codes.OutOfRange, "limit_bytes %d is below required_bytes %d", limit, size)
+	}
+	if err := p.lockVolume(id, required("volume_id", id), rangeErr); err != nil {
+		return nil, err
+	}
+	defer p.mu.Unlock()
+	v := p.volumes[id]
+	if v == nil {
+		v = &Volume{ID: id, CapacityBytes: size}
+		p.volumes[id] = v
+	}
+	v.CapacityBytes = max(v.CapacityBytes, size)
+	return &csipb.ControllerExpandVolumeResponse{CapacityBytes: v.CapacityBytes, NodeExpansionRequired: p.cfg.NodeExpansionRequired}, nil
+}
+
+// NodeExpandVolume records the expansion of a volume published at
+// volume_path; a path where it is not published is NotFound.
+func (s *server) NodeExpandVolume(_ context.Context, req *csipb.NodeExpandVolumeRequest) (*csipb.NodeExpandVolumeResponse, error) {
+	p, id, path := s.p, req.GetVolumeId(), req.GetVolumePath()
+	if err := p.lockVolume(id, required("volume_id", id, "volume_path", path)); err != nil {
+		return nil, err
+	}
+	defer p.mu.Unlock()
+	if _, ok := p.pubs[id][path]; !ok {
+		return nil, status.Errorf(codes.NotFound, "volume %q is not published at %q", id, path)
+	}
+	size := req.GetCapacityRange().GetRequiredBytes()
+	p.grown[path] = size
+	return &csipb.NodeExpandVolumeResponse{CapacityBytes: size}, nil
 }
