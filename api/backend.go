@@ -43,6 +43,9 @@ type Backend interface {
 	// deletes it through the controller. It fails with ErrConflict while
 	// the volume has claims or past claims.
 	DeleteVolume(ctx context.Context, id string, deleteToo bool) error
+	// ExpandVolume grows the volume id to at least req.CapacityBytes (see
+	// runtime.Runtime.ExpandVolume); it returns the volume when done.
+	ExpandVolume(ctx context.Context, id string, req runtime.ExpandRequest) (runtime.Volume, error)
 	// Volumes lists the volumes that match filter, by ID.
 	Volumes(ctx context.Context, filter runtime.VolumeFilter) ([]runtime.Volume, error)
 	// Volume returns one volume, or ErrNotFound.

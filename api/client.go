@@ -228,6 +228,17 @@ func (c *Client) Claim(ctx context.Context, volumeID string, req runtime.ClaimRe
 	return out, c.do(ctx, http.MethodPost, "/v1/volumes/"+url.PathEscape(volumeID)+"/claims", nil, body, &out)
 }
 
+// ExpandVolume grows volume id to at least req.CapacityBytes and returns
+// the volume once it is done (POST /v1/volumes/{id}/expand).
+func (c *Client) ExpandVolume(ctx context.Context, id string, req runtime.ExpandRequest) (runtime.Volume, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return runtime.Volume{}, err
+	}
+	var out runtime.Volume
+	return out, c.do(ctx, http.MethodPost, "/v1/volumes/"+url.PathEscape(id)+"/expand", nil, body, &out)
+}
+
 // Release releases alloc's claim on volumeID and returns the past claim.
 func (c *Client) Release(ctx context.Context, volumeID, alloc string) (runtime.Claim, error) {
 	var out runtime.Claim

@@ -160,6 +160,13 @@ func TestHandler_Routes_Script(t *testing.T) {
 		{name: "release bad alloc", method: "DELETE", path: "/v1/volumes/vol1/claims/.x", status: 400, want: []string{`alloc: \".x\"`}},
 		{name: "volume shows past claim", method: "GET", path: "/v1/volumes/vol1", status: 200, want: []string{`"claims":[]`, `"past_claims":[{"alloc":"w1"`}},
 
+		{name: "expand volume", method: "POST", path: "/v1/volumes/vol-new/expand", body: `{"capacity_bytes":2147483648}`, status: 200,
+			want: []string{`"id":"vol-new"`, `"capacity_bytes":2147483648`}},
+		{name: "expand volume shrink", method: "POST", path: "/v1/volumes/vol-new/expand", body: `{"capacity_bytes":1073741824}`, status: 400,
+			want: []string{"capacity_bytes 1073741824 is less than volume vol-new's 2147483648 bytes: volumes cannot shrink"}},
+		{name: "expand volume zero", method: "POST", path: "/v1/volumes/vol-new/expand", body: `{"capacity_bytes":0}`, status: 400, want: []string{"capacity_bytes: must be positive"}},
+		{name: "expand volume unknown field", method: "POST", path: "/v1/volumes/vol-new/expand", body: `{"size":1}`, status: 400, want: []string{`unknown field \"size\"`}},
+		{name: "expand volume unknown", method: "POST", path: "/v1/volumes/nope/expand", body: `{"capacity_bytes":1}`, status: 404, want: []string{"not found: volume nope"}},
 		{name: "delete volume bad query", method: "DELETE", path: "/v1/volumes/vol-new?delete=maybe", status: 400, want: []string{`delete: \"maybe\": want true or false`}},
 		{name: "delete volume", method: "DELETE", path: "/v1/volumes/vol-new?delete=true", status: 204},
 		{name: "delete volume again", method: "DELETE", path: "/v1/volumes/vol-new", status: 404},

@@ -467,6 +467,8 @@ type Volume struct {
 	// being torn down.
 	Claims     []Claim `json:"claims"`
 	PastClaims []Claim `json:"past_claims"`
+	// Expansion is the expansion in progress; nil when none.
+	Expansion *Expansion `json:"expansion,omitempty"`
 }
 
 // Claim is a current or past claim of a volume by one allocation.

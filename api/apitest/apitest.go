@@ -528,6 +528,33 @@ func (b *Backend) Volume(_ context.Context, id string) (runtime.Volume, error) {
 	return copyVolume(v.v), nil
 }
 
+// ExpandVolume implements api.Backend: the capacity grows at once;
+// shrinking is ErrInvalid.
+func (b *Backend) ExpandVolume(_ context.Context, id string, req runtime.ExpandRequest) (runtime.Volume, error) {
+	if err := req.Validate(); err != nil {
+		return runtime.Volume{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.failLocked("ExpandVolume"); err != nil {
+		return runtime.Volume{}, err
+	}
+	v, ok := b.volumes[id]
+	if !ok {
+		return runtime.Volume{}, fmt.Errorf("%w: volume %s", runtime.ErrNotFound, id)
+	}
+	if req.CapacityBytes < v.v.CapacityBytes {
+		return runtime.Volume{}, fmt.Errorf("%w: capacity_bytes %d is less than volume %s's %d bytes: volumes cannot shrink",
+			runtime.ErrInvalid, req.CapacityBytes, id, v.v.CapacityBytes)
+	}
+	if req.CapacityBytes > v.v.CapacityBytes {
+		v.v.CapacityBytes = req.CapacityBytes
+		b.publishLocked(runtime.Event{Type: runtime.EventVolumeExpanded, Plugin: v.v.Plugin, Volume: id,
+			Message: fmt.Sprintf("expanded to %d bytes", req.CapacityBytes)})
+	}
+	return copyVolume(v.v), nil
+}
+
 // Claim implements api.Backend with the runtime's claim limits per access mode.
 func (b *Backend) Claim(_ context.Context, volumeID string, req runtime.ClaimRequest) (runtime.Claim, error) {
 	if err := req.Validate(); err != nil {

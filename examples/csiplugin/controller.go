@@ -33,6 +33,7 @@ func (s *controllerServer) ControllerGetCapabilities(context.Context, *csipb.Con
 		csipb.ControllerServiceCapability_RPC_LIST_VOLUMES,
 		csipb.ControllerServiceCapability_RPC_PUBLISH_READONLY,
 		csipb.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+		csipb.ControllerServiceCapability_RPC_EXPAND_VOLUME,
 	} {
 		caps = append(caps, &csipb.ControllerServiceCapability{
 			Type: &csipb.ControllerServiceCapability_Rpc{Rpc: &csipb.ControllerServiceCapability_RPC{Type: t}},
@@ -316,4 +317,46 @@ func (s *controllerServer) ListVolumes(_ context.Context, req *csipb.ListVolumes
 		resp.NextToken = ids[end]
 	}
 	return resp, nil
+}
+
+// ControllerExpandVolume records the volume's new capacity (capacities are
+// recorded, not enforced) and asks for NodeExpandVolume, as a plugin with a
+// file system to grow would. A required size at or below the volume's is
+// a success that changes nothing. Expansion is online: the volume may be
+// published.
+func (s *controllerServer) ControllerExpandVolume(_ context.Context, req *csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error) {
+	if err := requireVolumeID(req.GetVolumeId()); err != nil {
+		return nil, err
+	}
+	cr := req.GetCapacityRange()
+	if cr == nil {
+		return nil, status.Error(codes.InvalidArgument, "capacity_range is required")
+	}
+	required, limit := cr.GetRequiredBytes(), cr.GetLimitBytes()
+	if required < 0 || limit < 0 {
+		return nil, status.Error(codes.InvalidArgument, "capacity_range: bytes must not be negative")
+	}
+	if limit > 0 && limit < required {
+		return nil, status.Errorf(codes.OutOfRange, "capacity_range: limit_bytes %d is below required_bytes %d", limit, required)
+	}
+	if required == 0 {
+		required = limit
+	}
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v, err := p.volumeLocked(req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	if required > v.CapacityBytes {
+		old := v.CapacityBytes
+		v.CapacityBytes = required
+		if err := p.saveLocked(); err != nil {
+			v.CapacityBytes = old
+			return nil, err
+		}
+		p.log.WithField("volume", v.ID).WithField("capacity_bytes", required).Info("volume expanded")
+	}
+	return &csipb.ControllerExpandVolumeResponse{CapacityBytes: v.CapacityBytes, NodeExpansionRequired: true}, nil
 }

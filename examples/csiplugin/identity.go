@@ -27,6 +27,10 @@ func (s *identityServer) GetPluginCapabilities(context.Context, *csipb.GetPlugin
 			Type: &csipb.PluginCapability_Service_{Service: &csipb.PluginCapability_Service{
 				Type: csipb.PluginCapability_Service_CONTROLLER_SERVICE,
 			}},
+		}, {
+			Type: &csipb.PluginCapability_VolumeExpansion_{VolumeExpansion: &csipb.PluginCapability_VolumeExpansion{
+				Type: csipb.PluginCapability_VolumeExpansion_ONLINE,
+			}},
 		}},
 	}, nil
 }

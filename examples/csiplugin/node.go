@@ -27,6 +27,7 @@ func (s *nodeServer) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabili
 		csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
 		csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS,
 		csipb.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+		csipb.NodeServiceCapability_RPC_EXPAND_VOLUME,
 	} {
 		caps = append(caps, &csipb.NodeServiceCapability{
 			Type: &csipb.NodeServiceCapability_Rpc{Rpc: &csipb.NodeServiceCapability_RPC{Type: t}},
@@ -165,6 +166,38 @@ func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csipb.NodeGetVol
 			Used:      int64(fs.Files - fs.Ffree),
 		},
 	}}, nil
+}
+
+// NodeExpandVolume grows the volume where it is staged or published at
+// volume_path. A directory has no file system of its own to grow, so it
+// checks the path and answers the volume's capacity (at least the one asked
+// for).
+func (s *nodeServer) NodeExpandVolume(_ context.Context, req *csipb.NodeExpandVolumeRequest) (*csipb.NodeExpandVolumeResponse, error) {
+	if err := requireVolumeID(req.GetVolumeId()); err != nil {
+		return nil, err
+	}
+	if req.GetVolumePath() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_path is required")
+	}
+	if vc := req.GetVolumeCapability(); vc != nil {
+		if _, err := checkCapability("volume_capability", vc); err != nil {
+			return nil, err
+		}
+	}
+	p := s.p
+	path := filepath.Clean(req.GetVolumePath())
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v, err := p.volumeLocked(req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	_, staged := v.Staged[path]
+	_, published := v.Targets[path]
+	if !staged && !published {
+		return nil, status.Errorf(codes.NotFound, "volume %s is not staged or published at %s", v.ID, path)
+	}
+	return &csipb.NodeExpandVolumeResponse{CapacityBytes: max(v.CapacityBytes, req.GetCapacityRange().GetRequiredBytes())}, nil
 }
 
 // userLocked returns the id of a volume attached at path in role r, or "".

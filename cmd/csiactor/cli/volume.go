@@ -14,14 +14,15 @@ import (
 func volumeCommand() *command {
 	return &command{
 		name:    "volume",
-		summary: "list, show, register, create, delete, claim and release volumes",
-		usage:   "csiactor volume list|status|register|create|delete|claim|release [flags] [args]",
+		summary: "list, show, register, create, delete, expand, claim and release volumes",
+		usage:   "csiactor volume list|status|register|create|delete|expand|claim|release [flags] [args]",
 		subs: []*command{
 			volumeListCommand(),
 			volumeStatusCommand(),
 			volumeRegisterCommand(),
 			volumeCreateCommand(),
 			volumeDeleteCommand(),
+			volumeExpandCommand(),
 			volumeClaimCommand(),
 			volumeReleaseCommand(),
 		},
@@ -96,6 +97,9 @@ func volumeStatusCommand() *command {
 			t.row("Plugin", v.Plugin)
 			t.row("External ID", orDash(v.ExternalID))
 			t.row("Capacity", formatSize(v.CapacityBytes))
+			if x := v.Expansion; x != nil {
+				t.row("Expanding", fmt.Sprintf("to %s (%s)", formatSize(x.CapacityBytes), x.Step))
+			}
 			t.row("Capabilities", strings.Join(caps, ", "))
 			t.row("Mount options", mount)
 			t.row("Parameters", formatMap(v.Parameters))
