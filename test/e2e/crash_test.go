@@ -141,11 +141,86 @@ func TestAgent_SIGKILLAtEveryStep(t *testing.T) {
 	a.checkNoRace()
 }
 
+// expandCrashPoints are the persisted steps of an expansion.
+var expandCrashPoints = []string{
+	"persist:expand", "persisted:expand",
+	"persist:expand-controller", "persisted:expand-controller",
+	"persist:expand-node", "persisted:expand-node",
+}
+
+// TestAgent_SIGKILLDuringExpansion kills the agent at every persisted step
+// of an expansion of a claimed volume and starts it again: the expansion
+// ends done (resumed by the agent, or asked again by its caller), the new
+// capacity is stored by the agent and by the plugin, the data written
+// before is there, and the volume releases cleanly.
+func TestAgent_SIGKILLDuringExpansion(t *testing.T) {
+	defer leakcheck.Check(t)()
+	h := newHost(t)
+	h.writeConfig(h.exampleAllocation(0))
+	const alloc, newSize = "w", int64(2) << 30
+	finish := func(vol string) {
+		t.Helper()
+		h.ok("volume", "expand", "-capacity", "2GiB", vol) // done already, waits for it, or starts it
+		v := h.volume(vol)
+		if v.CapacityBytes != newSize || v.Expansion != nil {
+			t.Errorf("%s: after the restart: capacity %d, expansion %+v", vol, v.CapacityBytes, v.Expansion)
+		}
+		for _, pv := range h.pluginVolumes() {
+			if len(pv.Targets) > 0 && pv.CapacityBytes != newSize {
+				t.Errorf("%s: the plugin records %d bytes, want %d", vol, pv.CapacityBytes, newSize)
+			}
+		}
+		c, ok := claimOf(v, alloc)
+		if b, err := os.ReadFile(filepath.Join(c.TargetPath, "data")); !ok || err != nil || string(b) != vol {
+			t.Errorf("%s: data after the expansion = %q, %v (claim present %t)", vol, b, err, ok)
+		}
+		h.ok("volume", "release", "-alloc", alloc, vol)
+		h.eventually(vol+": every claim freed", settleDeadline, func() (bool, string) {
+			v := h.volume(vol)
+			return len(v.Claims) == 0 && len(v.PastClaims) == 0, describe(v)
+		})
+		h.checkNothingLeft(vol)
+	}
+	prev := ""
+	for i, point := range expandCrashPoints {
+		vol := fmt.Sprintf("x%d", i)
+		h.agentEnv = []string{"CSIACTOR_CRASH_AT=" + point + "@" + vol}
+		a := h.startAgent()
+		h.waitHealthy()
+		if prev != "" {
+			finish(prev)
+		}
+		h.ok("volume", "create", "-plugin", "example", "-capacity", "1GiB", "-capability", "single-node-writer", vol)
+		got := strings.TrimSpace(h.ok("volume", "claim", "-alloc", alloc, "-mode", "write", "-access-mode", "single-node-writer", vol))
+		if err := os.WriteFile(filepath.Join(got, "data"), []byte(vol), 0o644); err != nil {
+			t.Errorf("%s: write through the target path: %v", vol, err)
+		}
+		if r := h.cli("volume", "expand", "-capacity", "2GiB", vol); r.code == 0 {
+			t.Errorf("%s: the expansion succeeded although the agent was to be killed at %s: %s", vol, point, r)
+		}
+		if st := a.wait(shutdownDeadline); st.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("%s: agent ended with %s, want killed at %s", vol, st, point)
+		}
+		a.checkNoRace()
+		prev = vol
+	}
+	h.agentEnv = nil
+	a := h.startAgent()
+	h.waitHealthy()
+	finish(prev)
+	a.signal(syscall.SIGTERM)
+	if st := a.wait(shutdownDeadline); st.ExitCode() != 0 {
+		t.Errorf("agent exit after SIGTERM: %s", st)
+	}
+	a.checkNoRace()
+}
+
 // pluginVolume is what the example plugin records of one volume in its
 // state.json: where the controller published it, where the node staged
 // and published it.
 type pluginVolume struct {
-	Published map[string]json.RawMessage `json:"published"`
+	CapacityBytes int64                      `json:"capacity_bytes"`
+	Published     map[string]json.RawMessage `json:"published"`
 	Staged    map[string]json.RawMessage `json:"staged"`
 	Targets   map[string]json.RawMessage `json:"targets"`
 }
