@@ -221,8 +221,8 @@ func TestAgent_SIGKILLDuringExpansion(t *testing.T) {
 type pluginVolume struct {
 	CapacityBytes int64                      `json:"capacity_bytes"`
 	Published     map[string]json.RawMessage `json:"published"`
-	Staged    map[string]json.RawMessage `json:"staged"`
-	Targets   map[string]json.RawMessage `json:"targets"`
+	Staged        map[string]json.RawMessage `json:"staged"`
+	Targets       map[string]json.RawMessage `json:"targets"`
 }
 
 // pluginVolumes reads the example plugin's state.json: its volumes by ID.
