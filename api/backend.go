@@ -32,6 +32,12 @@ type Backend interface {
 	AllocationLogs(ctx context.Context, id string, q runtime.LogsQuery, fn func(runtime.LogLine) error) error
 	// Plugin returns one plugin, or ErrNotFound.
 	Plugin(ctx context.Context, name string) (runtime.Plugin, error)
+	// PluginCapacity asks plugin name's controller how much it can
+	// provision (see runtime.Runtime.PluginCapacity).
+	PluginCapacity(ctx context.Context, name string, q runtime.CapacityQuery) (runtime.Capacity, error)
+	// ListExternalVolumes lists one page of plugin name's own volumes (see
+	// runtime.Runtime.ListExternalVolumes).
+	ListExternalVolumes(ctx context.Context, name string, q runtime.ExternalVolumesQuery) (runtime.ExternalVolumes, error)
 
 	// RegisterVolume registers an existing volume of a plugin as id.
 	// Registering the same id with the same spec again is a no-op.

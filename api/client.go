@@ -228,6 +228,31 @@ func (c *Client) Claim(ctx context.Context, volumeID string, req runtime.ClaimRe
 	return out, c.do(ctx, http.MethodPost, "/v1/volumes/"+url.PathEscape(volumeID)+"/claims", nil, body, &out)
 }
 
+// PluginCapacity asks plugin name's controller how much it can provision,
+// in q.Topology when given (GET /v1/plugins/{name}/capacity).
+func (c *Client) PluginCapacity(ctx context.Context, name string, q runtime.CapacityQuery) (runtime.Capacity, error) {
+	v := url.Values{}
+	if len(q.Topology) > 0 {
+		v.Set("topology", runtime.FormatTopology(q.Topology))
+	}
+	var out runtime.Capacity
+	return out, c.do(ctx, http.MethodGet, "/v1/plugins/"+url.PathEscape(name)+"/capacity", v, nil, &out)
+}
+
+// ListExternalVolumes lists one page of plugin name's own volumes, each
+// with the ID it is registered under here (GET /v1/plugins/{name}/volumes).
+func (c *Client) ListExternalVolumes(ctx context.Context, name string, q runtime.ExternalVolumesQuery) (runtime.ExternalVolumes, error) {
+	v := url.Values{}
+	if q.MaxEntries > 0 {
+		v.Set("max_entries", strconv.Itoa(q.MaxEntries))
+	}
+	if q.StartingToken != "" {
+		v.Set("starting_token", q.StartingToken)
+	}
+	var out runtime.ExternalVolumes
+	return out, c.do(ctx, http.MethodGet, "/v1/plugins/"+url.PathEscape(name)+"/volumes", v, nil, &out)
+}
+
 // ExpandVolume grows volume id to at least req.CapacityBytes and returns
 // the volume once it is done (POST /v1/volumes/{id}/expand).
 func (c *Client) ExpandVolume(ctx context.Context, id string, req runtime.ExpandRequest) (runtime.Volume, error) {

@@ -30,6 +30,11 @@ type Client interface {
 	ControllerPublishVolume(ctx context.Context, req *csipb.ControllerPublishVolumeRequest) (*csipb.ControllerPublishVolumeResponse, error)
 	ControllerUnpublishVolume(ctx context.Context, req *csipb.ControllerUnpublishVolumeRequest) error
 	ValidateVolumeCapabilities(ctx context.Context, req *csipb.ValidateVolumeCapabilitiesRequest) (*csipb.ValidateVolumeCapabilitiesResponse, error)
+	// GetCapacity asks the controller how much it can provision, for the
+	// topology, parameters and capabilities in req.
+	GetCapacity(ctx context.Context, req *csipb.GetCapacityRequest) (*csipb.GetCapacityResponse, error)
+	// ListVolumes lists the controller's volumes, one page at a time.
+	ListVolumes(ctx context.Context, req *csipb.ListVolumesRequest) (*csipb.ListVolumesResponse, error)
 	// ControllerExpandVolume grows a volume on the storage side; the answer
 	// says the new capacity and whether NodeExpandVolume is needed.
 	ControllerExpandVolume(ctx context.Context, req *csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error)

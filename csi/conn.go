@@ -196,6 +196,14 @@ func (c *client) ValidateVolumeCapabilities(ctx context.Context, req *csipb.Vali
 	return invoke(ctx, c, "ValidateVolumeCapabilities", c.opts.rpcTimeout, req, c.controller.ValidateVolumeCapabilities)
 }
 
+func (c *client) GetCapacity(ctx context.Context, req *csipb.GetCapacityRequest) (*csipb.GetCapacityResponse, error) {
+	return invoke(ctx, c, "GetCapacity", c.opts.rpcTimeout, req, c.controller.GetCapacity)
+}
+
+func (c *client) ListVolumes(ctx context.Context, req *csipb.ListVolumesRequest) (*csipb.ListVolumesResponse, error) {
+	return invoke(ctx, c, "ListVolumes", c.opts.rpcTimeout, req, c.controller.ListVolumes)
+}
+
 func (c *client) ControllerExpandVolume(ctx context.Context, req *csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error) {
 	return invoke(ctx, c, "ControllerExpandVolume", c.opts.rpcTimeout, req, c.controller.ControllerExpandVolume)
 }

@@ -228,3 +228,11 @@ func (c *retryingClient) ControllerExpandVolume(ctx context.Context, req *csipb.
 func (c *retryingClient) NodeExpandVolume(ctx context.Context, req *csipb.NodeExpandVolumeRequest) (*csipb.NodeExpandVolumeResponse, error) {
 	return again(ctx, c, func(cl csi.Client) (*csipb.NodeExpandVolumeResponse, error) { return cl.NodeExpandVolume(ctx, req) })
 }
+
+func (c *retryingClient) GetCapacity(ctx context.Context, req *csipb.GetCapacityRequest) (*csipb.GetCapacityResponse, error) {
+	return again(ctx, c, func(cl csi.Client) (*csipb.GetCapacityResponse, error) { return cl.GetCapacity(ctx, req) })
+}
+
+func (c *retryingClient) ListVolumes(ctx context.Context, req *csipb.ListVolumesRequest) (*csipb.ListVolumesResponse, error) {
+	return again(ctx, c, func(cl csi.Client) (*csipb.ListVolumesResponse, error) { return cl.ListVolumes(ctx, req) })
+}

@@ -36,16 +36,18 @@ type Backend struct {
 	// NodeID is the node ID of every node and monolith allocation.
 	NodeID string
 
-	mu      sync.Mutex                   // guards everything below
-	seq     int                          // last allocation sequence number
-	allocs  map[string]*alloc            // by ID
-	volumes map[string]*volume           // by ID
-	events  []runtime.Event              // newest last, at most maxEvents
-	subs    map[*subscriber]struct{}     // live subscribers
-	fail    map[string]error             // method name → error to return
-	logs    map[string][]runtime.LogLine // by allocation ID
-	now     func() time.Time             // clock for events
-	pending []string                     // what Ready says is pending
+	mu       sync.Mutex                          // guards everything below
+	seq      int                                 // last allocation sequence number
+	allocs   map[string]*alloc                   // by ID
+	volumes  map[string]*volume                  // by ID
+	events   []runtime.Event                     // newest last, at most maxEvents
+	subs     map[*subscriber]struct{}            // live subscribers
+	fail     map[string]error                    // method name → error to return
+	logs     map[string][]runtime.LogLine        // by allocation ID
+	now      func() time.Time                    // clock for events
+	pending  []string                            // what Ready says is pending
+	capacity map[string]int64                    // by plugin: what PluginCapacity answers
+	external map[string][]runtime.ExternalVolume // by plugin: volumes not registered here
 }
 
 type alloc struct {
@@ -142,6 +144,81 @@ func (b *Backend) SetHealth(id string, healthy bool, description string) {
 		a.a.Healthy, a.a.HealthDescription = healthy, description
 		b.publishLocked(runtime.Event{Type: runtime.EventHealthChanged, Plugin: a.spec.Plugin, Alloc: id, Message: description})
 	}
+}
+
+// SetCapacity sets what PluginCapacity answers for plugin: available
+// bytes, whatever the topology. A plugin without one set has no
+// GET_CAPACITY capability (ErrInvalid).
+func (b *Backend) SetCapacity(plugin string, available int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.capacity == nil {
+		b.capacity = map[string]int64{}
+	}
+	b.capacity[plugin] = available
+}
+
+// PluginCapacity implements api.Backend.
+func (b *Backend) PluginCapacity(_ context.Context, name string, q runtime.CapacityQuery) (runtime.Capacity, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.failLocked("PluginCapacity"); err != nil {
+		return runtime.Capacity{}, err
+	}
+	if len(b.allocationsLocked(name)) == 0 {
+		return runtime.Capacity{}, fmt.Errorf("%w: plugin %s", runtime.ErrNotFound, name)
+	}
+	avail, ok := b.capacity[name]
+	if !ok {
+		return runtime.Capacity{}, fmt.Errorf("%w: plugin %s: its controller has no GET_CAPACITY capability", runtime.ErrInvalid, name)
+	}
+	return runtime.Capacity{Plugin: name, Alloc: b.allocationsLocked(name)[0].ID, Topology: q.Topology, AvailableCapacityBytes: avail}, nil
+}
+
+// ListExternalVolumes implements api.Backend: the plugin's volumes are
+// those registered or created here, by external ID, in pages whose token
+// is the external ID to start at.
+func (b *Backend) ListExternalVolumes(_ context.Context, name string, q runtime.ExternalVolumesQuery) (runtime.ExternalVolumes, error) {
+	if err := q.Validate(); err != nil {
+		return runtime.ExternalVolumes{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.failLocked("ListExternalVolumes"); err != nil {
+		return runtime.ExternalVolumes{}, err
+	}
+	if len(b.allocationsLocked(name)) == 0 {
+		return runtime.ExternalVolumes{}, fmt.Errorf("%w: plugin %s", runtime.ErrNotFound, name)
+	}
+	var all []runtime.ExternalVolume
+	for _, v := range b.volumes {
+		if v.v.Plugin == name {
+			all = append(all, runtime.ExternalVolume{ExternalID: v.v.ExternalID, CapacityBytes: v.v.CapacityBytes, RegisteredAs: v.v.ID})
+		}
+	}
+	all = append(all, b.external[name]...)
+	sort.Slice(all, func(i, j int) bool { return all[i].ExternalID < all[j].ExternalID })
+	start := sort.Search(len(all), func(i int) bool { return all[i].ExternalID >= q.StartingToken })
+	end := len(all)
+	if q.MaxEntries > 0 && start+q.MaxEntries < end {
+		end = start + q.MaxEntries
+	}
+	out := runtime.ExternalVolumes{Plugin: name, Volumes: append([]runtime.ExternalVolume{}, all[start:end]...)}
+	if end < len(all) {
+		out.NextToken = all[end].ExternalID
+	}
+	return out, nil
+}
+
+// AddExternalVolume adds a volume that plugin has but that is not
+// registered here, for ListExternalVolumes.
+func (b *Backend) AddExternalVolume(plugin string, v runtime.ExternalVolume) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.external == nil {
+		b.external = map[string][]runtime.ExternalVolume{}
+	}
+	b.external[plugin] = append(b.external[plugin], v)
 }
 
 // SetCapabilities sets what allocation id's plugin announced, as its

@@ -6,10 +6,12 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"syscall"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // Publish context keys returned by ControllerPublishVolume.
@@ -31,6 +33,7 @@ func (s *controllerServer) ControllerGetCapabilities(context.Context, *csipb.Con
 		csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
 		csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
 		csipb.ControllerServiceCapability_RPC_LIST_VOLUMES,
+		csipb.ControllerServiceCapability_RPC_GET_CAPACITY,
 		csipb.ControllerServiceCapability_RPC_PUBLISH_READONLY,
 		csipb.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 		csipb.ControllerServiceCapability_RPC_EXPAND_VOLUME,
@@ -359,4 +362,33 @@ func (s *controllerServer) ControllerExpandVolume(_ context.Context, req *csipb.
 		p.log.WithField("volume", v.ID).WithField("capacity_bytes", required).Info("volume expanded")
 	}
 	return &csipb.ControllerExpandVolumeResponse{CapacityBytes: v.CapacityBytes, NodeExpansionRequired: true}, nil
+}
+
+// GetCapacity answers Config.Capacity less the capacities of the volumes,
+// or, without a configured capacity, the free space of the file system
+// that holds the volumes. Capabilities, when given, must be valid.
+func (s *controllerServer) GetCapacity(_ context.Context, req *csipb.GetCapacityRequest) (*csipb.GetCapacityResponse, error) {
+	for i, vc := range req.GetVolumeCapabilities() {
+		if _, err := checkCapability("volume_capabilities["+strconv.Itoa(i)+"]", vc); err != nil {
+			return nil, err
+		}
+	}
+	p := s.p
+	var avail int64
+	if p.cfg.Capacity > 0 {
+		p.mu.Lock()
+		avail = p.cfg.Capacity
+		for _, v := range p.st.Volumes {
+			avail -= v.CapacityBytes
+		}
+		p.mu.Unlock()
+	} else {
+		var fs syscall.Statfs_t
+		if err := syscall.Statfs(p.cfg.StateDir, &fs); err != nil {
+			return nil, status.Errorf(codes.Internal, "statfs %s: %s", p.cfg.StateDir, err.Error())
+		}
+		avail = int64(fs.Bavail) * fs.Bsize
+	}
+	avail = max(avail, 0)
+	return &csipb.GetCapacityResponse{AvailableCapacity: avail, MaximumVolumeSize: wrapperspb.Int64(avail)}, nil
 }

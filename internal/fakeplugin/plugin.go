@@ -99,6 +99,13 @@ type Config struct {
 	// the capability the expand RPCs fail with Unimplemented.
 	ControllerExpand      bool
 	NodeExpand            bool
+	// GetCapacity: GET_CAPACITY controller capability; GetCapacity answers
+	// Capacity bytes available (minus what its volumes take).
+	// ListVolumes: LIST_VOLUMES controller capability; ListVolumes pages
+	// through the volumes by ID. Each implies Controller.
+	GetCapacity bool
+	Capacity    int64
+	ListVolumes bool
 	OfflineExpansion      bool
 	NodeExpansionRequired bool
 
@@ -218,7 +225,7 @@ func New(cfg Config) *Plugin {
 	if cfg.NodeID == "" {
 		cfg.NodeID = DefaultNodeID
 	}
-	if cfg.ControllerPublish || cfg.CreateDelete || cfg.ControllerExpand {
+	if cfg.ControllerPublish || cfg.CreateDelete || cfg.ControllerExpand || cfg.GetCapacity || cfg.ListVolumes {
 		cfg.Controller = true
 	}
 	cfg.Topology = maps.Clone(cfg.Topology)
@@ -528,6 +535,14 @@ func (c Config) lacking(method string) string {
 	case "NodeStageVolume", "NodeUnstageVolume":
 		if !c.StageUnstage {
 			return "STAGE_UNSTAGE_VOLUME"
+		}
+	case "GetCapacity":
+		if !c.GetCapacity {
+			return "GET_CAPACITY"
+		}
+	case "ListVolumes":
+		if !c.ListVolumes {
+			return "LIST_VOLUMES"
 		}
 	case "ControllerExpandVolume":
 		if !c.ControllerExpand {

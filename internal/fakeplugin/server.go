@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -189,6 +190,12 @@ func (s *server) ControllerGetCapabilities(context.Context, *csipb.ControllerGet
 	}
 	if s.p.cfg.ControllerExpand {
 		resp.Capabilities = append(resp.Capabilities, controllerRPC(csipb.ControllerServiceCapability_RPC_EXPAND_VOLUME))
+	}
+	if s.p.cfg.GetCapacity {
+		resp.Capabilities = append(resp.Capabilities, controllerRPC(csipb.ControllerServiceCapability_RPC_GET_CAPACITY))
+	}
+	if s.p.cfg.ListVolumes {
+		resp.Capabilities = append(resp.Capabilities, controllerRPC(csipb.ControllerServiceCapability_RPC_LIST_VOLUMES))
 	}
 	return resp, nil
 }
@@ -516,4 +523,50 @@ func (s *server) NodeExpandVolume(_ context.Context, req *csipb.NodeExpandVolume
 	size := req.GetCapacityRange().GetRequiredBytes()
 	p.grown[path] = size
 	return &csipb.NodeExpandVolumeResponse{CapacityBytes: size}, nil
+}
+
+// GetCapacity answers Config.Capacity less the capacity of every volume,
+// whatever the topology asked for.
+func (s *server) GetCapacity(_ context.Context, _ *csipb.GetCapacityRequest) (*csipb.GetCapacityResponse, error) {
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	avail := p.cfg.Capacity
+	for _, v := range p.volumes {
+		avail -= v.CapacityBytes
+	}
+	return &csipb.GetCapacityResponse{AvailableCapacity: max(avail, 0), MaximumVolumeSize: wrapperspb.Int64(max(avail, 0))}, nil
+}
+
+// ListVolumes pages through the volumes in ID order; the token is the ID
+// to start at. An unknown token is Aborted, as the spec asks.
+func (s *server) ListVolumes(_ context.Context, req *csipb.ListVolumesRequest) (*csipb.ListVolumesResponse, error) {
+	if req.GetMaxEntries() < 0 {
+		return nil, status.Error(codes.InvalidArgument, "max_entries must not be negative")
+	}
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ids := slices.Sorted(maps.Keys(p.volumes))
+	start := 0
+	if tok := req.GetStartingToken(); tok != "" {
+		i, found := slices.BinarySearch(ids, tok)
+		if !found {
+			return nil, status.Errorf(codes.Aborted, "starting_token %q is not a volume", tok)
+		}
+		start = i
+	}
+	end := len(ids)
+	if m := int(req.GetMaxEntries()); m > 0 && start+m < end {
+		end = start + m
+	}
+	resp := &csipb.ListVolumesResponse{}
+	for _, id := range ids[start:end] {
+		v := p.volumes[id]
+		resp.Entries = append(resp.Entries, &csipb.ListVolumesResponse_Entry{Volume: &csipb.Volume{VolumeId: v.ID, CapacityBytes: v.CapacityBytes}})
+	}
+	if end < len(ids) {
+		resp.NextToken = ids[end]
+	}
+	return resp, nil
 }

@@ -14,8 +14,8 @@ import (
 func pluginCommand() *command {
 	return &command{
 		name:    "plugin",
-		summary: "list plugins, or show one",
-		usage:   "csiactor plugin list|status [flags] [NAME]",
+		summary: "list plugins, show one, or ask one's capacity",
+		usage:   "csiactor plugin list|status|capacity [flags] [NAME]",
 		subs: []*command{
 			clientLeaf(&command{
 				name:    "list",
@@ -77,6 +77,7 @@ max_volumes_per_node ("-": none).`,
 					return writeCapabilities(e, p.Allocations)
 				}
 			}),
+			pluginCapacityCommand(),
 		},
 	}
 }
@@ -120,4 +121,51 @@ func writeCapabilities(e *env, as []runtime.Allocation) error {
 		}
 	}
 	return nil
+}
+
+func pluginCapacityCommand() *command {
+	return clientLeaf(&command{
+		name:    "capacity",
+		summary: "ask a plugin's controller how much it can provision",
+		usage:   "csiactor plugin capacity [-topology k=v,...] [flags] NAME",
+		help: `Asks the controller of the plugin NAME how much storage it can still
+provision (GetCapacity; GET /v1/plugins/NAME/capacity), in the topology
+-topology gives ("zone=a,rack=r1"), or over the whole plugin. Fails when
+the controller has no GET_CAPACITY capability.`,
+	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
+		topology := fs.String("topology", "", "topology `segments` to ask about, like zone=a,rack=r1")
+		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
+			if err := wantArgs(args, "NAME"); err != nil {
+				return err
+			}
+			if err := checkID("NAME", args[0]); err != nil {
+				return err
+			}
+			topo, err := runtime.ParseTopology(*topology)
+			if err := usageFromField(err, flagNames{"topology": "-topology"}); err != nil {
+				return err
+			}
+			c, err := cl.PluginCapacity(ctx, args[0], runtime.CapacityQuery{Topology: topo})
+			if err != nil {
+				return err
+			}
+			if cf.json {
+				return printJSON(e.stdout, c)
+			}
+			size := func(p *int64) string {
+				if p == nil {
+					return "-"
+				}
+				return formatSize(*p)
+			}
+			t := newTable(e.stdout)
+			t.row("Plugin", c.Plugin)
+			t.row("Controller", c.Alloc)
+			t.row("Topology", formatMap(c.Topology))
+			t.row("Available", formatSize(c.AvailableCapacityBytes))
+			t.row("Maximum volume size", size(c.MaximumVolumeSizeBytes))
+			t.row("Minimum volume size", size(c.MinimumVolumeSizeBytes))
+			return t.flush()
+		}
+	})
 }

@@ -101,3 +101,27 @@ func TestPluginStatus_Capabilities(t *testing.T) {
 		t.Errorf("plugin status -json has no max_volumes_per_node: %s", r.stdout)
 	}
 }
+
+func TestPluginCapacity_Cases(t *testing.T) {
+	b, env := populated(t)
+	b.SetCapacity("hostpath", 10<<30)
+	runCLI(t, env, "plugin", "capacity", "-topology", "zone=a", "hostpath").want(t, 0,
+		"Plugin               hostpath\n"+
+			"Controller           hp1\n"+
+			"Topology             zone=a\n"+
+			"Available            10 GiB\n"+
+			"Maximum volume size  -\n"+
+			"Minimum volume size  -\n")
+	r := runCLI(t, env, "plugin", "capacity", "-json", "hostpath")
+	r.want(t, 0, "")
+	var c runtime.Capacity
+	if err := json.Unmarshal([]byte(r.stdout), &c); err != nil || c.AvailableCapacityBytes != 10<<30 {
+		t.Errorf("plugin capacity -json = %+v, %v", c, err)
+	}
+	r = runCLI(t, env, "plugin", "capacity", "nfs")
+	r.want(t, 1, "")
+	r.contains(t, "stderr", "no GET_CAPACITY capability")
+	r = runCLI(t, env, "plugin", "capacity", "-topology", "zone", "hostpath")
+	r.want(t, 2, "")
+	r.contains(t, "stderr", `-topology: "zone": want key=value pairs separated by commas`)
+}

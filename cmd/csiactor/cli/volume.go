@@ -34,13 +34,22 @@ func volumeListCommand() *command {
 		name:    "list",
 		summary: "list volumes",
 		usage:   "csiactor volume list [flags]",
-		help:    `Lists the volumes (GET /v1/volumes), optionally only those of one plugin or claimed on one node.`,
+		help: `Lists the volumes (GET /v1/volumes), optionally only those of one plugin or claimed on one node.
+
+With -external -plugin P, lists instead the volumes the plugin's controller
+has (ListVolumes; GET /v1/plugins/P/volumes, every page), registered here
+or not: REGISTERED AS is the volume ID here, "-" for a volume this agent
+does not know. With -json, prints every page's volumes as one JSON array.`,
 	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 		plugin := fs.String("plugin", "", "only volumes of the plugin `name`")
 		node := fs.String("node", "", "only volumes claimed on the node `id`")
+		external := fs.Bool("external", false, "list the plugin's own volumes (needs -plugin)")
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
 			if err := wantArgs(args); err != nil {
 				return err
+			}
+			if *external {
+				return listExternal(ctx, e, cl, cf, *plugin, *node)
 			}
 			f := runtime.VolumeFilter{Plugin: *plugin, Node: *node}
 			if err := usageFromField(f.Validate(), flagNames{"plugin": "-plugin", "node": "-node"}); err != nil {
@@ -183,4 +192,38 @@ claims still being released.`,
 			return nil
 		}
 	})
+}
+
+// listExternal prints every volume plugin's controller lists, page by page.
+func listExternal(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, plugin, node string) error {
+	switch {
+	case plugin == "":
+		return usagef("-external needs -plugin")
+	case node != "":
+		return usagef("-external lists a plugin's volumes; -node does not apply")
+	}
+	if err := checkID("-plugin", plugin); err != nil {
+		return err
+	}
+	all := []runtime.ExternalVolume{}
+	q := runtime.ExternalVolumesQuery{}
+	for {
+		page, err := cl.ListExternalVolumes(ctx, plugin, q)
+		if err != nil {
+			return err
+		}
+		all = append(all, page.Volumes...)
+		if page.NextToken == "" {
+			break
+		}
+		q.StartingToken = page.NextToken
+	}
+	if cf.json {
+		return printJSON(e.stdout, all)
+	}
+	t := newTable(e.stdout, "EXTERNAL ID", "CAPACITY", "REGISTERED AS", "PUBLISHED TO")
+	for _, v := range all {
+		t.row(v.ExternalID, formatSize(v.CapacityBytes), orDash(v.RegisteredAs), orDash(strings.Join(v.PublishedNodeIDs, ", ")))
+	}
+	return t.flush()
 }

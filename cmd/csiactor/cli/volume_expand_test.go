@@ -39,3 +39,29 @@ func TestVolumeExpand_Cases(t *testing.T) {
 	r.want(t, 1, "")
 	r.contains(t, "stderr", "not found: volume nope")
 }
+
+func TestVolumeListExternal_Cases(t *testing.T) {
+	b, env := populated(t)
+	for _, id := range []string{"ext-9", "ext-0", "ext-5"} {
+		b.AddExternalVolume("hostpath", runtime.ExternalVolume{ExternalID: id, CapacityBytes: 1 << 20, PublishedNodeIDs: []string{"n1"}})
+	}
+	runCLI(t, env, "volume", "list", "-external", "-plugin", "hostpath").want(t, 0,
+		"EXTERNAL ID  CAPACITY  REGISTERED AS  PUBLISHED TO\n"+
+			"ext-0        1 MiB     -              n1\n"+
+			"ext-1        -         vol1           -\n"+
+			"ext-5        1 MiB     -              n1\n"+
+			"ext-9        1 MiB     -              n1\n"+
+			"ext-vol2     1 GiB     vol2           -\n")
+	r := runCLI(t, env, "volume", "list", "-external", "-plugin", "hostpath", "-json")
+	r.want(t, 0, "")
+	var vs []runtime.ExternalVolume
+	if err := json.Unmarshal([]byte(r.stdout), &vs); err != nil || len(vs) != 5 || vs[1].RegisteredAs != "vol1" {
+		t.Errorf("volume list -external -json = %+v, %v", vs, err)
+	}
+	r = runCLI(t, env, "volume", "list", "-external")
+	r.want(t, 2, "")
+	r.contains(t, "stderr", "-external needs -plugin")
+	r = runCLI(t, env, "volume", "list", "-external", "-plugin", "ceph")
+	r.want(t, 1, "")
+	r.contains(t, "stderr", "not found: plugin ceph")
+}
