@@ -97,15 +97,15 @@ type Config struct {
 	// with OfflineExpansion. NodeExpansionRequired is what
 	// ControllerExpandVolume answers in node_expansion_required. Without
 	// the capability the expand RPCs fail with Unimplemented.
-	ControllerExpand      bool
-	NodeExpand            bool
+	ControllerExpand bool
+	NodeExpand       bool
 	// GetCapacity: GET_CAPACITY controller capability; GetCapacity answers
 	// Capacity bytes available (minus what its volumes take).
 	// ListVolumes: LIST_VOLUMES controller capability; ListVolumes pages
 	// through the volumes by ID. Each implies Controller.
-	GetCapacity bool
-	Capacity    int64
-	ListVolumes bool
+	GetCapacity           bool
+	Capacity              int64
+	ListVolumes           bool
 	OfflineExpansion      bool
 	NodeExpansionRequired bool
 
