@@ -42,7 +42,8 @@ const volumeCodecShape = "Volume{ID string; Plugin string; ExternalID string; " 
 	"PastClaims []Claim; " +
 	"Stagings []Staging{Usage string; Path string; Users []string; Staged bool}; " +
 	"Revision uint64; CreatedAt time.Time; UpdatedAt time.Time; " +
-	"Expansion *Expansion{CapacityBytes int64; Controller bool; NodeCapable bool; Node bool; LastError string; Attempts int}}"
+	"Expansion *Expansion{CapacityBytes int64; Controller bool; NodeCapable bool; Node bool; LastError string; Attempts int}; " +
+	"AccessibleTopology []map[string]string}"
 
 // volumeCodecCovers reports whether the binary codec covers every field of
 // Volume as compiled.
@@ -149,6 +150,10 @@ func appendVolume(dst []byte, v *Volume) []byte {
 			dst = appendString(dst, x.LastError)
 			return binary.AppendVarint(dst, int64(x.Attempts))
 		})
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(v.AccessibleTopology)))
+	for _, t := range v.AccessibleTopology {
+		dst = appendMap(dst, t)
 	}
 	return dst
 }
@@ -444,6 +449,12 @@ func decodeVolumeBinary(data []byte, v *Volume) error {
 		}
 	} else if n > 1 {
 		r.fail("expansion")
+	}
+	if n := r.count("accessible_topology"); n > 0 {
+		v.AccessibleTopology = make([]map[string]string, n)
+		for i := range v.AccessibleTopology {
+			v.AccessibleTopology[i] = r.stringMap("accessible_topology")
+		}
 	}
 	return err
 }

@@ -86,6 +86,10 @@ type Volume struct {
 	// Expansion is the expansion in progress: recorded before its first
 	// RPC, removed when it is done or has failed for good; nil when none.
 	Expansion *Expansion `json:"expansion,omitempty"`
+	// AccessibleTopology is where the volume can be reached from, as
+	// CreateVolume answered: each element is one topology's segments. Empty
+	// means everywhere (or unknown).
+	AccessibleTopology []map[string]string `json:"accessible_topology,omitempty"`
 }
 
 // Expansion is a volume's expansion in progress, as its steps left it.

@@ -143,7 +143,7 @@ func volumeFromManager(v volume.Volume) Volume {
 		ID: v.ID, Plugin: v.Plugin, ExternalID: v.ExternalID,
 		Parameters: v.Parameters, Context: v.Context, CapacityBytes: v.CapacityBytes,
 		Claims: make([]Claim, 0, len(v.Claims)), PastClaims: make([]Claim, 0, len(v.PastClaims)),
-		Expansion: expansionFromManager(v.Expansion),
+		Expansion: expansionFromManager(v.Expansion), AccessibleTopology: v.AccessibleTopology,
 	}
 	for _, c := range v.Capabilities {
 		out.Capabilities = append(out.Capabilities, Capability{AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode})

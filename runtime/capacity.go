@@ -61,6 +61,27 @@ func ParseTopology(s string) (map[string]string, error) {
 	return out, nil
 }
 
+// validateTopologies checks topologies: at most 16, each with at least one
+// segment, keys and values not empty and at most 128 bytes (CSI's limits
+// are 63 for a key's name and 63 for a value).
+func validateTopologies(field string, ts []map[string]string) error {
+	if len(ts) > 16 {
+		return fieldErr(field, fmt.Sprintf("%d topologies, limit 16", len(ts)))
+	}
+	for i, t := range ts {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		if len(t) == 0 {
+			return fieldErr(f, "has no segments")
+		}
+		for k, v := range t {
+			if k == "" || v == "" || len(k) > 128 || len(v) > 128 {
+				return fieldErr(f, fmt.Sprintf("segment %q=%q: keys and values are 1 to 128 bytes", k, v))
+			}
+		}
+	}
+	return nil
+}
+
 // FormatTopology writes segments as ParseTopology reads them, keys sorted.
 func FormatTopology(t map[string]string) string {
 	kv := make([]string, 0, len(t))

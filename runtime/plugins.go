@@ -114,6 +114,7 @@ func (p *pluginsAdapter) resolve(ctx context.Context, k targetKey) (csi.Client, 
 	facts.ControllerService = fp.Capabilities.ControllerService
 	facts.OnlineExpansion = fp.Capabilities.OnlineExpansion
 	facts.OfflineExpansion = fp.Capabilities.OfflineExpansion
+	facts.AccessibilityConstraints = fp.Capabilities.VolumeAccessibilityConstraints
 	if fp.Controller != nil {
 		facts.ControllerExpand = fp.Controller.ExpandVolume
 	}
@@ -124,6 +125,8 @@ func (p *pluginsAdapter) resolve(ctx context.Context, k targetKey) (csi.Client, 
 	}
 	if fp.NodeInfo != nil {
 		facts.NodeID = fp.NodeInfo.NodeID
+		facts.Topology = fp.NodeInfo.AccessibleTopology
+		facts.MaxVolumesPerNode = fp.NodeInfo.MaxVolumesPerNode
 	}
 	if fp.Node != nil {
 		facts.StageUnstage = fp.Node.StageUnstageVolume

@@ -504,6 +504,7 @@ func (r *Runtime) CreateVolume(ctx context.Context, spec CreateVolumeSpec) (Volu
 		return Volume{}, err
 	}
 	vs.CapacityBytes = spec.CapacityBytes
+	vs.Topology = spec.Topology
 	v, err := r.volumes.Create(ctx, vs)
 	if err != nil {
 		return Volume{}, mapErr(err)

@@ -405,6 +405,11 @@ type CreateVolumeSpec struct {
 	VolumeSpec
 	// CapacityBytes is the requested size; 0 lets the plugin choose.
 	CapacityBytes int64 `json:"capacity_bytes,omitempty"`
+	// Topology is where the volume must be reachable from: each element
+	// one topology's segments, sent to CreateVolume as requisite and
+	// preferred. Empty: this host's node topology, when the plugin has
+	// VOLUME_ACCESSIBILITY_CONSTRAINTS.
+	Topology []map[string]string `json:"topology,omitempty"`
 }
 
 // Validate checks s as a create request; the error is a *FieldError naming
@@ -419,12 +424,15 @@ func (s CreateVolumeSpec) Validate() error {
 	if s.CapacityBytes < 0 {
 		return fieldErr("capacity_bytes", "must not be negative")
 	}
+	if err := validateTopologies("topology", s.Topology); err != nil {
+		return err
+	}
 	return s.validate()
 }
 
 // String prints s without secrets and mount flags.
 func (s CreateVolumeSpec) String() string {
-	return fmt.Sprintf("{id=%q capacity_bytes=%d %s}", s.ID, s.CapacityBytes, strings.TrimPrefix(s.VolumeSpec.String(), "{"))
+	return fmt.Sprintf("{id=%q capacity_bytes=%d topology=%v %s}", s.ID, s.CapacityBytes, s.Topology, strings.TrimPrefix(s.VolumeSpec.String(), "{"))
 }
 
 // GoString is String, so that %#v redacts too.
@@ -436,8 +444,9 @@ func (s CreateVolumeSpec) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		ID string `json:"id"`
 		redactedVolumeSpec
-		CapacityBytes int64 `json:"capacity_bytes,omitempty"`
-	}{s.ID, redactVolumeSpec(s.VolumeSpec), s.CapacityBytes})
+		CapacityBytes int64               `json:"capacity_bytes,omitempty"`
+		Topology      []map[string]string `json:"topology,omitempty"`
+	}{s.ID, redactVolumeSpec(s.VolumeSpec), s.CapacityBytes, s.Topology})
 }
 
 // RequestJSON returns the full JSON body of s, secrets and mount flags
@@ -446,8 +455,9 @@ func (s CreateVolumeSpec) RequestJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		ID string `json:"id"`
 		volumeSpecWire
-		CapacityBytes int64 `json:"capacity_bytes,omitempty"`
-	}{s.ID, wireVolumeSpec(s.VolumeSpec), s.CapacityBytes})
+		CapacityBytes int64               `json:"capacity_bytes,omitempty"`
+		Topology      []map[string]string `json:"topology,omitempty"`
+	}{s.ID, wireVolumeSpec(s.VolumeSpec), s.CapacityBytes, s.Topology})
 }
 
 // Volume is a registered volume as the API shows it. It never holds secrets
@@ -469,6 +479,9 @@ type Volume struct {
 	PastClaims []Claim `json:"past_claims"`
 	// Expansion is the expansion in progress; nil when none.
 	Expansion *Expansion `json:"expansion,omitempty"`
+	// AccessibleTopology is where the volume can be reached from, as its
+	// plugin said on create; empty means everywhere (or unknown).
+	AccessibleTopology []map[string]string `json:"accessible_topology,omitempty"`
 }
 
 // Claim is a current or past claim of a volume by one allocation.

@@ -38,6 +38,14 @@ type Facts struct {
 	NodeExpand        bool
 	OnlineExpansion   bool
 	OfflineExpansion  bool
+
+	// What placement needs: the node plugin's topology segments and
+	// volume limit (NodeGetInfo), and whether the plugin says volumes are
+	// not equally reachable from every node
+	// (VOLUME_ACCESSIBILITY_CONSTRAINTS).
+	Topology                 map[string]string
+	MaxVolumesPerNode        int64
+	AccessibilityConstraints bool
 }
 
 // Plugins gives a claim the CSI client of a plugin's current singleton.

@@ -2,6 +2,7 @@ package volume
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/csiactor/csiactor/actors/claim"
 )
@@ -30,6 +31,13 @@ var (
 	// allocation's previous claim is still being released. It matches
 	// ErrConflict.
 	ErrInUse = claim.ErrInUse
+	// ErrOutsideTopology is returned by Claim when the volume is not
+	// reachable from this host's node topology. It matches ErrConflict.
+	ErrOutsideTopology = fmt.Errorf("%w: outside the volume's topology", ErrConflict)
+	// ErrNodeVolumeLimit is returned by Claim when the node plugin's
+	// max_volumes_per_node is reached by other volumes. It matches
+	// ErrConflict.
+	ErrNodeVolumeLimit = fmt.Errorf("%w: node volume limit reached", ErrConflict)
 	// ErrPluginUnavailable is returned (wrapped) when the plugin has no
 	// usable allocation for a call that cannot wait: a new claim, a create,
 	// a delete.

@@ -101,6 +101,9 @@ func (a *volumeActor) persist(v *persistence.Volume, point string) error {
 	}
 	old := a.rec
 	a.rec = v
+	if inUse(old) != inUse(v) {
+		a.m.noteUse(v)
+	}
 	a.m.publish(a.h, v)
 	a.freeHosts(old, v) // before the events: a freed claim is freed for the cluster too
 	a.m.recordEvents(old, v)
@@ -287,7 +290,12 @@ func (a *volumeActor) reserveAll(ctx actor.Context, alloc string, reqs []*claimR
 			a.join(req, a.rec.Claims[i].Alloc)
 			continue
 		}
+		if err := a.admitHere(facts); err != nil {
+			answer(req.reply, reply{err: err})
+			continue
+		}
 		if err := a.admitHosts(req.req, facts); err != nil {
+			a.m.noteUse(a.rec) // gives back the node slot admitHere took
 			answer(req.reply, reply{err: err})
 			continue
 		}
@@ -297,6 +305,7 @@ func (a *volumeActor) reserveAll(ctx actor.Context, alloc string, reqs []*claimR
 			if a.m.cfg.Arbiter != nil {
 				a.m.cfg.Arbiter.Free(a.h.id, alloc)
 			}
+			a.m.noteUse(a.rec) // gives back the node slot admitHere took
 			answer(req.reply, reply{err: err})
 			continue
 		}
@@ -627,6 +636,7 @@ func (a *volumeActor) register(ctx actor.Context, req *registerRequest) {
 	if spec.CapacityBytes > 0 {
 		creq.CapacityRange = &csipb.CapacityRange{RequiredBytes: spec.CapacityBytes}
 	}
+	creq.AccessibilityRequirements = topologyRequirement(spec.Topology)
 	a.startOp(ctx, req, req.ctx, spec.Plugin, "CreateVolume", csi.PublishKind, true, func(ctx context.Context, c csi.Client) (any, error) {
 		resp, err := c.CreateVolume(ctx, creq)
 		return resp.GetVolume(), err
@@ -755,6 +765,9 @@ func (a *volumeActor) created(req *registerRequest, msg *opFinished) {
 	}
 	if c := created.GetCapacityBytes(); c > 0 {
 		v.CapacityBytes = c
+	}
+	for _, t := range created.GetAccessibleTopology() {
+		v.AccessibleTopology = append(v.AccessibleTopology, maps.Clone(t.GetSegments()))
 	}
 	// A plugin volume registered under another ID (the plugin derived the
 	// same volume from this name) is refused in record, and left alone:

@@ -251,14 +251,17 @@ func newEnvWith(t testing.TB, dir string, plugin *fakeplugin.Plugin, endpoint st
 	if plugin != nil {
 		pcfg := plugin.Config()
 		facts = claim.Facts{
-			NodeID:             pcfg.NodeID,
-			ControllerRequired: pcfg.ControllerPublish,
-			StageUnstage:       pcfg.StageUnstage,
-			ControllerService:  pcfg.Controller,
-			ControllerExpand:   pcfg.ControllerExpand,
-			NodeExpand:         pcfg.NodeExpand,
-			OnlineExpansion:    (pcfg.ControllerExpand || pcfg.NodeExpand) && !pcfg.OfflineExpansion,
-			OfflineExpansion:   pcfg.OfflineExpansion,
+			NodeID:                   pcfg.NodeID,
+			ControllerRequired:       pcfg.ControllerPublish,
+			StageUnstage:             pcfg.StageUnstage,
+			ControllerService:        pcfg.Controller,
+			ControllerExpand:         pcfg.ControllerExpand,
+			NodeExpand:               pcfg.NodeExpand,
+			OnlineExpansion:          (pcfg.ControllerExpand || pcfg.NodeExpand) && !pcfg.OfflineExpansion,
+			OfflineExpansion:         pcfg.OfflineExpansion,
+			Topology:                 pcfg.Topology,
+			MaxVolumesPerNode:        pcfg.MaxVolumesPerNode,
+			AccessibilityConstraints: len(pcfg.Topology) > 0,
 		}
 	}
 	e.plugins = newTestPlugins(client, facts)

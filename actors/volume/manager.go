@@ -70,12 +70,13 @@ type Manager struct {
 	hook func(point, volume string)
 
 	mu      sync.Mutex
-	index   map[string]struct{} // guarded by mu; every registered volume
-	byExt   map[extKey]string   // guarded by mu; plugin volume → the ID it is registered as
-	names   map[string]string   // guarded by mu; plugin names of byExt, interned
-	live    map[string]*handle  // guarded by mu; volumes with an actor
-	started bool                // guarded by mu
-	closed  bool                // guarded by mu
+	index   map[string]struct{}            // guarded by mu; every registered volume
+	byExt   map[extKey]string              // guarded by mu; plugin volume → the ID it is registered as
+	names   map[string]string              // guarded by mu; plugin names of byExt, interned
+	live    map[string]*handle             // guarded by mu; volumes with an actor
+	inUse   map[string]map[string]struct{} // guarded by mu; by plugin: volumes with claims on this host
+	started bool                           // guarded by mu
+	closed  bool                           // guarded by mu
 
 	countsMu sync.Mutex
 	counts   map[countKey]int               // guarded by countsMu
@@ -114,6 +115,7 @@ func NewManager(root *actor.RootContext, cfg Config, store Store, plugins Plugin
 		plugins:      plugins,
 		index:        map[string]struct{}{},
 		byExt:        map[extKey]string{},
+		inUse:        map[string]map[string]struct{}{},
 		names:        map[string]string{},
 		live:         map[string]*handle{},
 		counts:       map[countKey]int{},
@@ -193,6 +195,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	counts := map[countKey]int{}
 	repairing := map[string]struct{}{}
 	var resume []string
+	var used []extKey // plugin and volume ID of the volumes in use here
 	var repairs []*persistence.Volume
 	active := 0
 	var view claim.HostView
@@ -230,6 +233,9 @@ func (m *Manager) Start(ctx context.Context) error {
 		if v.Active() {
 			active++
 			addCounts(counts, &v, 1)
+			if len(v.Claims)+len(v.PastClaims) > 0 {
+				used = append(used, extKey{intern(names, v.Plugin), id})
+			}
 		}
 		if claim.Unfinished(&v) {
 			resume = append(resume, id)
@@ -261,6 +267,9 @@ func (m *Manager) Start(ctx context.Context) error {
 		return ErrShutdown
 	}
 	m.index, m.byExt, m.names = index, byExt, names
+	for _, u := range used {
+		m.noteUseLocked(u.plugin, u.ext, true)
+	}
 	resumed := 0
 	for _, id := range resume {
 		if _, ok := m.live[id]; !ok {
@@ -595,6 +604,10 @@ func (m *Manager) Register(ctx context.Context, spec Spec) (Volume, error) {
 // with ErrConflict naming it, and leaves that volume alone.
 func (m *Manager) Create(ctx context.Context, spec Spec) (Volume, error) {
 	if err := spec.validate(true); err != nil {
+		return Volume{}, err
+	}
+	spec, err := m.placeCreate(ctx, spec)
+	if err != nil {
 		return Volume{}, err
 	}
 	return m.register(ctx, spec, true)

@@ -36,6 +36,11 @@ type Spec struct {
 	// CapacityBytes is the capacity asked of CreateVolume (0: plugin's
 	// default). Register ignores it.
 	CapacityBytes int64
+	// Topology is where a created volume must be reachable from: the
+	// requisite (and preferred) topologies of CreateVolume, each one's
+	// segments. Empty: this host's node topology, when the plugin has
+	// VOLUME_ACCESSIBILITY_CONSTRAINTS. Register ignores it.
+	Topology []map[string]string
 }
 
 func (s Spec) validate(create bool) error {
@@ -182,6 +187,9 @@ type Volume struct {
 	UpdatedAt           time.Time `json:"updated_at"`
 	// Expansion is the expansion in progress; nil when none.
 	Expansion *Expansion `json:"expansion,omitempty"`
+	// AccessibleTopology is where the volume can be reached from (see
+	// persistence.Volume.AccessibleTopology).
+	AccessibleTopology []map[string]string `json:"accessible_topology,omitempty"`
 }
 
 // Claim is a current or past claim's status.
@@ -277,6 +285,9 @@ func viewOf(v *persistence.Volume) Volume {
 		out.Stagings = append(out.Stagings, Staging{Usage: st.Usage, Path: st.Path, Users: slices.Clone(st.Users), Staged: st.Staged})
 	}
 	out.Expansion = expansionOf(v.Expansion)
+	for _, t := range v.AccessibleTopology {
+		out.AccessibleTopology = append(out.AccessibleTopology, maps.Clone(t))
+	}
 	return out
 }
 

@@ -14,6 +14,8 @@ import (
 const (
 	// DefaultName is the plugin name reported by GetPluginInfo.
 	DefaultName = "example.csi.csiactor.dev"
+	// TopologyKeyZone is the topology segment key of Config.Zone.
+	TopologyKeyZone = "topology.example.csi.csiactor.dev/zone"
 	// DefaultVersion is the vendor version reported by GetPluginInfo when
 	// Config.Version is empty.
 	DefaultVersion = "dev"
@@ -67,6 +69,12 @@ type Config struct {
 	MaxVolumesPerNode int64
 	// MountMode picks bind mounts or symlinks. Default: MountModeAuto.
 	MountMode MountMode
+	// Zone, when set, places the node and every volume it creates in that
+	// zone: the plugin announces VOLUME_ACCESSIBILITY_CONSTRAINTS,
+	// NodeGetInfo answers the topology {TopologyKeyZone: Zone}, CreateVolume
+	// refuses requisite topologies without it (ResourceExhausted), and
+	// GetCapacity answers 0 for another zone.
+	Zone string
 	// Capacity is the storage GetCapacity shares out, in bytes: it answers
 	// Capacity less the capacities of the volumes. 0 means the free space
 	// of the file system that holds StateDir.
@@ -136,6 +144,9 @@ func (c Config) Validate() error {
 	if len(c.NodeID) > maxNodeIDLen {
 		return fmt.Errorf("%w: node_id is %d bytes, limit %d", ErrInvalidConfig, len(c.NodeID), maxNodeIDLen)
 	}
+	if len(c.Zone) > 63 {
+		return fmt.Errorf("%w: zone is %d bytes, limit 63", ErrInvalidConfig, len(c.Zone))
+	}
 	if c.Capacity < 0 {
 		return fmt.Errorf("%w: capacity %d is negative", ErrInvalidConfig, c.Capacity)
 	}
@@ -152,13 +163,14 @@ func (c Config) Validate() error {
 
 // RegisterFlags defines flags for c's fields on fs, with c's current values
 // as defaults: -endpoint, -state-dir, -node-id, -name,
-// -max-volumes-per-node, -capacity, -mount-mode and -lose-mounts-on-start. The logger is left to the caller.
+// -max-volumes-per-node, -zone, -capacity, -mount-mode and -lose-mounts-on-start. The logger is left to the caller.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Endpoint, "endpoint", c.Endpoint, "unix socket to serve: unix:///path or a path")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for the volumes and the state file")
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "node id to report (default: the hostname)")
 	fs.StringVar(&c.Name, "name", c.Name, "plugin name to report")
 	fs.Int64Var(&c.MaxVolumesPerNode, "max-volumes-per-node", c.MaxVolumesPerNode, "volumes that may be published to the node at once (0: no limit)")
+	fs.StringVar(&c.Zone, "zone", c.Zone, "zone of the node and of every volume it creates (topology key "+TopologyKeyZone+"; default: no topology)")
 	fs.Int64Var(&c.Capacity, "capacity", c.Capacity, "bytes GetCapacity shares out among the volumes (0: the free space under -state-dir)")
 	fs.BoolVar(&c.LoseMountsOnStart, "lose-mounts-on-start", c.LoseMountsOnStart, "on start, undo every recorded staging and publication, keeping the records (as FUSE mounts die with their plugin; for tests)")
 	fs.Func("mount-mode", "auto, bind or symlink (default auto: bind as root, symlink otherwise)", func(s string) error {

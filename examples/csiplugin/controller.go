@@ -78,6 +78,9 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csipb.CreateVolu
 	if capacity == 0 {
 		capacity = limit
 	}
+	if err := s.p.checkZone(req.GetAccessibilityRequirements()); err != nil {
+		return nil, err
+	}
 
 	p := s.p
 	p.mu.Lock()
@@ -109,7 +112,7 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csipb.CreateVolu
 	if err := os.Chmod(dir, 0o777); err != nil {
 		return nil, status.Errorf(codes.Internal, "create volume directory: %s", err.Error())
 	}
-	v := &volume{ID: id, Name: req.GetName(), CapacityBytes: capacity}
+	v := &volume{ID: id, Name: req.GetName(), CapacityBytes: capacity, Zone: p.cfg.Zone}
 	if len(req.GetParameters()) > 0 {
 		v.Parameters = maps.Clone(req.GetParameters())
 	}
@@ -374,6 +377,9 @@ func (s *controllerServer) GetCapacity(_ context.Context, req *csipb.GetCapacity
 		}
 	}
 	p := s.p
+	if z := req.GetAccessibleTopology().GetSegments(); len(z) > 0 && (p.cfg.Zone == "" || z[TopologyKeyZone] != p.cfg.Zone || len(z) > 1) {
+		return &csipb.GetCapacityResponse{}, nil // not a topology of this plugin: nothing there
+	}
 	var avail int64
 	if p.cfg.Capacity > 0 {
 		p.mu.Lock()
@@ -391,4 +397,19 @@ func (s *controllerServer) GetCapacity(_ context.Context, req *csipb.GetCapacity
 	}
 	avail = max(avail, 0)
 	return &csipb.GetCapacityResponse{AvailableCapacity: avail, MaximumVolumeSize: wrapperspb.Int64(avail)}, nil
+}
+
+// checkZone refuses accessibility requirements this plugin cannot meet:
+// requisite topologies none of which is its zone. A plugin without a zone
+// ignores them, as its volumes are reachable from everywhere.
+func (p *Plugin) checkZone(ar *csipb.TopologyRequirement) error {
+	if p.cfg.Zone == "" || len(ar.GetRequisite()) == 0 {
+		return nil
+	}
+	for _, t := range ar.GetRequisite() {
+		if z, ok := t.GetSegments()[TopologyKeyZone]; ok && z == p.cfg.Zone {
+			return nil
+		}
+	}
+	return status.Errorf(codes.ResourceExhausted, "no requisite topology is in zone %q (%s) where this plugin provisions", p.cfg.Zone, TopologyKeyZone)
 }

@@ -22,7 +22,7 @@ func (s *identityServer) GetPluginInfo(context.Context, *csipb.GetPluginInfoRequ
 }
 
 func (s *identityServer) GetPluginCapabilities(context.Context, *csipb.GetPluginCapabilitiesRequest) (*csipb.GetPluginCapabilitiesResponse, error) {
-	return &csipb.GetPluginCapabilitiesResponse{
+	resp := &csipb.GetPluginCapabilitiesResponse{
 		Capabilities: []*csipb.PluginCapability{{
 			Type: &csipb.PluginCapability_Service_{Service: &csipb.PluginCapability_Service{
 				Type: csipb.PluginCapability_Service_CONTROLLER_SERVICE,
@@ -32,7 +32,15 @@ func (s *identityServer) GetPluginCapabilities(context.Context, *csipb.GetPlugin
 				Type: csipb.PluginCapability_VolumeExpansion_ONLINE,
 			}},
 		}},
-	}, nil
+	}
+	if s.p.cfg.Zone != "" {
+		resp.Capabilities = append(resp.Capabilities, &csipb.PluginCapability{
+			Type: &csipb.PluginCapability_Service_{Service: &csipb.PluginCapability_Service{
+				Type: csipb.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS,
+			}},
+		})
+	}
+	return resp, nil
 }
 
 // Probe reports ready: the state is loaded before the server starts, so a

@@ -37,10 +37,14 @@ func (s *nodeServer) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabili
 }
 
 func (s *nodeServer) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb.NodeGetInfoResponse, error) {
-	return &csipb.NodeGetInfoResponse{
+	resp := &csipb.NodeGetInfoResponse{
 		NodeId:            s.p.cfg.NodeID,
 		MaxVolumesPerNode: s.p.cfg.MaxVolumesPerNode,
-	}, nil
+	}
+	if z := s.p.cfg.Zone; z != "" {
+		resp.AccessibleTopology = &csipb.Topology{Segments: map[string]string{TopologyKeyZone: z}}
+	}
+	return resp, nil
 }
 
 // NodeStageVolume makes the volume directory available at the staging

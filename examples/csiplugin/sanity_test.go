@@ -31,6 +31,7 @@ func TestSanity(t *testing.T) {
 	tp := startPlugin(t, csiplugin.Config{
 		StateDir:          filepath.Join(base, "state"),
 		MaxVolumesPerNode: 4,
+		Zone:              "zone-1",
 		MountMode:         mode,
 	})
 	t.Logf("mount mode %s", tp.cfg.MountMode)

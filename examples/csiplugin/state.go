@@ -51,6 +51,9 @@ type volume struct {
 	Name          string            `json:"name"`
 	CapacityBytes int64             `json:"capacity_bytes"`
 	Parameters    map[string]string `json:"parameters,omitempty"`
+	// Zone is the zone the volume was created in (Config.Zone); "" when
+	// the plugin had none.
+	Zone string `json:"zone,omitempty"`
 	// Published maps a node id to its controller publication.
 	Published map[string]controllerPublication `json:"published,omitempty"`
 	// Staged maps a staging path to how it was staged.
@@ -80,7 +83,11 @@ func (v *volume) inUse() bool {
 }
 
 func (v *volume) csi() *csipb.Volume {
-	return &csipb.Volume{VolumeId: v.ID, CapacityBytes: v.CapacityBytes}
+	out := &csipb.Volume{VolumeId: v.ID, CapacityBytes: v.CapacityBytes}
+	if v.Zone != "" {
+		out.AccessibleTopology = []*csipb.Topology{{Segments: map[string]string{TopologyKeyZone: v.Zone}}}
+	}
+	return out
 }
 
 // sortedIDs returns the volume ids in order, for ListVolumes paging.

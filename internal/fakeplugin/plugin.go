@@ -77,7 +77,10 @@ type Config struct {
 	// MaxVolumesPerNode is NodeGetInfo's max_volumes_per_node.
 	MaxVolumesPerNode int64
 	// Topology is NodeGetInfo's accessible_topology segments (none when
-	// empty).
+	// empty). With a topology the plugin announces
+	// VOLUME_ACCESSIBILITY_CONSTRAINTS, and CreateVolume answers the
+	// topology asked for (the first preferred, else the first requisite),
+	// else this one, as the volume's accessible topology.
 	Topology map[string]string
 
 	// Controller: the plugin has the controller service (CONTROLLER_SERVICE

@@ -156,6 +156,9 @@ func (s *server) GetPluginCapabilities(context.Context, *csipb.GetPluginCapabili
 	if s.p.cfg.Controller {
 		resp.Capabilities = append(resp.Capabilities, pluginService(csipb.PluginCapability_Service_CONTROLLER_SERVICE))
 	}
+	if len(s.p.cfg.Topology) > 0 {
+		resp.Capabilities = append(resp.Capabilities, pluginService(csipb.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS))
+	}
 	if s.p.cfg.ControllerExpand || s.p.cfg.NodeExpand {
 		t := csipb.PluginCapability_VolumeExpansion_ONLINE
 		if s.p.cfg.OfflineExpansion {
@@ -230,11 +233,23 @@ func (s *server) CreateVolume(_ context.Context, req *csipb.CreateVolumeRequest)
 	} else {
 		p.volumes[id] = &Volume{ID: id, Name: req.GetName(), CapacityBytes: size, Parameters: maps.Clone(req.GetParameters())}
 	}
-	return &csipb.CreateVolumeResponse{Volume: &csipb.Volume{
+	vol := &csipb.Volume{
 		VolumeId:      id,
 		CapacityBytes: size,
 		VolumeContext: map[string]string{"name": req.GetName()},
-	}}, nil
+	}
+	if len(p.cfg.Topology) > 0 {
+		// Where it was asked for (the first preferred, else the first
+		// requisite topology), else this node's topology.
+		t := p.cfg.Topology
+		if ar := req.GetAccessibilityRequirements(); len(ar.GetPreferred()) > 0 {
+			t = ar.GetPreferred()[0].GetSegments()
+		} else if len(ar.GetRequisite()) > 0 {
+			t = ar.GetRequisite()[0].GetSegments()
+		}
+		vol.AccessibleTopology = []*csipb.Topology{{Segments: maps.Clone(t)}}
+	}
+	return &csipb.CreateVolumeResponse{Volume: vol}, nil
 }
 
 func (s *server) DeleteVolume(_ context.Context, req *csipb.DeleteVolumeRequest) (*csipb.DeleteVolumeResponse, error) {

@@ -23,9 +23,9 @@ var (
 	}
 	volumeFlagNames = flagNames{
 		"id": "ID", "plugin": "-plugin", "external_id": "-external-id",
-		"capacity_bytes": "-capacity",
-		"capabilities":   "-capability",
-		"mount_options":  "-fs-type/-mount-flag", "mount_options.fs_type": "-fs-type",
+		"capacity_bytes": "-capacity", "topology": "-topology",
+		"capabilities":  "-capability",
+		"mount_options": "-fs-type/-mount-flag", "mount_options.fs_type": "-fs-type",
 		"mount_options.mount_flags": "-mount-flag",
 		"parameters":                "-parameter", "context": "-context", "secrets": "-secret/-secrets-file",
 	}

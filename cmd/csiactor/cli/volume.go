@@ -106,6 +106,13 @@ func volumeStatusCommand() *command {
 			t.row("Plugin", v.Plugin)
 			t.row("External ID", orDash(v.ExternalID))
 			t.row("Capacity", formatSize(v.CapacityBytes))
+			if len(v.AccessibleTopology) > 0 {
+				ts := make([]string, len(v.AccessibleTopology))
+				for i, tp := range v.AccessibleTopology {
+					ts[i] = formatMap(tp)
+				}
+				t.row("Topology", strings.Join(ts, " or "))
+			}
 			if x := v.Expansion; x != nil {
 				t.row("Expanding", fmt.Sprintf("to %s (%s)", formatSize(x.CapacityBytes), x.Step))
 			}

@@ -65,3 +65,16 @@ func TestVolumeListExternal_Cases(t *testing.T) {
 	r.want(t, 1, "")
 	r.contains(t, "stderr", "not found: plugin ceph")
 }
+
+func TestVolumeCreate_Topology(t *testing.T) {
+	b, env := populated(t)
+	runCLI(t, env, "volume", "create", "-plugin", "hostpath", "-capability", "single-node-writer",
+		"-topology", "zone=a,rack=r1", "-topology", "zone=b", "vol3").want(t, 0,
+		"Created volume vol3 (plugin hostpath, external ID ext-vol3, capacity -)\n")
+	if _, ok := b.ReceivedVolumeSpec("vol3"); !ok {
+		t.Fatal("no create received")
+	}
+	r := runCLI(t, env, "volume", "create", "-plugin", "hostpath", "-capability", "single-node-writer", "-topology", "zone", "vol4")
+	r.want(t, 2, "")
+	r.contains(t, "stderr", `"zone": want key=value pairs separated by commas`)
+}

@@ -176,11 +176,25 @@ registers it as ID (POST /v1/volumes).
 Sizes take decimal (k, M, G, T) or binary (Ki, Mi, Gi, Ti) units, with or
 without a trailing B: 1GiB, 500M, 4096.
 
+-topology (repeatable) says where the volume must be reachable from, one
+topology's segments each ("zone=a,rack=r1"); without it, a plugin with
+VOLUME_ACCESSIBILITY_CONSTRAINTS is asked for this host's node topology.
+` + "`volume status`" + ` shows where the plugin placed it.
+
 Example:
   csiactor volume create -plugin hostpath -capacity 1GiB -capability single-node-writer data2`,
 	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 		sf := addVolumeSpecFlags(fs)
 		capacity := fs.String("capacity", "", "requested `size`, like 1GiB (default: the plugin's choice)")
+		var topologies []map[string]string
+		fs.Func("topology", "where the volume must be reachable from, `k=v,...` (repeatable)", func(s string) error {
+			t, err := runtime.ParseTopology(s)
+			if err != nil {
+				return err
+			}
+			topologies = append(topologies, t)
+			return nil
+		})
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
 			if err := wantArgs(args, "ID"); err != nil {
 				return err
@@ -195,7 +209,7 @@ Example:
 					return usagef("-capacity %s", err.Error())
 				}
 			}
-			cs := runtime.CreateVolumeSpec{ID: args[0], VolumeSpec: spec, CapacityBytes: size}
+			cs := runtime.CreateVolumeSpec{ID: args[0], VolumeSpec: spec, CapacityBytes: size, Topology: topologies}
 			if err := usageFromField(cs.Validate(), volumeFlagNames); err != nil {
 				return err
 			}
