@@ -84,7 +84,8 @@ func TestClient_Fingerprint(t *testing.T) {
 		t.Fatalf("PluginInfo = %+v, %v", info, err)
 	}
 	pc, err := c.PluginCapabilities(ctx)
-	if err != nil || pc != (PluginCapabilities{ControllerService: true}) {
+	// A topology makes the fake announce VOLUME_ACCESSIBILITY_CONSTRAINTS.
+	if err != nil || pc != (PluginCapabilities{ControllerService: true, VolumeAccessibilityConstraints: true}) {
 		t.Fatalf("PluginCapabilities = %+v, %v", pc, err)
 	}
 	cc, err := c.ControllerCapabilities(ctx)
