@@ -59,7 +59,7 @@ func TestRuntime_Plugin_Capabilities(t *testing.T) {
 	if mono == nil {
 		t.Fatalf("mono has no capabilities: %+v", byID["mono"])
 	}
-	if !slices.Equal(mono.Plugin, []string{"CONTROLLER_SERVICE"}) ||
+	if !slices.Equal(mono.Plugin, []string{"CONTROLLER_SERVICE", "VOLUME_ACCESSIBILITY_CONSTRAINTS"}) ||
 		!slices.Contains(mono.Controller, "CREATE_DELETE_VOLUME") || !slices.Contains(mono.Controller, "PUBLISH_UNPUBLISH_VOLUME") ||
 		!slices.Equal(mono.Node, []string{"STAGE_UNSTAGE_VOLUME"}) ||
 		mono.Topology["zone"] != "z1" || mono.MaxVolumesPerNode != 3 {
