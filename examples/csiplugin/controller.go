@@ -34,6 +34,9 @@ func (s *controllerServer) ControllerGetCapabilities(context.Context, *csipb.Con
 		csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
 		csipb.ControllerServiceCapability_RPC_LIST_VOLUMES,
 		csipb.ControllerServiceCapability_RPC_GET_CAPACITY,
+		csipb.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+		csipb.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+		csipb.ControllerServiceCapability_RPC_CLONE_VOLUME,
 		csipb.ControllerServiceCapability_RPC_PUBLISH_READONLY,
 		csipb.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 		csipb.ControllerServiceCapability_RPC_EXPAND_VOLUME,
@@ -60,9 +63,6 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csipb.CreateVolu
 		if _, err := checkCapability("volume_capabilities["+strconv.Itoa(i)+"]", vc); err != nil {
 			return nil, err
 		}
-	}
-	if req.GetVolumeContentSource() != nil {
-		return nil, status.Error(codes.InvalidArgument, "volume_content_source is not supported (no snapshots or clones)")
 	}
 	if len(req.GetMutableParameters()) > 0 {
 		return nil, status.Error(codes.InvalidArgument, "mutable_parameters are not supported")
@@ -94,9 +94,19 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csipb.CreateVolu
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists with capacity %d bytes, outside the requested range", req.GetName(), v.CapacityBytes)
 		case !maps.Equal(v.Parameters, req.GetParameters()):
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists with different parameters", req.GetName())
+		case !sameSource(v.Source, req.GetVolumeContentSource()):
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists with another content source", req.GetName())
 		}
 		return &csipb.CreateVolumeResponse{Volume: v.csi()}, nil
 	}
+	source, from, size, err := p.contentOfLocked(req.GetVolumeContentSource())
+	if err != nil {
+		return nil, err
+	}
+	if limit > 0 && size > limit {
+		return nil, status.Errorf(codes.OutOfRange, "the content source holds %d bytes, above limit_bytes %d", size, limit)
+	}
+	capacity = max(capacity, size)
 
 	// A directory without a state entry is left from a create or delete
 	// that died half-way; nobody was told about it, so start afresh.
@@ -104,7 +114,11 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csipb.CreateVolu
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, status.Errorf(codes.Internal, "clear volume directory: %s", err.Error())
 	}
-	if err := os.Mkdir(dir, 0o777); err != nil {
+	if from != "" {
+		if err := copyFresh(from, dir); err != nil {
+			return nil, status.Errorf(codes.Internal, "copy the content source: %s", err.Error())
+		}
+	} else if err := os.Mkdir(dir, 0o777); err != nil {
 		return nil, status.Errorf(codes.Internal, "create volume directory: %s", err.Error())
 	}
 	// The mode is set explicitly so the process umask does not narrow it:
@@ -112,7 +126,7 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csipb.CreateVolu
 	if err := os.Chmod(dir, 0o777); err != nil {
 		return nil, status.Errorf(codes.Internal, "create volume directory: %s", err.Error())
 	}
-	v := &volume{ID: id, Name: req.GetName(), CapacityBytes: capacity, Zone: p.cfg.Zone}
+	v := &volume{ID: id, Name: req.GetName(), CapacityBytes: capacity, Zone: p.cfg.Zone, Source: source}
 	if len(req.GetParameters()) > 0 {
 		v.Parameters = maps.Clone(req.GetParameters())
 	}
@@ -412,4 +426,16 @@ func (p *Plugin) checkZone(ar *csipb.TopologyRequirement) error {
 		}
 	}
 	return status.Errorf(codes.ResourceExhausted, "no requisite topology is in zone %q (%s) where this plugin provisions", p.cfg.Zone, TopologyKeyZone)
+}
+
+// sameSource reports whether a volume created from have was asked for with
+// want.
+func sameSource(have *contentSource, want *csipb.VolumeContentSource) bool {
+	switch {
+	case have == nil:
+		return want == nil
+	case have.Kind == contentSnap:
+		return want.GetSnapshot().GetSnapshotId() == have.ID
+	}
+	return want.GetVolume().GetVolumeId() == have.ID
 }

@@ -90,9 +90,9 @@ func TestController_CreateVolume_BadInput(t *testing.T) {
 		{"unsupported mount flag", &csipb.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csipb.VolumeCapability{mountCap(snw, "ro", "secret-flag")}}, codes.InvalidArgument, "mount_flags[1]"},
 		{"negative capacity", &csipb.CreateVolumeRequest{Name: "v", VolumeCapabilities: caps, CapacityRange: &csipb.CapacityRange{RequiredBytes: -1}}, codes.InvalidArgument, "capacity_range"},
 		{"limit below required", &csipb.CreateVolumeRequest{Name: "v", VolumeCapabilities: caps, CapacityRange: &csipb.CapacityRange{RequiredBytes: 10, LimitBytes: 5}}, codes.OutOfRange, "limit_bytes"},
-		{"content source", &csipb.CreateVolumeRequest{Name: "v", VolumeCapabilities: caps, VolumeContentSource: &csipb.VolumeContentSource{
+		{"unknown content source", &csipb.CreateVolumeRequest{Name: "v", VolumeCapabilities: caps, VolumeContentSource: &csipb.VolumeContentSource{
 			Type: &csipb.VolumeContentSource_Volume{Volume: &csipb.VolumeContentSource_VolumeSource{VolumeId: "x"}},
-		}}, codes.InvalidArgument, "volume_content_source"},
+		}}, codes.NotFound, `volume "x" not found`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -40,8 +40,9 @@ func volumeIDFor(name string) string {
 
 // state is everything the plugin knows, as saved in state.json.
 type state struct {
-	Version int                `json:"version"`
-	Volumes map[string]*volume `json:"volumes"`
+	Version   int                  `json:"version"`
+	Volumes   map[string]*volume   `json:"volumes"`
+	Snapshots map[string]*snapshot `json:"snapshots,omitempty"`
 }
 
 // volume is one volume: a directory under StateDir/volumes, what the
@@ -54,6 +55,9 @@ type volume struct {
 	// Zone is the zone the volume was created in (Config.Zone); "" when
 	// the plugin had none.
 	Zone string `json:"zone,omitempty"`
+	// Source is where the volume's first content was copied from; nil
+	// for a volume created empty.
+	Source *contentSource `json:"source,omitempty"`
 	// Published maps a node id to its controller publication.
 	Published map[string]controllerPublication `json:"published,omitempty"`
 	// Staged maps a staging path to how it was staged.
@@ -83,7 +87,7 @@ func (v *volume) inUse() bool {
 }
 
 func (v *volume) csi() *csipb.Volume {
-	out := &csipb.Volume{VolumeId: v.ID, CapacityBytes: v.CapacityBytes}
+	out := &csipb.Volume{VolumeId: v.ID, CapacityBytes: v.CapacityBytes, ContentSource: v.Source.csi()}
 	if v.Zone != "" {
 		out.AccessibleTopology = []*csipb.Topology{{Segments: map[string]string{TopologyKeyZone: v.Zone}}}
 	}
@@ -104,7 +108,7 @@ func (s *state) sortedIDs() []string {
 func loadState(dir string) (*state, error) {
 	b, err := os.ReadFile(filepath.Join(dir, stateFile))
 	if errors.Is(err, fs.ErrNotExist) {
-		return &state{Version: stateVersion, Volumes: map[string]*volume{}}, nil
+		return &state{Version: stateVersion, Volumes: map[string]*volume{}, Snapshots: map[string]*snapshot{}}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read state: %w", err)
@@ -122,6 +126,14 @@ func loadState(dir string) (*state, error) {
 	for id, v := range s.Volumes {
 		if v == nil || v.ID != id || !volumeIDRE.MatchString(id) {
 			return nil, fmt.Errorf("%w: %s: bad volume entry %q", ErrCorruptState, filepath.Join(dir, stateFile), id)
+		}
+	}
+	if s.Snapshots == nil {
+		s.Snapshots = map[string]*snapshot{}
+	}
+	for id, sn := range s.Snapshots {
+		if sn == nil || sn.ID != id || !snapshotIDRE.MatchString(id) {
+			return nil, fmt.Errorf("%w: %s: bad snapshot entry %q", ErrCorruptState, filepath.Join(dir, stateFile), id)
 		}
 	}
 	return &s, nil
