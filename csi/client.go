@@ -35,6 +35,12 @@ type Client interface {
 	GetCapacity(ctx context.Context, req *csipb.GetCapacityRequest) (*csipb.GetCapacityResponse, error)
 	// ListVolumes lists the controller's volumes, one page at a time.
 	ListVolumes(ctx context.Context, req *csipb.ListVolumesRequest) (*csipb.ListVolumesResponse, error)
+	// CreateSnapshot takes a snapshot of a volume (idempotent by name);
+	// DeleteSnapshot removes one; ListSnapshots lists them, one page at a
+	// time.
+	CreateSnapshot(ctx context.Context, req *csipb.CreateSnapshotRequest) (*csipb.CreateSnapshotResponse, error)
+	DeleteSnapshot(ctx context.Context, req *csipb.DeleteSnapshotRequest) error
+	ListSnapshots(ctx context.Context, req *csipb.ListSnapshotsRequest) (*csipb.ListSnapshotsResponse, error)
 	// ControllerExpandVolume grows a volume on the storage side; the answer
 	// says the new capacity and whether NodeExpandVolume is needed.
 	ControllerExpandVolume(ctx context.Context, req *csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error)
@@ -125,10 +131,11 @@ const (
 	// PublishKind is for RPCs that create or attach: CreateVolume,
 	// ControllerPublishVolume, NodeStageVolume, NodePublishVolume, and
 	// those that change a volume: ControllerExpandVolume,
-	// NodeExpandVolume.
+	// NodeExpandVolume, CreateSnapshot.
 	PublishKind RPCKind = iota + 1
 	// UnpublishKind is for RPCs that remove or detach: DeleteVolume,
-	// ControllerUnpublishVolume, NodeUnstageVolume, NodeUnpublishVolume.
+	// ControllerUnpublishVolume, NodeUnstageVolume, NodeUnpublishVolume,
+	// DeleteSnapshot.
 	UnpublishKind
 )
 

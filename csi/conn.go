@@ -204,6 +204,19 @@ func (c *client) ListVolumes(ctx context.Context, req *csipb.ListVolumesRequest)
 	return invoke(ctx, c, "ListVolumes", c.opts.rpcTimeout, req, c.controller.ListVolumes)
 }
 
+func (c *client) CreateSnapshot(ctx context.Context, req *csipb.CreateSnapshotRequest) (*csipb.CreateSnapshotResponse, error) {
+	return invoke(ctx, c, "CreateSnapshot", c.opts.rpcTimeout, req, c.controller.CreateSnapshot)
+}
+
+func (c *client) DeleteSnapshot(ctx context.Context, req *csipb.DeleteSnapshotRequest) error {
+	_, err := invoke(ctx, c, "DeleteSnapshot", c.opts.rpcTimeout, req, c.controller.DeleteSnapshot)
+	return err
+}
+
+func (c *client) ListSnapshots(ctx context.Context, req *csipb.ListSnapshotsRequest) (*csipb.ListSnapshotsResponse, error) {
+	return invoke(ctx, c, "ListSnapshots", c.opts.rpcTimeout, req, c.controller.ListSnapshots)
+}
+
 func (c *client) ControllerExpandVolume(ctx context.Context, req *csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error) {
 	return invoke(ctx, c, "ControllerExpandVolume", c.opts.rpcTimeout, req, c.controller.ControllerExpandVolume)
 }

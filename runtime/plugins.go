@@ -239,3 +239,16 @@ func (c *retryingClient) GetCapacity(ctx context.Context, req *csipb.GetCapacity
 func (c *retryingClient) ListVolumes(ctx context.Context, req *csipb.ListVolumesRequest) (*csipb.ListVolumesResponse, error) {
 	return again(ctx, c, func(cl csi.Client) (*csipb.ListVolumesResponse, error) { return cl.ListVolumes(ctx, req) })
 }
+
+func (c *retryingClient) CreateSnapshot(ctx context.Context, req *csipb.CreateSnapshotRequest) (*csipb.CreateSnapshotResponse, error) {
+	return again(ctx, c, func(cl csi.Client) (*csipb.CreateSnapshotResponse, error) { return cl.CreateSnapshot(ctx, req) })
+}
+
+func (c *retryingClient) DeleteSnapshot(ctx context.Context, req *csipb.DeleteSnapshotRequest) error {
+	_, err := again(ctx, c, func(cl csi.Client) (struct{}, error) { return struct{}{}, cl.DeleteSnapshot(ctx, req) })
+	return err
+}
+
+func (c *retryingClient) ListSnapshots(ctx context.Context, req *csipb.ListSnapshotsRequest) (*csipb.ListSnapshotsResponse, error) {
+	return again(ctx, c, func(cl csi.Client) (*csipb.ListSnapshotsResponse, error) { return cl.ListSnapshots(ctx, req) })
+}
