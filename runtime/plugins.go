@@ -117,6 +117,7 @@ func (p *pluginsAdapter) resolve(ctx context.Context, k targetKey) (csi.Client, 
 	facts.AccessibilityConstraints = fp.Capabilities.VolumeAccessibilityConstraints
 	if fp.Controller != nil {
 		facts.ControllerExpand = fp.Controller.ExpandVolume
+		facts.CloneVolume = fp.Controller.CloneVolume
 	}
 	if fp.NodeInfo == nil || fp.Node == nil {
 		if nt, err := p.reg.Client(ctx, k.plugin, plugin.Node); err == nil {

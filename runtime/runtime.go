@@ -505,6 +505,9 @@ func (r *Runtime) CreateVolume(ctx context.Context, spec CreateVolumeSpec) (Volu
 	}
 	vs.CapacityBytes = spec.CapacityBytes
 	vs.Topology = spec.Topology
+	if spec.ContentSource != nil {
+		vs.CloneOf = spec.ContentSource.Volume
+	}
 	v, err := r.volumes.Create(ctx, vs)
 	if err != nil {
 		return Volume{}, mapErr(err)

@@ -410,6 +410,32 @@ type CreateVolumeSpec struct {
 	// preferred. Empty: this host's node topology, when the plugin has
 	// VOLUME_ACCESSIBILITY_CONSTRAINTS.
 	Topology []map[string]string `json:"topology,omitempty"`
+	// ContentSource is what the new volume starts as a copy of; nil for
+	// an empty volume.
+	ContentSource *ContentSource `json:"content_source,omitempty"`
+}
+
+// ContentSource is what a created volume starts as a copy of: a registered
+// volume of the same plugin (a clone). Snapshots are not available yet:
+// Snapshot is refused.
+type ContentSource struct {
+	Snapshot string `json:"snapshot,omitempty"`
+	Volume   string `json:"volume,omitempty"`
+}
+
+// Validate checks c; the error is a *FieldError naming the bad field.
+func (c *ContentSource) Validate() error {
+	switch {
+	case c == nil:
+		return nil
+	case c.Snapshot != "" && c.Volume != "":
+		return fieldErr("content_source", "give snapshot or volume, not both")
+	case c.Snapshot != "":
+		return fieldErr("content_source.snapshot", "restoring snapshots is not available in this version of the agent")
+	case c.Volume == "":
+		return fieldErr("content_source", "give snapshot or volume")
+	}
+	return ValidateID("content_source.volume", c.Volume)
 }
 
 // Validate checks s as a create request; the error is a *FieldError naming
@@ -425,6 +451,9 @@ func (s CreateVolumeSpec) Validate() error {
 		return fieldErr("capacity_bytes", "must not be negative")
 	}
 	if err := validateTopologies("topology", s.Topology); err != nil {
+		return err
+	}
+	if err := s.ContentSource.Validate(); err != nil {
 		return err
 	}
 	return s.validate()
@@ -446,7 +475,8 @@ func (s CreateVolumeSpec) MarshalJSON() ([]byte, error) {
 		redactedVolumeSpec
 		CapacityBytes int64               `json:"capacity_bytes,omitempty"`
 		Topology      []map[string]string `json:"topology,omitempty"`
-	}{s.ID, redactVolumeSpec(s.VolumeSpec), s.CapacityBytes, s.Topology})
+		ContentSource *ContentSource      `json:"content_source,omitempty"`
+	}{s.ID, redactVolumeSpec(s.VolumeSpec), s.CapacityBytes, s.Topology, s.ContentSource})
 }
 
 // RequestJSON returns the full JSON body of s, secrets and mount flags
@@ -457,7 +487,8 @@ func (s CreateVolumeSpec) RequestJSON() ([]byte, error) {
 		volumeSpecWire
 		CapacityBytes int64               `json:"capacity_bytes,omitempty"`
 		Topology      []map[string]string `json:"topology,omitempty"`
-	}{s.ID, wireVolumeSpec(s.VolumeSpec), s.CapacityBytes, s.Topology})
+		ContentSource *ContentSource      `json:"content_source,omitempty"`
+	}{s.ID, wireVolumeSpec(s.VolumeSpec), s.CapacityBytes, s.Topology, s.ContentSource})
 }
 
 // Volume is a registered volume as the API shows it. It never holds secrets

@@ -46,6 +46,10 @@ type Facts struct {
 	Topology                 map[string]string
 	MaxVolumesPerNode        int64
 	AccessibilityConstraints bool
+
+	// CloneVolume: the controller (when the type asked for is the
+	// controller) has CLONE_VOLUME.
+	CloneVolume bool
 }
 
 // Plugins gives a claim the CSI client of a plugin's current singleton.

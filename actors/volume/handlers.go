@@ -637,6 +637,10 @@ func (a *volumeActor) register(ctx actor.Context, req *registerRequest) {
 		creq.CapacityRange = &csipb.CapacityRange{RequiredBytes: spec.CapacityBytes}
 	}
 	creq.AccessibilityRequirements = topologyRequirement(spec.Topology)
+	if spec.cloneSource != "" {
+		creq.VolumeContentSource = &csipb.VolumeContentSource{Type: &csipb.VolumeContentSource_Volume{
+			Volume: &csipb.VolumeContentSource_VolumeSource{VolumeId: spec.cloneSource}}}
+	}
 	a.startOp(ctx, req, req.ctx, spec.Plugin, "CreateVolume", csi.PublishKind, true, func(ctx context.Context, c csi.Client) (any, error) {
 		resp, err := c.CreateVolume(ctx, creq)
 		return resp.GetVolume(), err

@@ -610,6 +610,9 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Volume, error) {
 	if err != nil {
 		return Volume{}, err
 	}
+	if spec, err = m.resolveClone(ctx, spec); err != nil {
+		return Volume{}, err
+	}
 	return m.register(ctx, spec, true)
 }
 

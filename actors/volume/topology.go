@@ -157,3 +157,28 @@ func topologyRequirement(ts []map[string]string) *csipb.TopologyRequirement {
 	}
 	return req
 }
+
+// resolveClone checks spec.CloneOf, the volume Create copies: registered,
+// of the same plugin, and a controller with CLONE_VOLUME. It fills in the
+// source's external ID.
+func (m *Manager) resolveClone(ctx context.Context, spec Spec) (Spec, error) {
+	if spec.CloneOf == "" {
+		return spec, nil
+	}
+	src, err := m.Get(ctx, spec.CloneOf)
+	if err != nil {
+		return spec, fmt.Errorf("content_source.volume: %w", err)
+	}
+	if src.Plugin != spec.Plugin {
+		return spec, fmt.Errorf("%w: content_source.volume: volume %q is of plugin %q, not %q", ErrInvalid, src.ID, src.Plugin, spec.Plugin)
+	}
+	_, f, err := m.plugins.Client(ctx, spec.Plugin, claim.ControllerPlugin)
+	if err != nil {
+		return spec, fmt.Errorf("%w: plugin %q (controller): %w", ErrPluginUnavailable, spec.Plugin, err)
+	}
+	if !f.CloneVolume {
+		return spec, fmt.Errorf("%w: content_source.volume: plugin %q cannot clone volumes (no CLONE_VOLUME capability)", ErrInvalid, spec.Plugin)
+	}
+	spec.cloneSource = src.ExternalID
+	return spec, nil
+}

@@ -105,3 +105,22 @@ func TestManager_Claim_MaxVolumesPerNode(t *testing.T) {
 		t.Fatalf("claim once the other volume is freed: %v", err)
 	}
 }
+
+func TestManager_Create_CloneRefusals(t *testing.T) {
+	e := newEnv(t, fullPlugin)
+	ctx := ctxT(t)
+	e.register("src")
+	spec := createSpec("copy")
+	spec.CloneOf = "src"
+	_, err := e.m.Create(ctx, spec)
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "no CLONE_VOLUME capability") {
+		t.Errorf("clone with a plugin that cannot = %v", err)
+	}
+	spec.CloneOf = "nope"
+	if _, err := e.m.Create(ctx, spec); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "content_source.volume") {
+		t.Errorf("clone of an unknown volume = %v", err)
+	}
+	if e.plugin.Calls("CreateVolume") != 0 {
+		t.Error("CreateVolume was called")
+	}
+}

@@ -41,6 +41,12 @@ type Spec struct {
 	// segments. Empty: this host's node topology, when the plugin has
 	// VOLUME_ACCESSIBILITY_CONSTRAINTS. Register ignores it.
 	Topology []map[string]string
+	// CloneOf is the ID of a registered volume of the same plugin that
+	// Create copies (CreateVolume's volume_content_source); "" for an
+	// empty volume. Register ignores it.
+	CloneOf string
+	// cloneSource is CloneOf's external ID, resolved by Create.
+	cloneSource string
 }
 
 func (s Spec) validate(create bool) error {
