@@ -78,3 +78,10 @@ func TestVolumeCreate_Topology(t *testing.T) {
 	r.want(t, 2, "")
 	r.contains(t, "stderr", `"zone": want key=value pairs separated by commas`)
 }
+
+func TestVolumeCreate_CloneOf(t *testing.T) {
+	_, env := populated(t)
+	r := runCLI(t, env, "volume", "create", "-plugin", "hostpath", "-capability", "single-node-writer", "-clone-of", "-bad", "vol5")
+	r.want(t, 2, "")
+	r.contains(t, "stderr", `-clone-of: "-bad"`)
+}

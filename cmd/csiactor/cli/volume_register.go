@@ -186,6 +186,7 @@ Example:
 	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 		sf := addVolumeSpecFlags(fs)
 		capacity := fs.String("capacity", "", "requested `size`, like 1GiB (default: the plugin's choice)")
+		cloneOf := fs.String("clone-of", "", "create as a copy of the registered volume `source`")
 		var topologies []map[string]string
 		fs.Func("topology", "where the volume must be reachable from, `k=v,...` (repeatable)", func(s string) error {
 			t, err := runtime.ParseTopology(s)
@@ -210,6 +211,9 @@ Example:
 				}
 			}
 			cs := runtime.CreateVolumeSpec{ID: args[0], VolumeSpec: spec, CapacityBytes: size, Topology: topologies}
+			if *cloneOf != "" {
+				cs.ContentSource = &runtime.ContentSource{Volume: *cloneOf}
+			}
 			if err := usageFromField(cs.Validate(), volumeFlagNames); err != nil {
 				return err
 			}
