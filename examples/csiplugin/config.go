@@ -67,6 +67,12 @@ type Config struct {
 	// MaxVolumesPerNode caps how many volumes may be controller-published
 	// to the node at once; 0 means no limit.
 	MaxVolumesPerNode int64
+	// MaxAttached caps how many volumes the storage lets be
+	// controller-published at once, without telling the CO in advance
+	// (NodeGetInfo does not report it): a publication beyond it is
+	// ResourceExhausted, which a CO retries. 0 means no limit. For tests
+	// of a CO's retries.
+	MaxAttached int64
 	// MountMode picks bind mounts or symlinks. Default: MountModeAuto.
 	MountMode MountMode
 	// Zone, when set, places the node and every volume it creates in that
@@ -150,6 +156,9 @@ func (c Config) Validate() error {
 	if c.Capacity < 0 {
 		return fmt.Errorf("%w: capacity %d is negative", ErrInvalidConfig, c.Capacity)
 	}
+	if c.MaxAttached < 0 {
+		return fmt.Errorf("%w: max_attached %d is negative", ErrInvalidConfig, c.MaxAttached)
+	}
 	if c.MaxVolumesPerNode < 0 {
 		return fmt.Errorf("%w: max_volumes_per_node %d is negative", ErrInvalidConfig, c.MaxVolumesPerNode)
 	}
@@ -169,6 +178,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for the volumes and the state file")
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "node id to report (default: the hostname)")
 	fs.StringVar(&c.Name, "name", c.Name, "plugin name to report")
+	fs.Int64Var(&c.MaxAttached, "max-attached", c.MaxAttached, "volumes the storage lets be controller-published at once, not reported to the CO (0: no limit)")
 	fs.Int64Var(&c.MaxVolumesPerNode, "max-volumes-per-node", c.MaxVolumesPerNode, "volumes that may be published to the node at once (0: no limit)")
 	fs.StringVar(&c.Zone, "zone", c.Zone, "zone of the node and of every volume it creates (topology key "+TopologyKeyZone+"; default: no topology)")
 	fs.Int64Var(&c.Capacity, "capacity", c.Capacity, "bytes GetCapacity shares out among the volumes (0: the free space under -state-dir)")

@@ -204,7 +204,11 @@ func (s *controllerServer) ControllerPublishVolume(_ context.Context, req *csipb
 		}
 		return &csipb.ControllerPublishVolumeResponse{PublishContext: publishContext(req.GetNodeId(), pub)}, nil
 	}
-	if maxVols := p.cfg.MaxVolumesPerNode; maxVols > 0 {
+	maxVols := p.cfg.MaxVolumesPerNode
+	if a := p.cfg.MaxAttached; a > 0 && (maxVols == 0 || a < maxVols) {
+		maxVols = a
+	}
+	if maxVols > 0 {
 		var n int64
 		for _, other := range p.st.Volumes {
 			if _, ok := other.Published[req.GetNodeId()]; ok {

@@ -149,13 +149,15 @@ allocations:
 
 // exampleAllocation is the config entry of the example plugin as an
 // exec-managed monolith, with its state outside the data dir and at most
-// maxVolumes volumes controller-published at once (0: no limit).
-func (h *host) exampleAllocation(maxVolumes int) string {
+// maxAttached volumes controller-published at once (0: no limit), a limit
+// of the storage that the plugin does not report as max_volumes_per_node:
+// a claim beyond it is retried, not refused.
+func (h *host) exampleAllocation(maxAttached int) string {
 	return fmt.Sprintf(`  - id: example
     plugin: example
     type: monolith
-    command: [%q, example-plugin, -state-dir, %q, -node-id, e2e-node, -max-volumes, "%d"]
-`, h.bin, h.stateDir, maxVolumes)
+    command: [%q, example-plugin, -state-dir, %q, -node-id, e2e-node, -max-attached, "%d"]
+`, h.bin, h.stateDir, maxAttached)
 }
 
 // address is the agent's API address, as CSIACTOR_ADDR.

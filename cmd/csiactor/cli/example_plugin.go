@@ -31,7 +31,8 @@ allocations.`,
 			nodeID := fs.String("node-id", "", "node `id` to report (default the hostname)")
 			name := fs.String("name", "", "plugin `name` (default "+csiplugin.DefaultName+")")
 			mountMode := fs.String("mount-mode", "", "`mode` of staging and publishing: auto, bind or symlink (default auto: bind as root, else symlink)")
-			maxVolumes := fs.Int64("max-volumes", 0, "most volumes published to the node at once; 0 means no limit")
+			maxVolumes := fs.Int64("max-volumes", 0, "most volumes published to the node at once (its max_volumes_per_node); 0 means no limit")
+			maxAttached := fs.Int64("max-attached", 0, "most volumes the storage lets be controller-published at once, not reported to the agent (ResourceExhausted beyond it; for tests); 0 means no limit")
 			loseMounts := fs.Bool("lose-mounts-on-start", false, "on start, undo every staging and publication the state records, keeping the records (as FUSE mounts die with their plugin; for tests of the agent's repair)")
 			logLevel := fs.String("log-level", "info", "log `level`: trace, debug, info, warn or error")
 			logFormat := fs.String("log-format", "text", "log `format`: text or json")
@@ -64,6 +65,7 @@ allocations.`,
 					NodeID:            *nodeID,
 					Name:              *name,
 					MaxVolumesPerNode: *maxVolumes,
+					MaxAttached:       *maxAttached,
 					MountMode:         csiplugin.MountMode(*mountMode),
 					LoseMountsOnStart: *loseMounts,
 					Logger:            logrus.NewEntry(logger).WithField("plugin", "example"),
