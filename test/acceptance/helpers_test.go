@@ -64,9 +64,7 @@ func newHost(t *testing.T) *host {
 		for _, m := range mountsUnder(base) {
 			_ = syscall.Unmount(m, syscall.MNT_DETACH)
 		}
-		for _, pid := range testbin.ProcessesWith(base) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
+		testbin.KillProcessesWith(base)
 		if err := os.RemoveAll(base); err != nil {
 			t.Logf("cleanup: %v", err)
 		}

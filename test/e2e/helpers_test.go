@@ -93,9 +93,7 @@ func newHost(t *testing.T) *host {
 		killTimeout: "10s",
 	}
 	t.Cleanup(func() {
-		for _, pid := range testbin.ProcessesWith(base) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
+		testbin.KillProcessesWith(base)
 		mounts := mountsUnder(base)
 		sort.Sort(sort.Reverse(sort.StringSlice(mounts))) // children first
 		for _, m := range mounts {

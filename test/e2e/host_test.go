@@ -138,9 +138,7 @@ func TestAgent_Reboot_RepublishesBeforeReady(t *testing.T) {
 	a1.checkNoRace()
 	// A reboot ends every process: the plugin, which outlives the agent,
 	// and anything else of this host (its log shim).
-	for _, pid := range testbin.ProcessesWith(h.base) {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
+	testbin.KillProcessesWith(h.base)
 	h.eventually("no process of the host left", settleDeadline, func() (bool, string) {
 		left := testbin.ProcessesWith(h.base)
 		return len(left) == 0, fmt.Sprint(left)
