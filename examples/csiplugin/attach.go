@@ -155,7 +155,7 @@ func (p *Plugin) detach(r pathRole, volumeID, path string) error {
 	if err != nil {
 		return err
 	}
-	defer p.mu.Unlock()
+	defer p.unlockState()
 	recs := r.records(v)
 	att, ok := (*recs)[path]
 	if !ok {

@@ -57,6 +57,16 @@ type Config struct {
 	// StateDir holds the volumes (StateDir/volumes/<id>) and the state file
 	// (StateDir/state.json). It is created if missing. Required.
 	StateDir string
+	// SharedDir, when set, holds the volumes, the snapshots and the state
+	// file instead of StateDir, shared by every instance started with the
+	// same SharedDir (each with its own StateDir and NodeID): storage that
+	// several hosts reach, as a SAN or a cloud's disks are. Each RPC holds
+	// an flock on SharedDir/lock and reads the state file afresh, so the
+	// instances may run in different processes. A volume is then
+	// controller-published to any node of an instance that shares it, and
+	// a single-node volume to one node at a time. StateDir keeps only the
+	// instance's own lock. Not with LoseMountsOnStart.
+	SharedDir string
 	// NodeID is the node id this plugin reports and the only node it
 	// accepts in ControllerPublishVolume. Default: the hostname.
 	NodeID string
@@ -153,6 +163,14 @@ func (c Config) Validate() error {
 	if len(c.Zone) > 63 {
 		return fmt.Errorf("%w: zone is %d bytes, limit 63", ErrInvalidConfig, len(c.Zone))
 	}
+	if c.SharedDir != "" {
+		if filepath.Clean(c.SharedDir) == filepath.Clean(c.StateDir) {
+			return fmt.Errorf("%w: shared_dir %q is the state dir; give each instance its own state dir", ErrInvalidConfig, c.SharedDir)
+		}
+		if c.LoseMountsOnStart {
+			return fmt.Errorf("%w: lose_mounts_on_start cannot be used with shared_dir (it would undo the other instances' mounts)", ErrInvalidConfig)
+		}
+	}
 	if c.Capacity < 0 {
 		return fmt.Errorf("%w: capacity %d is negative", ErrInvalidConfig, c.Capacity)
 	}
@@ -172,10 +190,12 @@ func (c Config) Validate() error {
 
 // RegisterFlags defines flags for c's fields on fs, with c's current values
 // as defaults: -endpoint, -state-dir, -node-id, -name,
-// -max-volumes-per-node, -zone, -capacity, -mount-mode and -lose-mounts-on-start. The logger is left to the caller.
+// -max-volumes-per-node, -zone, -capacity, -mount-mode, -lose-mounts-on-start
+// and -shared-dir. The logger is left to the caller.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Endpoint, "endpoint", c.Endpoint, "unix socket to serve: unix:///path or a path")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for the volumes and the state file")
+	fs.StringVar(&c.SharedDir, "shared-dir", c.SharedDir, "directory for the volumes and the state, shared with the other instances given it (default: none, all in -state-dir)")
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "node id to report (default: the hostname)")
 	fs.StringVar(&c.Name, "name", c.Name, "plugin name to report")
 	fs.Int64Var(&c.MaxAttached, "max-attached", c.MaxAttached, "volumes the storage lets be controller-published at once, not reported to the CO (0: no limit)")

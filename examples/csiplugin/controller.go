@@ -83,8 +83,8 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csipb.CreateVolu
 	}
 
 	p := s.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.lockState()
+	defer p.unlockState()
 	id := volumeIDFor(req.GetName())
 	if v, ok := p.st.Volumes[id]; ok {
 		switch {
@@ -147,8 +147,8 @@ func (s *controllerServer) DeleteVolume(_ context.Context, req *csipb.DeleteVolu
 		return nil, err
 	}
 	p := s.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.lockState()
+	defer p.unlockState()
 	v, err := p.volumeLocked(req.GetVolumeId())
 	if err != nil {
 		return &csipb.DeleteVolumeResponse{}, nil // already gone
@@ -173,7 +173,10 @@ func (s *controllerServer) DeleteVolume(_ context.Context, req *csipb.DeleteVolu
 }
 
 // ControllerPublishVolume records that the volume is published to the
-// node. This plugin knows one node, its own; any other is NotFound.
+// node. This plugin knows one node, its own (with a shared dir, those of
+// every instance sharing it); any other is NotFound. A volume published
+// to another node with a single-node access mode (either one) is
+// FailedPrecondition.
 func (s *controllerServer) ControllerPublishVolume(_ context.Context, req *csipb.ControllerPublishVolumeRequest) (*csipb.ControllerPublishVolumeResponse, error) {
 	if err := requireVolumeID(req.GetVolumeId()); err != nil {
 		return nil, err
@@ -185,14 +188,17 @@ func (s *controllerServer) ControllerPublishVolume(_ context.Context, req *csipb
 		return nil, err
 	}
 	p := s.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.lockState()
+	defer p.unlockState()
 	v, err := p.volumeLocked(req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
-	if req.GetNodeId() != p.cfg.NodeID {
+	if !p.knowsNodeLocked(req.GetNodeId()) {
 		return nil, status.Errorf(codes.NotFound, "node %q not found", req.GetNodeId())
+	}
+	if err := publishedElsewhereLocked(v, req.GetNodeId(), req.GetVolumeCapability().GetAccessMode().GetMode()); err != nil {
+		return nil, err
 	}
 	pub := controllerPublication{
 		AccessMode: req.GetVolumeCapability().GetAccessMode().GetMode(),
@@ -245,8 +251,8 @@ func (s *controllerServer) ControllerUnpublishVolume(_ context.Context, req *csi
 		return nil, err
 	}
 	p := s.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.lockState()
+	defer p.unlockState()
 	// An unknown volume or node "can be safely regarded as
 	// ControllerUnpublished" (CSI spec), so both succeed.
 	v, err := p.volumeLocked(req.GetVolumeId())
@@ -285,13 +291,13 @@ func (s *controllerServer) ValidateVolumeCapabilities(_ context.Context, req *cs
 		}
 	}
 	p := s.p
-	p.mu.Lock()
+	p.lockState()
 	v, err := p.volumeLocked(req.GetVolumeId())
 	var params map[string]string
 	if err == nil {
 		params = maps.Clone(v.Parameters)
 	}
-	p.mu.Unlock()
+	p.unlockState()
 	if err != nil {
 		return nil, err
 	}
@@ -325,8 +331,8 @@ func (s *controllerServer) ListVolumes(_ context.Context, req *csipb.ListVolumes
 		return nil, status.Errorf(codes.Aborted, "starting_token %q is not a token from this plugin", token)
 	}
 	p := s.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.lockState()
+	defer p.unlockState()
 	ids := p.st.sortedIDs()
 	start := sort.SearchStrings(ids, token)
 	end := len(ids)
@@ -367,8 +373,8 @@ func (s *controllerServer) ControllerExpandVolume(_ context.Context, req *csipb.
 		required = limit
 	}
 	p := s.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.lockState()
+	defer p.unlockState()
 	v, err := p.volumeLocked(req.GetVolumeId())
 	if err != nil {
 		return nil, err
@@ -400,16 +406,16 @@ func (s *controllerServer) GetCapacity(_ context.Context, req *csipb.GetCapacity
 	}
 	var avail int64
 	if p.cfg.Capacity > 0 {
-		p.mu.Lock()
+		p.lockState()
 		avail = p.cfg.Capacity
 		for _, v := range p.st.Volumes {
 			avail -= v.CapacityBytes
 		}
-		p.mu.Unlock()
+		p.unlockState()
 	} else {
 		var fs syscall.Statfs_t
-		if err := syscall.Statfs(p.cfg.StateDir, &fs); err != nil {
-			return nil, status.Errorf(codes.Internal, "statfs %s: %s", p.cfg.StateDir, err.Error())
+		if err := syscall.Statfs(p.dataDir, &fs); err != nil {
+			return nil, status.Errorf(codes.Internal, "statfs %s: %s", p.dataDir, err.Error())
 		}
 		avail = int64(fs.Bavail) * fs.Bsize
 	}

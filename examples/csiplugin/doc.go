@@ -33,6 +33,16 @@
 // unstage or unpublish cleans it up. StateDir/lock (flock) keeps a second
 // instance off the same state dir.
 //
+// With [Config.SharedDir] (-shared-dir) the volumes, snapshots and state
+// file live there instead, shared by every instance given the same dir,
+// each with its own StateDir and NodeID: storage that several hosts
+// reach. Each RPC takes an flock on SharedDir/lock and reads the state
+// file afresh, so instances in different processes see each other's
+// changes and never lose one. Any instance's controller publishes a volume
+// to any of their nodes (and unpublishes it, as a CO fencing a dead host
+// does), and a volume with a single-node access mode goes to one node at
+// a time (FailedPrecondition for a second).
+//
 // # Caveats
 //
 // Bind mounts need root (CAP_SYS_ADMIN). Without it ([MountModeSymlink],

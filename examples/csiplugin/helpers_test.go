@@ -218,6 +218,9 @@ func (tp *testPlugin) createVolume(ctx context.Context, name string) *csipb.Volu
 
 // volumeDir is where the plugin keeps a volume's data.
 func (tp *testPlugin) volumeDir(id string) string {
+	if tp.cfg.SharedDir != "" {
+		return filepath.Join(tp.cfg.SharedDir, "volumes", id)
+	}
 	return filepath.Join(tp.cfg.StateDir, "volumes", id)
 }
 

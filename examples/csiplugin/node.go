@@ -62,7 +62,7 @@ func (s *nodeServer) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolu
 	if err != nil {
 		return nil, err
 	}
-	defer p.mu.Unlock()
+	defer p.unlockState()
 	pub, ok := v.Published[p.cfg.NodeID]
 	if !ok {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not controller-published to node %q", v.ID, p.cfg.NodeID)
@@ -104,7 +104,7 @@ func (s *nodeServer) NodePublishVolume(_ context.Context, req *csipb.NodePublish
 	if err != nil {
 		return nil, err
 	}
-	defer p.mu.Unlock()
+	defer p.unlockState()
 	stg, ok := v.Staged[staging]
 	if !ok {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", v.ID, staging)
@@ -135,7 +135,7 @@ func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csipb.NodeGetVol
 	}
 	p := s.p
 	path := filepath.Clean(req.GetVolumePath())
-	p.mu.Lock()
+	p.lockState()
 	v, err := p.volumeLocked(req.GetVolumeId())
 	if err == nil {
 		_, staged := v.Staged[path]
@@ -144,7 +144,7 @@ func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csipb.NodeGetVol
 			err = status.Errorf(codes.NotFound, "volume %s is not staged or published at %s", v.ID, path)
 		}
 	}
-	p.mu.Unlock()
+	p.unlockState()
 	if err != nil {
 		return nil, err
 	}
@@ -190,8 +190,8 @@ func (s *nodeServer) NodeExpandVolume(_ context.Context, req *csipb.NodeExpandVo
 	}
 	p := s.p
 	path := filepath.Clean(req.GetVolumePath())
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.lockState()
+	defer p.unlockState()
 	v, err := p.volumeLocked(req.GetVolumeId())
 	if err != nil {
 		return nil, err

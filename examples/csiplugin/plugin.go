@@ -27,20 +27,28 @@ const gracefulStopTimeout = 10 * time.Second
 // over one gRPC server, with its state in Config.StateDir.
 //
 // A Plugin is safe for concurrent use. Every RPC that reads or changes
-// volumes holds one mutex for its whole run, mount calls included, so the
-// state file and the mount table always change together.
+// volumes holds the state lock for its whole run, mount calls included,
+// so the state file and the mount table always change together: a mutex,
+// and with Config.SharedDir also an flock that the instances sharing it
+// take in turn.
 type Plugin struct {
 	cfg    Config
 	log    *logrus.Entry
 	mnt    mounter
 	server *grpc.Server
 	lock   *os.File
+	// dataDir holds the volumes, snapshots and state file: cfg.SharedDir
+	// or cfg.StateDir.
+	dataDir string
+	// shared is the open cfg.SharedDir/lock file; nil without SharedDir.
+	shared *os.File
 
 	stopOnce sync.Once
 	stopped  chan struct{}
 
-	mu sync.Mutex
-	st *state // guarded by mu
+	mu    sync.Mutex
+	st    *state // guarded by mu (and the shared flock)
+	stale error  // guarded by mu: why the shared state could not be read
 }
 
 // New checks cfg, creates StateDir, takes its lock and loads its state.
@@ -65,17 +73,21 @@ func New(cfg Config) (*Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := loadState(dir)
-	if err != nil {
-		lock.Close()
-		return nil, err
-	}
 	p := &Plugin{
 		cfg:     cfg,
 		log:     cfg.Logger.WithField("plugin", cfg.Name),
 		lock:    lock,
-		st:      st,
+		dataDir: dir,
 		stopped: make(chan struct{}),
+	}
+	if cfg.SharedDir != "" {
+		if err := p.joinShared(); err != nil {
+			lock.Close()
+			return nil, err
+		}
+	} else if p.st, err = loadState(dir); err != nil {
+		lock.Close()
+		return nil, err
 	}
 	switch cfg.MountMode {
 	case MountModeBind:
@@ -165,6 +177,9 @@ func (p *Plugin) Stop() {
 		t.Stop()
 		p.mu.Lock()
 		p.lock.Close()
+		if p.shared != nil {
+			p.shared.Close()
+		}
 		p.mu.Unlock()
 	})
 }
@@ -195,6 +210,7 @@ func Run(ctx context.Context, cfg Config) error {
 		"endpoint":   path,
 		"node_id":    p.cfg.NodeID,
 		"state_dir":  p.cfg.StateDir,
+		"shared_dir": p.cfg.SharedDir,
 		"mount_mode": p.cfg.MountMode,
 	}).Info("serving")
 

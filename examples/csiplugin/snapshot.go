@@ -61,7 +61,7 @@ func (s *snapshot) csi() *csipb.Snapshot {
 	}
 }
 
-func (p *Plugin) snapDir(id string) string { return filepath.Join(p.cfg.StateDir, snapshotsDir, id) }
+func (p *Plugin) snapDir(id string) string { return filepath.Join(p.dataDir, snapshotsDir, id) }
 
 // CreateSnapshot copies the source volume's directory. The same name and
 // source again answer the same snapshot; the same name of another source
@@ -74,8 +74,8 @@ func (s *controllerServer) CreateSnapshot(_ context.Context, req *csipb.CreateSn
 		return nil, status.Error(codes.InvalidArgument, "source_volume_id is required")
 	}
 	p := s.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.lockState()
+	defer p.unlockState()
 	id := snapshotIDFor(req.GetName())
 	if sn, ok := p.st.Snapshots[id]; ok {
 		if sn.SourceVolumeID != req.GetSourceVolumeId() {
@@ -107,8 +107,8 @@ func (s *controllerServer) DeleteSnapshot(_ context.Context, req *csipb.DeleteSn
 		return nil, status.Error(codes.InvalidArgument, "snapshot_id is required")
 	}
 	p := s.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.lockState()
+	defer p.unlockState()
 	sn, ok := p.st.Snapshots[req.GetSnapshotId()]
 	if !ok {
 		return &csipb.DeleteSnapshotResponse{}, nil
@@ -137,8 +137,8 @@ func (s *controllerServer) ListSnapshots(_ context.Context, req *csipb.ListSnaps
 		return nil, status.Errorf(codes.Aborted, "starting_token %q is not a token from this plugin", token)
 	}
 	p := s.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.lockState()
+	defer p.unlockState()
 	var ids []string
 	for id, sn := range p.st.Snapshots {
 		if (req.GetSnapshotId() == "" || id == req.GetSnapshotId()) &&
@@ -163,7 +163,7 @@ func (s *controllerServer) ListSnapshots(_ context.Context, req *csipb.ListSnaps
 }
 
 // contentOf resolves a CreateVolume content source: the directory to copy
-// and its size; NotFound when the source does not exist. p.mu is held.
+// and its size; NotFound when the source does not exist. The state lock is held.
 func (p *Plugin) contentOfLocked(src *csipb.VolumeContentSource) (*contentSource, string, int64, error) {
 	switch {
 	case src == nil:

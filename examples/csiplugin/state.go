@@ -43,6 +43,9 @@ type state struct {
 	Version   int                  `json:"version"`
 	Volumes   map[string]*volume   `json:"volumes"`
 	Snapshots map[string]*snapshot `json:"snapshots,omitempty"`
+	// Nodes are the node ids of the instances that share this state (see
+	// Config.SharedDir); empty for an instance's own state.
+	Nodes []string `json:"nodes,omitempty"`
 }
 
 // volume is one volume: a directory under StateDir/volumes, what the
@@ -104,11 +107,16 @@ func (s *state) sortedIDs() []string {
 	return ids
 }
 
+// emptyState is the state of a plugin that knows nothing yet.
+func emptyState() *state {
+	return &state{Version: stateVersion, Volumes: map[string]*volume{}, Snapshots: map[string]*snapshot{}}
+}
+
 // loadState reads dir/state.json; a missing file is an empty state.
 func loadState(dir string) (*state, error) {
 	b, err := os.ReadFile(filepath.Join(dir, stateFile))
 	if errors.Is(err, fs.ErrNotExist) {
-		return &state{Version: stateVersion, Volumes: map[string]*volume{}, Snapshots: map[string]*snapshot{}}, nil
+		return emptyState(), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read state: %w", err)

@@ -51,8 +51,8 @@ func readOnlyMode(m csipb.VolumeCapability_AccessMode_Mode) bool {
 }
 
 // checkHostPath validates a staging or target path: absolute, and outside
-// the state dir (deleting a volume removes its directory tree, which must
-// never hold a mount point).
+// the state dir and the shared dir (deleting a volume removes its
+// directory tree, which must never hold a mount point).
 func (p *Plugin) checkHostPath(field, path string) error {
 	if path == "" {
 		return status.Errorf(codes.InvalidArgument, "%s is required", field)
@@ -61,8 +61,10 @@ func (p *Plugin) checkHostPath(field, path string) error {
 		return status.Errorf(codes.InvalidArgument, "%s %q is not absolute", field, path)
 	}
 	clean := filepath.Clean(path)
-	if clean == p.cfg.StateDir || strings.HasPrefix(clean, p.cfg.StateDir+string(filepath.Separator)) {
-		return status.Errorf(codes.InvalidArgument, "%s %q is inside the plugin's state dir", field, path)
+	for _, dir := range []struct{ path, name string }{{p.cfg.StateDir, "state dir"}, {p.cfg.SharedDir, "shared dir"}} {
+		if dir.path != "" && (clean == dir.path || strings.HasPrefix(clean, dir.path+string(filepath.Separator))) {
+			return status.Errorf(codes.InvalidArgument, "%s %q is inside the plugin's %s", field, path, dir.name)
+		}
 	}
 	return nil
 }
@@ -86,14 +88,14 @@ func (p *Plugin) volumeLocked(id string) (*volume, error) {
 	return nil, status.Errorf(codes.NotFound, "volume %q not found", id)
 }
 
-// lockVolume takes p.mu and returns the volume with id, as volumeLocked.
-// On success the caller holds p.mu and must unlock it; on error p.mu is
-// released again.
+// lockVolume takes the state lock (lockState) and returns the volume with
+// id, as volumeLocked. On success the caller holds the lock and must
+// unlockState; on error it is released again.
 func (p *Plugin) lockVolume(id string) (*volume, error) {
-	p.mu.Lock()
+	p.lockState()
 	v, err := p.volumeLocked(id)
 	if err != nil {
-		p.mu.Unlock()
+		p.unlockState()
 		return nil, err
 	}
 	return v, nil
@@ -101,13 +103,18 @@ func (p *Plugin) lockVolume(id string) (*volume, error) {
 
 // volDir is where the volume's data lives.
 func (p *Plugin) volDir(id string) string {
-	return filepath.Join(p.cfg.StateDir, volumesDir, id)
+	return filepath.Join(p.dataDir, volumesDir, id)
 }
 
 // saveLocked writes the state file; on failure the caller returns the
 // error (as Internal) and has not yet made the change visible elsewhere.
 func (p *Plugin) saveLocked() error {
-	if err := p.st.save(p.cfg.StateDir); err != nil {
+	if p.stale != nil {
+		// The shared state could not be read: writing what this process
+		// holds would undo the other instances' changes.
+		return status.Errorf(codes.Unavailable, "shared state: %s", p.stale.Error())
+	}
+	if err := p.st.save(p.dataDir); err != nil {
 		p.log.WithField("error", err.Error()).Error("cannot save state")
 		return status.Errorf(codes.Internal, "%s", err.Error())
 	}

@@ -28,6 +28,7 @@ allocations.`,
 		setup: func(fs *flag.FlagSet, e *env) func(context.Context, []string) error {
 			endpoint := fs.String("endpoint", "", "`endpoint` to serve: unix:///path/csi.sock (default $CSI_ENDPOINT)")
 			stateDir := fs.String("state-dir", "", "`dir` for the volumes and the state file (required)")
+			sharedDir := fs.String("shared-dir", "", "`dir` holding the volumes and the state instead of -state-dir, shared with every instance given it (storage several hosts reach; each instance its own -state-dir and -node-id)")
 			nodeID := fs.String("node-id", "", "node `id` to report (default the hostname)")
 			name := fs.String("name", "", "plugin `name` (default "+csiplugin.DefaultName+")")
 			mountMode := fs.String("mount-mode", "", "`mode` of staging and publishing: auto, bind or symlink (default auto: bind as root, else symlink)")
@@ -62,6 +63,7 @@ allocations.`,
 				return csiplugin.Run(ctx, csiplugin.Config{
 					Endpoint:          *endpoint,
 					StateDir:          *stateDir,
+					SharedDir:         *sharedDir,
 					NodeID:            *nodeID,
 					Name:              *name,
 					MaxVolumesPerNode: *maxVolumes,
