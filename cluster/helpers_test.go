@@ -18,7 +18,11 @@ import (
 	"github.com/csiactor/csiactor/runtime"
 )
 
-func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	code := leakcheck.Run(m)
+	procBinary.Remove() // built by the process-level tests (proc_test.go)
+	os.Exit(code)
+}
 
 // waitLimit bounds every wait for something that happens in the
 // background; a safety net against a hung test, not a speed assertion.

@@ -163,7 +163,11 @@ func Check(t testing.TB) func() {
 
 // VerifyTestMain runs the package's tests and then fails the run if any
 // goroutine is left over. Use it as the body of TestMain.
-func VerifyTestMain(m *testing.M) {
+func VerifyTestMain(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is VerifyTestMain without the exit: it returns the exit code, for a
+// TestMain with more to do after the tests (remove what it built).
+func Run(m *testing.M) int {
 	before := snapshot()
 	code := m.Run()
 	if code == 0 {
@@ -172,7 +176,7 @@ func VerifyTestMain(m *testing.M) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 func format(gs []goroutine) string {

@@ -41,6 +41,14 @@ func (b *Binary) Main(m *testing.M) {
 	os.Exit(code)
 }
 
+// Remove removes the build, if any; for a TestMain that runs the tests
+// itself rather than through Main.
+func (b *Binary) Remove() {
+	if b.dir != "" {
+		os.RemoveAll(b.dir)
+	}
+}
+
 // Path returns the binary, building it on first use. It skips t under
 // -short, and fails t when the build failed.
 func (b *Binary) Path(t testing.TB) string {
