@@ -33,9 +33,12 @@ build:
 run: build
 	./$(BIN) agent -dev
 
-## run-cluster: an embedded etcd and three agents (-dev, each with the example plugin) sharing it; Ctrl-C stops all.
+## run-cluster: an embedded etcd and three agents (each with the example plugin, on shared storage) sharing it; Ctrl-C stops all.
+# Built and run rather than `go run`: go run exits 1 after a Ctrl-C even
+# when the program exits 0, and make would report an error.
 run-cluster: build
-	$(GO) run ./examples/cluster -bin $(BIN)
+	$(GO) build -o bin/csiactor-cluster ./examples/cluster
+	./bin/csiactor-cluster -bin $(BIN)
 
 ## test: vet, then every test with the race detector (root-only tests skip elsewhere).
 test:

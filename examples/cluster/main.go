@@ -1,9 +1,14 @@
 // Command cluster runs a csiactor cluster on this machine: an embedded etcd
-// on 127.0.0.1 and three agents (csiactor agent -dev, each with its own
-// temporary data dir, node ID, API socket and example plugin) that share
-// it. It prints how to drive them, and on Ctrl-C (SIGINT or SIGTERM) stops
-// the agents (each removes its data dir and stops its plugin), then etcd,
-// and removes etcd's directory: nothing is left behind.
+// on 127.0.0.1 and three agents (csiactor agent, each with its own data
+// dir, node ID, API socket and example plugin) that share it. The example
+// plugins share one storage directory (-shared-dir), as the hosts of a
+// real cluster share a SAN or a cloud's disks, so a volume created through
+// one agent can be claimed through any, and a single-node-writer volume
+// claimed on one host is refused (409) on the others. It prints how to
+// drive them, and on Ctrl-C (SIGINT or SIGTERM) stops the agents (each
+// stops its plugin: plugins.stop_on_agent_exit), then etcd, unmounts what
+// is still mounted under its directory and removes it: nothing is left
+// behind, and it exits 0, so make reports no error.
 //
 //	make run-cluster
 //	go run ./examples/cluster -bin bin/csiactor [-agents 3]
@@ -24,6 +29,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,7 +38,13 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/csiactor/csiactor/internal/mountinfo"
 )
+
+// ReadyLine is what the program prints once everything runs and the
+// instructions are out.
+const ReadyLine = "Ctrl-C stops everything."
 
 func main() {
 	if err := run(); err != nil {
@@ -44,8 +57,8 @@ func run() error {
 	bin := flag.String("bin", "bin/csiactor", "the csiactor binary the agents run")
 	n := flag.Int("agents", 3, "how many agents to start")
 	flag.Parse()
-	if *n < 1 || *n > 9 {
-		return fmt.Errorf("-agents %d: want 1 to 9", *n)
+	if *n < 3 || *n > 9 {
+		return fmt.Errorf("-agents %d: want 3 to 9 (the demo's commands use three)", *n)
 	}
 	binPath, err := filepath.Abs(*bin)
 	if err != nil {
@@ -61,7 +74,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer cleanDir(dir)
 	etcd, endpoint, err := startEtcd(filepath.Join(dir, "etcd"))
 	if err != nil {
 		return err
@@ -82,24 +95,33 @@ func run() error {
 		}
 		agents = append(agents, a)
 	}
-	fmt.Println("Drive them with the CLI, for example:")
-	fmt.Println()
-	for _, a := range agents {
-		fmt.Printf("    export CSIACTOR_ADDR=%s   # %s\n", a.addr, a.node)
+	var vars []string
+	for i, a := range agents {
+		vars = append(vars, fmt.Sprintf("N%d=%s", i+1, a.addr))
 	}
 	fmt.Printf(`
-    %[1]s node list
-    %[1]s volume create -plugin example -capability single-node-writer demo
-    %[1]s volume claim -alloc app -mode write -access-mode single-node-writer demo
-    %[1]s volume status demo
+Drive them with the CLI. The agents' API addresses, for the commands below:
 
-The agents share etcd, not storage: each runs its own example plugin,
-which knows only the volumes it created. A volume created through one agent
-is offered to all of them, and the others refuse it (their plugin says it
-does not exist; their logs say so). Real plugins share the storage.
+    export %[3]s
 
-Each agent's log is in %[2]s/<node>.log. Ctrl-C stops everything.
-`, binPath, dir)
+A single-node-writer volume, created through node1, claimed for writing on
+node2; node3's claim is refused with a 409 naming node2, the holder:
+
+    %[1]s volume create -address $N1 -plugin example -capability single-node-writer demo
+    %[1]s volume claim -address $N2 -alloc app -mode write -access-mode single-node-writer demo
+    %[1]s volume claim -address $N3 -alloc web -mode write -access-mode single-node-writer demo
+    %[1]s volume status -address $N1 demo
+    %[1]s node list -address $N1
+
+Release it on node2 and node3 can claim it:
+
+    %[1]s volume release -address $N2 -alloc app demo
+
+The example plugins share their storage (%[2]s/storage); each
+agent's log is in %[2]s/<node>.log. Kill an agent (kill -9 PID) to see
+its host go down, its claims stay, and "node fence" free them.
+%[4]s
+`, binPath, dir, strings.Join(vars, " "), ReadyLine)
 	select {
 	case <-ctx.Done():
 	case err := <-etcd.Err():
@@ -107,6 +129,68 @@ Each agent's log is in %[2]s/<node>.log. Ctrl-C stops everything.
 	}
 	fmt.Println("\nstopping the agents and etcd")
 	return nil
+}
+
+// cleanDir stops the processes still running from dir (the plugin of an
+// agent that was killed outlives it, by design), unmounts whatever is still
+// mounted under dir (volumes stay published when their agent stops) and
+// removes dir.
+func cleanDir(dir string) {
+	stopProcessesWith(dir)
+	mounts, _ := mountinfo.Under(dir)
+	sort.SliceStable(mounts, func(i, j int) bool { return len(mounts[i]) > len(mounts[j]) })
+	for _, m := range mounts {
+		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil {
+			fmt.Fprintf(os.Stderr, "cluster: unmount %s: %s\n", m, err)
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		fmt.Fprintf(os.Stderr, "cluster: %s\n", err)
+	}
+}
+
+// stopProcessesWith sends SIGTERM to the processes whose command line
+// contains dir, and SIGKILL to those still there after 10 s.
+func stopProcessesWith(dir string) {
+	sig := syscall.SIGTERM
+	for i := 0; i < 110; i++ {
+		pids := processesWith(dir)
+		if len(pids) == 0 {
+			return
+		}
+		if i == 100 {
+			sig = syscall.SIGKILL
+		}
+		if i == 0 || i == 100 {
+			for _, pid := range pids {
+				_ = syscall.Kill(pid, sig)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// processesWith returns the live processes, other than this one, whose
+// command line contains s.
+func processesWith(s string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.Contains(strings.ReplaceAll(string(cmdline), "\x00", " "), s) {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if i := strings.LastIndexByte(string(stat), ')'); err != nil || i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids
 }
 
 // startEtcd starts a single-member etcd in dir on two free loopback ports.
@@ -144,7 +228,7 @@ func freeURL() url.URL {
 	return url.URL{Scheme: "http", Host: l.Addr().String()}
 }
 
-// agent is one `csiactor agent -dev` process.
+// agent is one `csiactor agent` process.
 type agent struct {
 	node string
 	addr string // its CSIACTOR_ADDR
@@ -153,9 +237,35 @@ type agent struct {
 	once sync.Once
 }
 
+// agentConfig is node's config: its data dir under dir, the example
+// plugin on the shared storage, stopped with the agent.
+const agentConfig = `data_dir: %[1]s
+api:
+  http_addr: 127.0.0.1:0
+plugins:
+  heartbeat_interval: 2s
+  probe_timeout: 1s
+  stop_on_agent_exit: true
+cluster:
+  node_id: %[2]s
+  lease_ttl: 5s
+  etcd:
+    endpoints: [%[3]q]
+allocations:
+  - id: example
+    plugin: example
+    type: monolith
+    command: [%[4]q, example-plugin, -state-dir, %[5]q, -shared-dir, %[6]q, -node-id, %[2]s]
+`
+
 func startAgent(ctx context.Context, bin, dir, node, endpoint string) (*agent, error) {
-	cfgPath := filepath.Join(dir, node+".yaml")
-	cfg := fmt.Sprintf("cluster:\n  node_id: %s\n  etcd:\n    endpoints: [%q]\n  lease_ttl: 5s\n", node, endpoint)
+	nodeDir := filepath.Join(dir, node)
+	if err := os.MkdirAll(nodeDir, 0o700); err != nil {
+		return nil, err
+	}
+	cfgPath := filepath.Join(nodeDir, "csiactor.yaml")
+	cfg := fmt.Sprintf(agentConfig, filepath.Join(nodeDir, "data"), node, endpoint, bin,
+		filepath.Join(nodeDir, "plugin"), filepath.Join(dir, "storage"))
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
@@ -163,7 +273,7 @@ func startAgent(ctx context.Context, bin, dir, node, endpoint string) (*agent, e
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "agent", "-dev", "-config", cfgPath, "-http-addr", "127.0.0.1:0")
+	cmd := exec.Command(bin, "agent", "-config", cfgPath)
 	cmd.Stderr = logf
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -179,18 +289,21 @@ func startAgent(ctx context.Context, bin, dir, node, endpoint string) (*agent, e
 	}
 	a := &agent{node: node, cmd: cmd, done: make(chan struct{})}
 	addrc := make(chan string, 1)
+	copied := make(chan struct{})
 	go func() {
+		defer close(copied)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			line := sc.Text()
 			fmt.Fprintln(logf, line)
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "export CSIACTOR_ADDR="); ok {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "csiactor agent: API on "); ok {
 				addrc <- v
 			}
 		}
 		_, _ = io.Copy(logf, out)
 	}()
 	go func() {
+		<-copied // Wait closes the pipe: read it all first
 		_ = cmd.Wait()
 		logf.Close()
 		close(a.done)
@@ -210,8 +323,8 @@ func startAgent(ctx context.Context, bin, dir, node, endpoint string) (*agent, e
 	}
 }
 
-// stop sends the agent SIGINT (as Ctrl-C would) and waits for it: -dev
-// then stops its plugin and removes its data dir. After 30 s it is killed.
+// stop sends the agent SIGINT (as Ctrl-C would) and waits for it: it then
+// stops its plugin. After 30 s it is killed.
 func (a *agent) stop() {
 	a.once.Do(func() {
 		_ = a.cmd.Process.Signal(os.Interrupt)
