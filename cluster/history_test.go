@@ -19,6 +19,7 @@ import (
 	"github.com/csiactor/csiactor/internal/etcdtest"
 	"github.com/csiactor/csiactor/internal/fakeplugin"
 	"github.com/csiactor/csiactor/internal/leakcheck"
+	"github.com/csiactor/csiactor/internal/testbin"
 	"github.com/csiactor/csiactor/runtime"
 )
 
@@ -38,7 +39,9 @@ const chaosDuration = 20 * time.Second
 // killed, when the restarted agent did). Any moment in between, etcd held
 // the claim, so two holdings that must not overlap and do are a violation
 // whatever the timing of the processes. A claim whose answer was lost in a
-// kill is a holding only if the restarted agent shows it, from then on.
+// kill is a holding only if etcd shows it once the agent is back, from
+// then on. A holding on a host that was fenced meanwhile ends when the
+// fence was sent (see clipFenced).
 type holding struct {
 	host, vol, alloc, mode string
 	from, to               time.Time
@@ -56,6 +59,8 @@ type history struct {
 	unavail   int
 	uncertain int
 	adopted   int
+	// fences are when a fence of each host was sent.
+	fences map[string][]time.Time
 }
 
 func (h *history) add(f func(h *history)) {
@@ -68,10 +73,11 @@ func (h *history) add(f func(h *history)) {
 // processes on an embedded etcd, each with its own node plugin, make many
 // concurrent write claims and releases (and, on the multi-node volumes,
 // read claims) on two single-node-writer and two multi-node-single-writer
-// volumes, while one agent after another is SIGKILLed and started again.
+// volumes, while one agent after another is SIGKILLed and started again;
+// half the time, once its lease expired, another agent fences it first.
 // Every claim the test knows was held is recorded with its host and time
 // interval (see holding); a killed agent's claims count as held until it
-// is back and they are released. The check: no two claims of a
+// is fenced, or back and they are released. The check: no two claims of a
 // single-node-writer volume, and no two writers of a multi-node-single-
 // writer volume, ever overlap, across hosts or on one.
 func TestCluster_HistoryWithKills(t *testing.T) {
@@ -129,7 +135,7 @@ func TestCluster_HistoryWithKills(t *testing.T) {
 		}
 	}
 
-	hist := &history{}
+	hist := &history{fences: map[string][]time.Time{}}
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	// workCtx outlives runCtx: a worker holding a claim when the run ends
@@ -145,7 +151,8 @@ func TestCluster_HistoryWithKills(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				rng := rand.New(rand.NewPCG(seed, uint64(hi*workersPerHost+w+1)))
-				if err := claimWorker(runCtx, workCtx, a, w, rng, volIDs, vols, hist); err != nil {
+				peer := agents[(hi+1)%len(agents)]
+				if err := claimWorker(runCtx, workCtx, a, peer, w, rng, volIDs, vols, hist); err != nil {
 					errc <- err
 				}
 			}()
@@ -160,11 +167,16 @@ func TestCluster_HistoryWithKills(t *testing.T) {
 	kills := 0
 	for began := time.Now(); time.Since(began) < chaosDuration || kills < minKills; {
 		time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
-		a := agents[rng.IntN(len(agents))]
+		ai := rng.IntN(len(agents))
+		a := agents[ai]
 		downFor := time.Duration(200+rng.IntN(2800)) * time.Millisecond
+		fence := rng.IntN(2) == 0 || (kills == minKills-1 && len(hist.fences) == 0)
 		a.kill()
 		kills++
 		t.Logf("%s: SIGKILLed %s, down for %s", time.Now().Format("15:04:05.000"), a.node, downFor)
+		if fence {
+			fenceNode(t, agents[(ai+1)%len(agents)], a.node, hist)
+		}
 		time.Sleep(downFor)
 		a.start()
 	}
@@ -176,7 +188,11 @@ func TestCluster_HistoryWithKills(t *testing.T) {
 	}
 
 	hist.mu.Lock()
-	hs := slices.Clone(hist.holdings)
+	hs := clipFenced(hist.holdings, hist.fences)
+	fences := 0
+	for _, fs := range hist.fences {
+		fences += len(fs)
+	}
 	conflicts, unavail, uncertain, adopted := hist.conflicts, hist.unavail, hist.uncertain, hist.adopted
 	hist.mu.Unlock()
 	writes := 0
@@ -185,10 +201,10 @@ func TestCluster_HistoryWithKills(t *testing.T) {
 			writes++
 		}
 	}
-	t.Logf("%d kills; %d claims held (%d writes), %d refused with 409, %d with 503, %d answers lost in a kill (%d of them held, seen after the restart)",
-		kills, len(hs), writes, conflicts, unavail, uncertain, adopted)
-	if writes < 30 || conflicts == 0 {
-		t.Errorf("the run exercised too little: %d kills, %d writes held, %d conflicts", kills, writes, conflicts)
+	t.Logf("%d kills, %d fences; %d claims held (%d writes), %d refused with 409, %d with 503, %d answers lost in a kill (%d of them held, seen after the restart)",
+		kills, fences, len(hs), writes, conflicts, unavail, uncertain, adopted)
+	if writes < 30 || conflicts == 0 || fences == 0 {
+		t.Errorf("the run exercised too little: %d kills, %d fences, %d writes held, %d conflicts", kills, fences, writes, conflicts)
 	}
 	for _, v := range checkHistory(hs, vols) {
 		t.Errorf("overlap: %s", v)
@@ -211,6 +227,39 @@ func TestCluster_HistoryWithKills(t *testing.T) {
 	for _, a := range agents {
 		a.stop()
 	}
+}
+
+// fenceNode waits until via sees node down, fences it through via and
+// records when the fence was sent.
+func fenceNode(t *testing.T, via *procAgent, node string, hist *history) {
+	t.Helper()
+	ctx := context.Background()
+	testbin.Eventually(t, node+" down on "+via.node, procDeadline, 50*time.Millisecond, func() (bool, string) {
+		n, err := via.mustClient().Node(ctx, node)
+		return err == nil && n.Status == runtime.NodeDown, fmt.Sprintf("%+v %v", n, err)
+	})
+	sent := time.Now()
+	hist.add(func(h *history) { h.fences[node] = append(h.fences[node], sent) })
+	res, err := via.mustClient().FenceNode(ctx, node)
+	if err != nil {
+		t.Fatalf("fence %s through %s: %v", node, via.node, err)
+	}
+	t.Logf("%s: fenced %s through %s: %d claims", time.Now().Format("15:04:05.000"), node, via.node, len(res.Claims))
+}
+
+// clipFenced returns hs with each holding that a fence of its host
+// interrupted ended at the fence: from then on the claim may be gone from
+// etcd, and another host may take the volume.
+func clipFenced(hs []holding, fences map[string][]time.Time) []holding {
+	out := slices.Clone(hs)
+	for i, h := range out {
+		for _, f := range fences[h.host] {
+			if f.After(h.from) && f.Before(out[i].to) {
+				out[i].to = f
+			}
+		}
+	}
+	return out
 }
 
 // checkHistory returns the pairs of holdings that must not overlap and
@@ -238,8 +287,9 @@ func checkHistory(hs []holding, accessModes map[string]string) []string {
 
 // claimWorker claims and releases until run ends, recording what it saw.
 // A claim whose answer is lost (the agent was killed) is looked up once
-// the agent is back: held, it is recorded from then and released.
-func claimWorker(run, work context.Context, a *procAgent, w int, rng *rand.Rand, volIDs []string, vols map[string]string, hist *history) error {
+// the agent is back: held (etcd has it: peer shows it), it is recorded
+// from then and released.
+func claimWorker(run, work context.Context, a, peer *procAgent, w int, rng *rand.Rand, volIDs []string, vols map[string]string, hist *history) error {
 	for i := 0; run.Err() == nil; i++ {
 		vol := volIDs[rng.IntN(len(volIDs))]
 		am := vols[vol]
@@ -275,7 +325,7 @@ func claimWorker(run, work context.Context, a *procAgent, w int, rng *rand.Rand,
 			// No answer: the agent died under the request. Whether the
 			// claim was taken shows once it is back.
 			hist.add(func(h *history) { h.uncertain++ })
-			held, err := holds(work, a, vol, alloc)
+			held, err := holds(work, a, peer, vol, alloc)
 			if err != nil {
 				return err
 			}
@@ -298,13 +348,15 @@ func claimWorker(run, work context.Context, a *procAgent, w int, rng *rand.Rand,
 	return nil
 }
 
-// holds reports whether a shows alloc's claim on vol, as a claim or a
-// past claim being torn down (then it is released already).
-func holds(ctx context.Context, a *procAgent, vol, alloc string) (bool, error) {
+// holds reports whether etcd holds alloc's claim on vol for a's host, as
+// peer shows it (a claim fenced while a was down is still on a's own
+// record until a releases it), once a is up again.
+func holds(ctx context.Context, a, peer *procAgent, vol, alloc string) (bool, error) {
+	if a.client(ctx) == nil { // an agent killed under a request is marked down first: wait for its next run
+		return false, ctx.Err()
+	}
 	for {
-		// An agent killed under a request is marked down before the kill,
-		// so this waits for the next run; an agent that is up answers.
-		cl := a.client(ctx)
+		cl := peer.client(ctx)
 		if cl == nil {
 			return false, ctx.Err()
 		}
@@ -314,7 +366,7 @@ func holds(ctx context.Context, a *procAgent, vol, alloc string) (bool, error) {
 		case err == nil:
 			return slices.ContainsFunc(v.Claims, func(c runtime.Claim) bool { return c.Alloc == alloc && c.Host == a.node }), nil
 		case errors.As(err, &apiErr):
-			return false, fmt.Errorf("volume %s on %s: %w", vol, a.node, err)
+			return false, fmt.Errorf("volume %s on %s: %w", vol, peer.node, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -373,5 +425,26 @@ func TestCheckHistory(t *testing.T) {
 				t.Fatalf("checkHistory = %q, want %d violations", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestClipFenced: a fence of a holding's host within the holding ends it
+// there; a fence of another host, or outside the holding, does not.
+func TestClipFenced(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond) }
+	hs := []holding{
+		{"n1", "s", "a", "write", at(0), at(100)},
+		{"n1", "s", "b", "write", at(200), at(300)},
+		{"n2", "s", "c", "write", at(0), at(100)},
+	}
+	got := clipFenced(hs, map[string][]time.Time{"n1": {at(50), at(150)}})
+	want := []time.Time{at(50), at(300), at(100)}
+	for i := range got {
+		if !got[i].to.Equal(want[i]) || !got[i].from.Equal(hs[i].from) {
+			t.Errorf("holding %d clipped to %s, want to %s", i, got[i], want[i].Format("15:04:05.000000"))
+		}
+	}
+	if !hs[0].to.Equal(at(100)) {
+		t.Error("clipFenced changed its input")
 	}
 }
