@@ -26,6 +26,20 @@
 // error status; errors.Is matches the runtime sentinels) or
 // [*UnreachableError] (no agent at the address).
 //
+// # The spec
+//
+// openapi.yaml, beside this file, describes every route, parameter, body,
+// field and error answer (OpenAPI 3.0). The package's tests keep it true:
+// the routes registered in newServer and the spec's operations must be
+// the same set, and real answers (a runtime driving the example plugin,
+// and the fake backend of package apitest for the states it cannot reach)
+// are validated against it, errors included, with kin-openapi. To add or
+// change a route, field or status: change the handler, then openapi.yaml
+// (schemas are closed with additionalProperties: false, so a new field
+// fails the tests until it is described), then add a request for it to
+// TestOpenAPI_Answers, which wants every operation seen answering a
+// success and an error.
+//
 // # Caveats
 //
 // Request logs carry method, path, status and duration only: never a

@@ -90,6 +90,21 @@ type server struct {
 	log     *logrus.Entry
 	maxBody int64
 	mux     *http.ServeMux
+	routes  []string // every pattern registered on mux, in order
+}
+
+// routeMux registers handlers on a server's mux and records their
+// patterns in server.routes: the list of routes served, which the tests
+// check against openapi.yaml in both directions.
+type routeMux struct{ s *server }
+
+func (m routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(h))
+}
+
+func (m routeMux) Handle(pattern string, h http.Handler) {
+	m.s.routes = append(m.s.routes, pattern)
+	m.s.mux.Handle(pattern, h)
 }
 
 func newServer(b Backend, opts Options) *server {
@@ -102,7 +117,7 @@ func newServer(b Backend, opts Options) *server {
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
 	}
-	m := s.mux
+	m := routeMux{s}
 	m.HandleFunc("GET /v1/health", s.health)
 	m.HandleFunc("GET /v1/ready", s.ready)
 	m.HandleFunc("GET /v1/plugins", s.plugins)

@@ -1,0 +1,378 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/csiactor/csiactor/api"
+	"github.com/csiactor/csiactor/api/apitest"
+	"github.com/csiactor/csiactor/runtime"
+)
+
+// specWait bounds every wait for the runtime to get somewhere in the
+// background: a safety net against a hung test, not a speed assertion.
+const specWait = 60 * time.Second
+
+// specStep is one request of a spec test and the status it must get.
+type specStep struct {
+	name   string
+	method string
+	path   string
+	body   string
+	status int
+	header []string // request headers, name then value
+}
+
+func runSpecSteps(t *testing.T, sc *specChecker, rc *rawClient, steps []specStep) {
+	t.Helper()
+	for _, s := range steps {
+		status, body := sc.do(rc.hc, rc.base, s.method, s.path, s.body, s.header...)
+		if status != s.status {
+			t.Errorf("%s: %s %s = %d %s, want %d", s.name, s.method, s.path, status, body, s.status)
+		}
+	}
+}
+
+// realEnv is a started runtime with the example plugin, exec-managed (the
+// test binary run as the plugin, see runExamplePlugin), served by
+// api.NewHandler on a real unix socket.
+type realEnv struct {
+	rt    *runtime.Runtime
+	rc    *rawClient
+	spec  runtime.AllocationSpec
+	state string
+}
+
+func newRealEnv(t *testing.T) *realEnv {
+	t.Helper()
+	// Short: the plugin's socket goes in it (107-byte limit).
+	dir, err := os.MkdirTemp("", "csa-api-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	backoff := runtime.BackoffConfig{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond, Multiplier: 2}
+	reg := prometheus.NewRegistry()
+	rt, err := runtime.New(runtime.Config{
+		DataDir: filepath.Join(dir, "d"),
+		Plugins: runtime.PluginsConfig{
+			HeartbeatInterval: 500 * time.Millisecond,
+			ProbeTimeout:      500 * time.Millisecond,
+			RPCTimeout:        10 * time.Second,
+			KillTimeout:       5 * time.Second,
+			RestartBackoff:    backoff,
+			StopOnAgentExit:   true,
+		},
+		Volumes: runtime.VolumesConfig{Retry: backoff},
+		Store:   runtime.StoreConfig{NoSync: true},
+	}, runtime.Options{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := rt.Shutdown(context.Background()); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &realEnv{rt: rt, state: filepath.Join(dir, "plugin")}
+	e.spec = runtime.AllocationSpec{
+		Plugin: "example", Type: runtime.TypeMonolith,
+		// Symlinks: nothing is left mounted on the host if the test
+		// fails half-way.
+		Command: []string{exe, "-endpoint", "{endpoint}", "-state-dir", e.state, "-node-id", "host-1",
+			"-mount-mode", "symlink", "-capacity", "107374182400"},
+		Env: map[string]string{examplePluginEnv: "1"},
+	}
+	ctx := context.Background()
+	if _, err := rt.RegisterAllocation(ctx, "example", e.spec); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor(t, "the example plugin healthy", func() bool {
+		p, err := rt.Plugin(ctx, "example")
+		return err == nil && p.ControllersHealthy == 1 && p.NodesHealthy == 1
+	})
+	e.waitFor(t, "the agent ready", func() bool {
+		r, err := rt.Ready(ctx)
+		return err == nil && r.Status == runtime.ReadyOK
+	})
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	e.rc = newRawClient(t, apitest.Serve(t, rt, api.Options{Metrics: metrics}))
+	return e
+}
+
+func (e *realEnv) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(specWait); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The handlers' real answers match openapi.yaml: every exchange of the
+// subtests is checked against it, and every operation must have been
+// seen answering at least one success and one error.
+func TestOpenAPI_Answers(t *testing.T) {
+	sc := newSpecChecker(t)
+	t.Run("real backend", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("starts a runtime and the example plugin")
+		}
+		answersRealBackend(t, sc.on(t))
+	})
+	t.Run("fake backend", func(t *testing.T) { answersFakeBackend(t, sc.on(t)) })
+	if !testing.Short() {
+		sc.requireCoverage()
+	}
+}
+
+// answersRealBackend sends requests through a runtime that drives the
+// example plugin: every route's successes and its errors.
+func answersRealBackend(t *testing.T, sc *specChecker) {
+	e := newRealEnv(t)
+	specJSON, err := json.Marshal(e.spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := `{"id":"data1","plugin":"example","capacity_bytes":1073741824,
+		"capabilities":[{"access_mode":"single-node-writer","attachment_mode":"file-system"}],
+		"mount_options":{"fs_type":"ext4","mount_flags":["noatime"]},"parameters":{"tier":"fast"},"secrets":{"k":"v"}}`
+	claim := `{"alloc":"w1","mode":"write","access_mode":"single-node-writer","attachment_mode":"file-system"}`
+	runSpecSteps(t, sc, e.rc, []specStep{
+		{name: "health", method: "GET", path: "/v1/health", status: 200},
+		{name: "health with query", method: "GET", path: "/v1/health?x=1", status: 400},
+		{name: "ready", method: "GET", path: "/v1/ready", status: 200},
+		{name: "ready with query", method: "GET", path: "/v1/ready?x=1", status: 400},
+		{name: "metrics", method: "GET", path: "/metrics", status: 200},
+
+		{name: "plugins", method: "GET", path: "/v1/plugins", status: 200},
+		{name: "plugins with query", method: "GET", path: "/v1/plugins?x=1", status: 400},
+		{name: "plugin", method: "GET", path: "/v1/plugins/example", status: 200},
+		{name: "plugin unknown", method: "GET", path: "/v1/plugins/nfs", status: 404},
+		{name: "plugin bad name", method: "GET", path: "/v1/plugins/-x", status: 400},
+		{name: "capacity", method: "GET", path: "/v1/plugins/example/capacity", status: 200},
+		{name: "capacity bad topology", method: "GET", path: "/v1/plugins/example/capacity?topology=zone", status: 400},
+		{name: "capacity unknown plugin", method: "GET", path: "/v1/plugins/nfs/capacity", status: 404},
+
+		{name: "allocations", method: "GET", path: "/v1/allocations", status: 200},
+		{name: "allocations with query", method: "GET", path: "/v1/allocations?x=1", status: 400},
+		{name: "register alloc again", method: "PUT", path: "/v1/allocations/example", body: string(specJSON), status: 200},
+		{name: "register alloc differently", method: "PUT", path: "/v1/allocations/example", body: `{"plugin":"example","type":"node","socket":"/run/x.sock"}`, status: 409},
+		{name: "register alloc unknown field", method: "PUT", path: "/v1/allocations/a2", body: `{"plugin":"example","type":"node","sockett":"/s"}`, status: 400},
+		{name: "deregister alloc unknown", method: "DELETE", path: "/v1/allocations/nope", status: 404},
+		{name: "logs", method: "GET", path: "/v1/allocations/example/logs", status: 200},
+		{name: "logs tail", method: "GET", path: "/v1/allocations/example/logs?tail=2", status: 200},
+		{name: "logs unknown", method: "GET", path: "/v1/allocations/nope/logs", status: 404},
+		{name: "logs bad tail", method: "GET", path: "/v1/allocations/example/logs?tail=x", status: 400},
+
+		{name: "create volume", method: "POST", path: "/v1/volumes", body: create, status: 201},
+		{name: "create volume again", method: "POST", path: "/v1/volumes", body: create, status: 201},
+		{name: "create volume differently", method: "POST", path: "/v1/volumes", body: strings.Replace(create, "1073741824", "2147483648", 1), status: 409},
+		{name: "create volume to deregister", method: "POST", path: "/v1/volumes", body: strings.Replace(create, `"id":"data1"`, `"id":"data2"`, 1), status: 201},
+		{name: "create volume bad capacity", method: "POST", path: "/v1/volumes", body: strings.Replace(create, "1073741824", "-1", 1), status: 400},
+		{name: "clone of unknown volume", method: "POST", path: "/v1/volumes",
+			body: strings.Replace(create, `"id":"data1"`, `"id":"data2","content_source":{"volume":"nope"}`, 1), status: 404},
+		{name: "volumes", method: "GET", path: "/v1/volumes", status: 200},
+		{name: "volumes of plugin", method: "GET", path: "/v1/volumes?plugin=example", status: 200},
+		{name: "volumes bad plugin", method: "GET", path: "/v1/volumes?plugin=a/b", status: 400},
+		{name: "volume", method: "GET", path: "/v1/volumes/data1", status: 200},
+		{name: "volume unknown", method: "GET", path: "/v1/volumes/nope", status: 404},
+		{name: "plugin volumes", method: "GET", path: "/v1/plugins/example/volumes?max_entries=10", status: 200},
+		{name: "plugin volumes bad max", method: "GET", path: "/v1/plugins/example/volumes?max_entries=x", status: 400},
+	})
+
+	// Deregister data2, which stays with the plugin, and register it
+	// again under another ID.
+	ctx := context.Background()
+	v1, err := e.rt.Volume(ctx, "data1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, err := e.rt.Volume(ctx, "data2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	register := fmt.Sprintf(`{"plugin":"example","external_id":%q,
+		"capabilities":[{"access_mode":"multi-node-reader-only","attachment_mode":"file-system"}],"context":{"a":"b"}}`, v2.ExternalID)
+	runSpecSteps(t, sc, e.rc, []specStep{
+		{name: "deregister volume", method: "DELETE", path: "/v1/volumes/data2", status: 204},
+		{name: "register volume", method: "PUT", path: "/v1/volumes/alias1", body: register, status: 200},
+		{name: "register volume again", method: "PUT", path: "/v1/volumes/alias1", body: register, status: 200},
+		{name: "register volume differently", method: "PUT", path: "/v1/volumes/alias1", body: strings.Replace(register, `"b"`, `"c"`, 1), status: 409},
+		{name: "register volume registered", method: "PUT", path: "/v1/volumes/alias2", body: strings.Replace(register, v2.ExternalID, v1.ExternalID, 1), status: 409},
+		{name: "register volume no capabilities", method: "PUT", path: "/v1/volumes/alias2", body: `{"plugin":"example","external_id":"x","capabilities":[]}`, status: 400},
+
+		{name: "claim", method: "POST", path: "/v1/volumes/data1/claims", body: claim, status: 200},
+		{name: "claim again", method: "POST", path: "/v1/volumes/data1/claims", body: claim, status: 200},
+		{name: "claim over limit", method: "POST", path: "/v1/volumes/data1/claims", body: strings.Replace(claim, `"w1"`, `"w2"`, 1), status: 409},
+		{name: "claim bad mode", method: "POST", path: "/v1/volumes/data1/claims", body: strings.Replace(claim, `"write"`, `"rw"`, 1), status: 400},
+		{name: "claim unknown volume", method: "POST", path: "/v1/volumes/nope/claims", body: claim, status: 404},
+		{name: "volume claimed", method: "GET", path: "/v1/volumes/data1", status: 200},
+		{name: "expand", method: "POST", path: "/v1/volumes/data1/expand", body: `{"capacity_bytes":2147483648}`, status: 200},
+		{name: "expand shrink", method: "POST", path: "/v1/volumes/data1/expand", body: `{"capacity_bytes":1}`, status: 400},
+		{name: "expand unknown", method: "POST", path: "/v1/volumes/nope/expand", body: `{"capacity_bytes":1}`, status: 404},
+		{name: "delete claimed volume", method: "DELETE", path: "/v1/volumes/data1", status: 409},
+		{name: "release", method: "DELETE", path: "/v1/volumes/data1/claims/w1", status: 200},
+		{name: "release unknown", method: "DELETE", path: "/v1/volumes/data1/claims/w9", status: 404},
+		{name: "release bad alloc", method: "DELETE", path: "/v1/volumes/data1/claims/.x", status: 400},
+		{name: "volume with past claim", method: "GET", path: "/v1/volumes/data1", status: 200},
+	})
+
+	e.waitFor(t, "the past claim freed", func() bool {
+		v, err := e.rt.Volume(context.Background(), "data1")
+		return err == nil && len(v.PastClaims) == 0
+	})
+	runSpecSteps(t, sc, e.rc, []specStep{
+		{name: "delete alias", method: "DELETE", path: "/v1/volumes/alias1?delete=true", status: 204},
+		{name: "delete volume bad query", method: "DELETE", path: "/v1/volumes/data1?delete=maybe", status: 400},
+		{name: "delete volume", method: "DELETE", path: "/v1/volumes/data1?delete=true", status: 204},
+		{name: "delete volume again", method: "DELETE", path: "/v1/volumes/data1", status: 404},
+
+		{name: "events", method: "GET", path: "/v1/events", status: 200},
+		{name: "events bad follow", method: "GET", path: "/v1/events?follow=often", status: 400},
+
+		{name: "nodes outside cluster mode", method: "GET", path: "/v1/nodes", status: 404},
+		{name: "node outside cluster mode", method: "GET", path: "/v1/nodes/h1", status: 404},
+		{name: "fence outside cluster mode", method: "POST", path: "/v1/nodes/h1/fence", status: 404},
+
+		{name: "wrong method", method: "PATCH", path: "/v1/volumes/data1", status: 405},
+		{name: "unknown route", method: "GET", path: "/v2/volumes", status: 404},
+		{name: "not canonical", method: "GET", path: "/v1/plugins/..", status: 400},
+
+		{name: "deregister alloc", method: "DELETE", path: "/v1/allocations/example", status: 204},
+	})
+}
+
+// nodesBackend is the fake backend with the cluster's hosts: what a
+// runtime in cluster mode answers, without etcd.
+type nodesBackend struct {
+	*apitest.Backend
+	nodes []runtime.Node
+}
+
+func (b *nodesBackend) Nodes(context.Context) ([]runtime.Node, error) { return b.nodes, nil }
+
+func (b *nodesBackend) Node(_ context.Context, id string) (runtime.Node, error) {
+	for _, n := range b.nodes {
+		if n.ID == id {
+			return n, nil
+		}
+	}
+	return runtime.Node{}, fmt.Errorf("%w: node %s", runtime.ErrNotFound, id)
+}
+
+func (b *nodesBackend) FenceNode(_ context.Context, id string) (runtime.FenceResult, error) {
+	n, err := b.Node(context.Background(), id)
+	switch {
+	case err != nil:
+		return runtime.FenceResult{}, err
+	case n.Status == runtime.NodeUp:
+		return runtime.FenceResult{}, fmt.Errorf("%w: node %s is up", runtime.ErrConflict, id)
+	}
+	return runtime.FenceResult{Node: id, Claims: []runtime.FencedClaim{{Volume: "v1", Alloc: "a1", Mode: runtime.ModeWrite, ControllerUnpublished: true}}}, nil
+}
+
+var _ api.NodesBackend = (*nodesBackend)(nil)
+
+// answersFakeBackend sends requests in the states the example plugin
+// does not reach: starting, failing, cluster mode, bodies over the limit,
+// the TCP listener's token.
+func answersFakeBackend(t *testing.T, sc *specChecker) {
+	t0 := time.Date(2026, 11, 24, 3, 4, 5, 0, time.UTC)
+	b := &nodesBackend{Backend: apitest.NewBackend(), nodes: []runtime.Node{
+		{ID: "h1", Status: runtime.NodeUp, Self: true, StartedAt: t0, LastSeen: t0.Add(time.Minute), Claims: 2},
+		{ID: "h2", Status: runtime.NodeDown, StartedAt: t0, LastSeen: t0, Claims: 1},
+	}}
+	rc := newRawClient(t, apitest.Serve(t, b, api.Options{MaxBodyBytes: 512}))
+	runSpecSteps(t, sc, rc, []specStep{
+		{name: "nodes", method: "GET", path: "/v1/nodes", status: 200},
+		{name: "node", method: "GET", path: "/v1/nodes/h1", status: 200},
+		{name: "node unknown", method: "GET", path: "/v1/nodes/h9", status: 404},
+		{name: "fence down host", method: "POST", path: "/v1/nodes/h2/fence", status: 200},
+		{name: "fence up host", method: "POST", path: "/v1/nodes/h1/fence", status: 409},
+		{name: "body over the limit", method: "PUT", path: "/v1/allocations/a1",
+			body: `{"plugin":"p","type":"node","socket":"/` + strings.Repeat("s", 600) + `"}`, status: 413},
+	})
+
+	b.SetPending("allocation a1: not fingerprinted yet")
+	runSpecSteps(t, sc, rc, []specStep{{name: "ready starting", method: "GET", path: "/v1/ready", status: 503}})
+	b.SetPending()
+	for _, f := range []struct {
+		method string
+		err    error
+		status int
+		path   string
+	}{
+		{"Ready", fmt.Errorf("ready: %w", runtime.ErrShutdown), 503, "/v1/ready"},
+		{"Ready", errors.New("store: disk full"), 500, "/v1/ready"},
+		{"Plugins", errors.New("store: disk full"), 500, "/v1/plugins"},
+		{"Plugins", fmt.Errorf("plugins: %w", runtime.ErrShutdown), 503, "/v1/plugins"},
+		{"Events", errors.New("boom"), 500, "/v1/events"},
+	} {
+		b.FailWith(f.method, f.err)
+		runSpecSteps(t, sc, rc, []specStep{{name: f.method + " failing", method: "GET", path: f.path, status: f.status}})
+		b.FailWith(f.method, nil)
+	}
+
+	// The TCP listener: open routes, a token, and no token.
+	serveTCP := func(token string) *rawClient {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+			fmt.Fprintln(w, "csiactor_up 1")
+		})
+		apitest.ServeListener(t, l, api.NewTCPHandler(b, token, api.Options{Metrics: metrics}))
+		return newRawClient(t, "http://"+l.Addr().String())
+	}
+	const token = "t0ken"
+	withToken := serveTCP(token)
+	runSpecSteps(t, sc, withToken, []specStep{
+		{name: "tcp health", method: "GET", path: "/v1/health", status: 200},
+		{name: "tcp metrics", method: "GET", path: "/metrics", status: 200},
+		{name: "tcp without token", method: "GET", path: "/v1/volumes", status: 401},
+		{name: "tcp with token", method: "GET", path: "/v1/volumes", status: 200, header: []string{"Authorization", "Bearer " + token}},
+	})
+
+	// Without a token the TCP listener serves exactly the operations the
+	// spec marks open (security: []); every other one is a 404 with a
+	// hint.
+	noToken := serveTCP("")
+	for _, op := range specOperations(sc.doc) {
+		method, path, _ := strings.Cut(op, " ")
+		for _, p := range []string{"{name}", "{id}", "{alloc}"} {
+			path = strings.ReplaceAll(path, p, "x1")
+		}
+		var open bool
+		if o := sc.doc.Paths.Find(strings.SplitN(op, " ", 2)[1]).GetOperation(method); o.Security != nil && len(*o.Security) == 0 {
+			open = true
+		}
+		status, body := sc.do(noToken.hc, noToken.base, method, path, "")
+		hint := status == 404 && strings.Contains(body, "unix socket only")
+		if open == hint {
+			t.Errorf("TCP listener without a token: %s answered %d %s; the spec marks it open: %v", op, status, body, open)
+		}
+	}
+}
