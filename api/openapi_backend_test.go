@@ -50,6 +50,7 @@ func runSpecSteps(t *testing.T, sc *specChecker, rc *rawClient, steps []specStep
 // api.NewHandler on a real unix socket.
 type realEnv struct {
 	rt    *runtime.Runtime
+	reg   *prometheus.Registry
 	rc    *rawClient
 	spec  runtime.AllocationSpec
 	state string
@@ -93,7 +94,7 @@ func newRealEnv(t *testing.T) *realEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &realEnv{rt: rt, state: filepath.Join(dir, "plugin")}
+	e := &realEnv{rt: rt, reg: reg, state: filepath.Join(dir, "plugin")}
 	e.spec = runtime.AllocationSpec{
 		Plugin: "example", Type: runtime.TypeMonolith,
 		// Symlinks: nothing is left mounted on the host if the test
@@ -261,6 +262,34 @@ func answersRealBackend(t *testing.T, sc *specChecker) {
 
 		{name: "deregister alloc", method: "DELETE", path: "/v1/allocations/example", status: 204},
 	})
+	checkREADMEMetrics(t, e.reg)
+}
+
+// checkREADMEMetrics checks that the README lists every csiactor_* metric
+// family reg has after a whole volume lifecycle.
+func checkREADMEMetrics(t *testing.T, reg *prometheus.Registry) {
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range families {
+		if !strings.HasPrefix(f.GetName(), "csiactor_") {
+			continue
+		}
+		n++
+		if !strings.Contains(string(readme), "`"+f.GetName()+"`") {
+			t.Errorf("/metrics has %s, which the README does not list", f.GetName())
+		}
+	}
+	if n < 10 {
+		t.Errorf("only %d csiactor_* families gathered", n)
+	}
 }
 
 // nodesBackend is the fake backend with the cluster's hosts: what a
