@@ -29,7 +29,8 @@
 // is back, finds them with [Session.Fenced] and releases them locally.
 //
 // Each host's own steps (stagings, usage counts, publish context,
-// allocations) stay in its bbolt store.
+// allocations) stay in its bbolt store. docs/operations.md ("Cluster
+// mode") covers setting up etcd and fencing.
 //
 // # Caveats
 //

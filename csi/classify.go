@@ -94,7 +94,8 @@ func Code(err error) codes.Code {
 //     (Internal, Unknown); retrying the same request is pointless.
 //
 // A kind other than PublishKind and UnpublishKind is treated as
-// PublishKind, the cautious column.
+// PublishKind, the cautious column. docs/architecture.md ("Plugin errors")
+// says what each caller does with a final outcome.
 func Classify(kind RPCKind, err error) Outcome {
 	if err == nil {
 		return Success

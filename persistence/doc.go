@@ -95,5 +95,6 @@
 // crashing. [Config.VerifyOnOpen] adds a full page check.
 //
 // [Config.NoSync] gives up durability for speed; never use it for a real
-// agent.
+// agent. docs/operations.md ("Backups") says how to copy a store
+// consistently and what the agent does with an old one.
 package persistence

@@ -25,6 +25,9 @@
 // → ready-to-free → freed) are written together with the step before them,
 // so a status read may never show them.
 //
+// docs/architecture.md ("Claims and releases", "Crash safety") walks
+// through every state and what is on disk when.
+//
 // Paths: <data_dir>/volumes/<plugin>/staging/<volume>/<usage> and
 // <data_dir>/volumes/<plugin>/per-alloc/<alloc>/<volume>/<usage>, where the
 // usage is like "rw-file-system-single-node-writer".
