@@ -33,14 +33,15 @@ type specStep struct {
 	body   string
 	status int
 	header []string // request headers, name then value
+	want   string   // a substring of the answer's body, if set
 }
 
 func runSpecSteps(t *testing.T, sc *specChecker, rc *rawClient, steps []specStep) {
 	t.Helper()
 	for _, s := range steps {
 		status, body := sc.do(rc.hc, rc.base, s.method, s.path, s.body, s.header...)
-		if status != s.status {
-			t.Errorf("%s: %s %s = %d %s, want %d", s.name, s.method, s.path, status, body, s.status)
+		if status != s.status || !strings.Contains(body, s.want) {
+			t.Errorf("%s: %s %s = %d %s, want %d %s", s.name, s.method, s.path, status, body, s.status, s.want)
 		}
 	}
 }
@@ -140,6 +141,12 @@ func TestOpenAPI_Answers(t *testing.T) {
 			t.Skip("starts a runtime and the example plugin")
 		}
 		answersRealBackend(t, sc.on(t))
+	})
+	t.Run("cluster mode", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("starts etcd and two runtimes")
+		}
+		answersCluster(t, sc.on(t))
 	})
 	t.Run("fake backend", func(t *testing.T) { answersFakeBackend(t, sc.on(t)) })
 	if !testing.Short() {
