@@ -299,53 +299,13 @@ func checkREADMEMetrics(t *testing.T, reg *prometheus.Registry) {
 	}
 }
 
-// nodesBackend is the fake backend with the cluster's hosts: what a
-// runtime in cluster mode answers, without etcd.
-type nodesBackend struct {
-	*apitest.Backend
-	nodes []runtime.Node
-}
-
-func (b *nodesBackend) Nodes(context.Context) ([]runtime.Node, error) { return b.nodes, nil }
-
-func (b *nodesBackend) Node(_ context.Context, id string) (runtime.Node, error) {
-	for _, n := range b.nodes {
-		if n.ID == id {
-			return n, nil
-		}
-	}
-	return runtime.Node{}, fmt.Errorf("%w: node %s", runtime.ErrNotFound, id)
-}
-
-func (b *nodesBackend) FenceNode(_ context.Context, id string) (runtime.FenceResult, error) {
-	n, err := b.Node(context.Background(), id)
-	switch {
-	case err != nil:
-		return runtime.FenceResult{}, err
-	case n.Status == runtime.NodeUp:
-		return runtime.FenceResult{}, fmt.Errorf("%w: node %s is up", runtime.ErrConflict, id)
-	}
-	return runtime.FenceResult{Node: id, Claims: []runtime.FencedClaim{{Volume: "v1", Alloc: "a1", Mode: runtime.ModeWrite, ControllerUnpublished: true}}}, nil
-}
-
-var _ api.NodesBackend = (*nodesBackend)(nil)
-
 // answersFakeBackend sends requests in the states the example plugin
-// does not reach: starting, failing, cluster mode, bodies over the limit,
-// the TCP listener's token.
+// does not reach: starting, failing, bodies over the limit, the TCP
+// listener's token.
 func answersFakeBackend(t *testing.T, sc *specChecker) {
-	t0 := time.Date(2026, 11, 24, 3, 4, 5, 0, time.UTC)
-	b := &nodesBackend{Backend: apitest.NewBackend(), nodes: []runtime.Node{
-		{ID: "h1", Status: runtime.NodeUp, Self: true, StartedAt: t0, LastSeen: t0.Add(time.Minute), Claims: 2},
-		{ID: "h2", Status: runtime.NodeDown, StartedAt: t0, LastSeen: t0, Claims: 1},
-	}}
+	b := apitest.NewBackend()
 	rc := newRawClient(t, apitest.Serve(t, b, api.Options{MaxBodyBytes: 512}))
 	runSpecSteps(t, sc, rc, []specStep{
-		{name: "nodes", method: "GET", path: "/v1/nodes", status: 200},
-		{name: "node", method: "GET", path: "/v1/nodes/h1", status: 200},
-		{name: "node unknown", method: "GET", path: "/v1/nodes/h9", status: 404},
-		{name: "fence down host", method: "POST", path: "/v1/nodes/h2/fence", status: 200},
-		{name: "fence up host", method: "POST", path: "/v1/nodes/h1/fence", status: 409},
 		{name: "body over the limit", method: "PUT", path: "/v1/allocations/a1",
 			body: `{"plugin":"p","type":"node","socket":"/` + strings.Repeat("s", 600) + `"}`, status: 413},
 	})
