@@ -209,6 +209,8 @@ func answersRealBackend(t *testing.T, sc *specChecker) {
 		{name: "plugin volumes bad max", method: "GET", path: "/v1/plugins/example/volumes?max_entries=x", status: 400},
 	})
 
+	sc.stream(e.rc.hc, e.rc.base, "/v1/allocations/example/logs?follow=true&tail=2", 2, specWait)
+
 	// Deregister data2, which stays with the plugin, and register it
 	// again under another ID.
 	ctx := context.Background()
@@ -269,6 +271,8 @@ func answersRealBackend(t *testing.T, sc *specChecker) {
 
 		{name: "deregister alloc", method: "DELETE", path: "/v1/allocations/example", status: 204},
 	})
+	// The streams, followed: the first lines, then the client hangs up.
+	sc.stream(e.rc.hc, e.rc.base, "/v1/events?follow=true", 3, specWait)
 	checkREADMEMetrics(t, e.reg)
 }
 

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -247,6 +248,37 @@ func (c *specChecker) do(hc *http.Client, base, method, path, body string, heade
 	}
 	c.check(req, []byte(body), resp.StatusCode, resp.Header, b)
 	return resp.StatusCode, string(b)
+}
+
+// stream sends GET base+path through hc, reads the first n lines of the
+// newline-delimited answer, hangs up, and checks those lines as the
+// answer. It fails when fewer than n lines come.
+func (c *specChecker) stream(hc *http.Client, base, path string, n int, limit time.Duration) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		c.t.Fatalf("GET %s: %v", path, err)
+	}
+	var body bytes.Buffer
+	sc := bufio.NewScanner(resp.Body)
+	got := 0
+	for got < n && sc.Scan() {
+		body.Write(sc.Bytes())
+		body.WriteByte('\n')
+		got++
+	}
+	cancel()
+	resp.Body.Close()
+	if got < n {
+		c.t.Errorf("GET %s: %d lines, want %d (%v)", path, got, n, sc.Err())
+	}
+	c.check(req, nil, resp.StatusCode, resp.Header, body.Bytes())
 }
 
 // statuses returns the statuses op answered, sorted.
