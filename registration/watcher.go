@@ -106,7 +106,7 @@ type Watcher struct {
 	poke   chan struct{} // cap 1: desired changed
 
 	mu      sync.Mutex
-	desired map[string]uint64 // guarded by mu; registration socket → inode
+	desired map[string]fileID // guarded by mu; registration socket → its file
 
 	// Owned by the reconcile goroutine.
 	actual  map[string]*socketState
@@ -125,7 +125,7 @@ type retryState struct {
 
 // socketState is what the reconciler knows of one registration socket.
 type socketState struct {
-	ino uint64
+	id fileID
 	// name is the driver this socket registered, once it is.
 	name string
 	// done: registered or refused; nothing to do until the socket changes.
@@ -160,7 +160,7 @@ func Start(cfg Config) (*Watcher, error) {
 	w := &Watcher{
 		cfg: cfg, log: cfg.Log.WithField("registration_dir", cfg.Dir), fsw: fsw,
 		ctx: ctx, cancel: cancel, poke: make(chan struct{}, 1),
-		desired: map[string]uint64{}, actual: map[string]*socketState{},
+		desired: map[string]fileID{}, actual: map[string]*socketState{},
 		initial: map[string]bool{}, gone: map[string]*retryState{},
 	}
 	// Watched before it is walked: a socket created in between is seen
@@ -204,11 +204,11 @@ func (w *Watcher) kick() {
 // scan watches dir and its subdirectories and returns the registration
 // sockets in them. An error is returned only for dir itself; others are
 // logged.
-func (w *Watcher) scan(dir string) (map[string]uint64, error) {
+func (w *Watcher) scan(dir string) (map[string]fileID, error) {
 	if err := w.fsw.Add(dir); err != nil {
 		return nil, fmt.Errorf("registration directory %s: watch: %w", dir, err)
 	}
-	found := map[string]uint64{}
+	found := map[string]fileID{}
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if path == dir {
@@ -232,8 +232,8 @@ func (w *Watcher) scan(dir string) (map[string]uint64, error) {
 			}
 			return nil
 		}
-		if ino, ok := socketInode(path); ok {
-			found[path] = ino
+		if id, ok := socketID(path); ok {
+			found[path] = id
 		}
 		return nil
 	})
@@ -247,18 +247,26 @@ func (w *Watcher) scan(dir string) (map[string]uint64, error) {
 // skips it: names starting with '.'.
 func ignored(name string) bool { return strings.HasPrefix(name, ".") }
 
-// socketInode returns the inode of the unix socket at path; ok is false
-// for anything else.
-func socketInode(path string) (ino uint64, ok bool) {
+// fileID tells a file apart from the one that was at its path before:
+// an inode number is reused at once after a removal, its change time
+// (nanoseconds) is not.
+type fileID struct {
+	ino   uint64
+	ctime int64
+}
+
+// socketID returns the fileID of the unix socket at path; ok is false for
+// anything else.
+func socketID(path string) (id fileID, ok bool) {
 	fi, err := os.Lstat(path)
 	if err != nil || fi.Mode()&fs.ModeSocket == 0 {
-		return 0, false
+		return fileID{}, false
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return 0, false
+		return fileID{}, false
 	}
-	return st.Ino, true
+	return fileID{ino: st.Ino, ctime: st.Ctim.Nano()}, true
 }
 
 // watch turns file system events into the desired set of sockets until
@@ -308,16 +316,16 @@ func (w *Watcher) handle(ev fsnotify.Event) {
 				return
 			}
 			w.mu.Lock()
-			for p, ino := range found {
-				w.desired[p] = ino
+			for p, id := range found {
+				w.desired[p] = id
 			}
 			w.mu.Unlock()
 			w.kick()
 			return
 		}
-		if ino, ok := socketInode(ev.Name); ok {
+		if id, ok := socketID(ev.Name); ok {
 			w.mu.Lock()
-			w.desired[ev.Name] = ino
+			w.desired[ev.Name] = id
 			w.mu.Unlock()
 			w.kick()
 		}
@@ -377,15 +385,15 @@ func (w *Watcher) reconcileLoop() {
 // only on a change).
 func (w *Watcher) reconcile() time.Time {
 	w.mu.Lock()
-	desired := make(map[string]uint64, len(w.desired))
-	for p, ino := range w.desired {
-		desired[p] = ino
+	desired := make(map[string]fileID, len(w.desired))
+	for p, id := range w.desired {
+		desired[p] = id
 	}
 	w.mu.Unlock()
 
-	// Sockets that went away, or were created anew (another inode).
+	// Sockets that went away, or were created anew.
 	for p, st := range w.actual {
-		if ino, ok := desired[p]; !ok || ino != st.ino {
+		if id, ok := desired[p]; !ok || id != st.id {
 			delete(w.actual, p)
 			delete(w.initial, p)
 			if st.name != "" {
@@ -410,13 +418,13 @@ func (w *Watcher) reconcile() time.Time {
 			next = t
 		}
 	}
-	for p, ino := range desired {
+	for p, id := range desired {
 		if w.ctx.Err() != nil {
 			return time.Time{}
 		}
 		st := w.actual[p]
 		if st == nil {
-			st = &socketState{ino: ino}
+			st = &socketState{id: id}
 			w.actual[p] = st
 		}
 		if st.done {

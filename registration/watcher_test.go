@@ -382,3 +382,38 @@ func TestWatcher_Shutdown_Idempotent(t *testing.T) {
 	w.Shutdown()
 	w.Shutdown()
 }
+
+// TestWatcher_SocketReplaced: a registrar restarted on the same path (the
+// file system may give the new socket the old one's inode number) is
+// asked again and told again.
+func TestWatcher_SocketReplaced(t *testing.T) {
+	dir := regDir(t)
+	f := newFakeRegistrar()
+	start(t, dir, f, nil)
+	path := filepath.Join(dir, "reg.sock")
+	for i := range 3 {
+		reg := registrartest.Serve(t, path, csiInfo("again.drv", "/run/again.sock"))
+		if st := reg.Status(t, waitLimit); !st.PluginRegistered {
+			t.Fatalf("round %d: status = %+v", i, st)
+		}
+		reg.Stop()
+	}
+	// Every round registered it, and its removals deregistered it.
+	var ops []string
+	for {
+		select {
+		case c := <-f.calls:
+			ops = append(ops, c.op)
+			continue
+		case <-time.After(300 * time.Millisecond):
+		}
+		break
+	}
+	count := map[string]int{}
+	for _, op := range ops {
+		count[op]++
+	}
+	if count["register"] != 3 || count["deregister"] != 3 || ops[len(ops)-1] != "deregister" {
+		t.Errorf("calls = %v, want each socket registered, then deregistered when replaced or removed", ops)
+	}
+}

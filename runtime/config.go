@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -135,6 +136,16 @@ type PluginsConfig struct {
 	// their plugin) and the next agent adopts them; only deregistration,
 	// removal from the config file and the exit of `agent -dev` stop them.
 	StopOnAgentExit bool `yaml:"stop_on_agent_exit"`
+	// RegistrationDir, when set, is a kubelet plugin registration
+	// directory (the kubelet's is /var/lib/kubelet/plugins_registry) that
+	// the agent watches as the kubelet does: a CSI driver whose registrar
+	// (node-driver-registrar) creates a registration socket there becomes
+	// an attached node allocation of the driver's name on its CSI
+	// endpoint, with source "registration", and is deregistered when the
+	// socket goes. Empty, the default, watches nothing (and deregisters
+	// the drivers an earlier run registered from a directory). It must be
+	// an absolute path of an existing directory.
+	RegistrationDir string `yaml:"registration_dir"`
 }
 
 // VolumesConfig tunes the claim and release steps.
@@ -321,6 +332,9 @@ func (c Config) Validate() error {
 	if p.HealthTimeout < p.ProbeTimeout {
 		return fieldErr("plugins.health_timeout", fmt.Sprintf("%s is shorter than plugins.probe_timeout (%s)", p.HealthTimeout, p.ProbeTimeout))
 	}
+	if err := validateRegistrationDir(p.RegistrationDir); err != nil {
+		return err
+	}
 	if p.MaxInFlight < 0 {
 		return fieldErr("plugins.max_in_flight", "must not be negative")
 	}
@@ -351,6 +365,36 @@ func (c Config) Validate() error {
 				return fieldErr(key+".id", fmt.Sprintf("the plugin socket %s would be %d bytes, over the %d-byte unix socket limit; use a shorter ID or data_dir", s, len(s), MaxSocketPathLength))
 			}
 		}
+	}
+	return nil
+}
+
+// validateRegistrationDir checks plugins.registration_dir: empty, or an
+// absolute, clean path of an existing directory.
+func validateRegistrationDir(dir string) error {
+	const key = "plugins.registration_dir"
+	switch {
+	case dir == "":
+		return nil
+	case strings.ContainsRune(dir, 0):
+		return fieldErr(key, "must not contain a NUL byte")
+	case !filepath.IsAbs(dir):
+		return fieldErr(key, fmt.Sprintf("%q is not an absolute path", dir))
+	case filepath.Clean(dir) != dir:
+		return fieldErr(key, fmt.Sprintf("%q is not a clean path; write %q", dir, filepath.Clean(dir)))
+	}
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fieldErr(key, fmt.Sprintf("%s does not exist; create it, or point at the kubelet's registration directory", dir))
+	case err != nil:
+		why := err.Error()
+		if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+			why = pe.Err.Error() // the path is in the message already
+		}
+		return &FieldError{Field: key, Msg: fmt.Sprintf("%s cannot be read: %s", dir, why), Err: err}
+	case !fi.IsDir():
+		return fieldErr(key, fmt.Sprintf("%s is not a directory", dir))
 	}
 	return nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/actorkit"
 	"github.com/csiactor/csiactor/persistence"
+	"github.com/csiactor/csiactor/registration"
 )
 
 // StoreFileName is the name of the bbolt file in the data directory.
@@ -72,6 +73,9 @@ type Runtime struct {
 	isReady  atomic.Bool   // latched by Ready once nothing is pending
 	wg       sync.WaitGroup
 	stopped  bool
+
+	// registration watches plugins.registration_dir, when set.
+	registration *registration.Watcher
 
 	// cluster is the cluster session in cluster mode, else nil;
 	// clusterCancel ends its volume watch.
@@ -266,6 +270,11 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("record boot id: %w", err)
 		}
 	}
+	// Last: its drivers are registered like the API's, on a running
+	// runtime.
+	if err := r.startRegistration(ctx); err != nil {
+		return err
+	}
 	r.wg.Add(2)
 	go r.host.run(r.done, r.volumes, &r.wg)
 	r.started = true
@@ -315,6 +324,10 @@ func (r *Runtime) Shutdown(ctx context.Context) error {
 func (r *Runtime) teardownLocked(ctx context.Context) error {
 	r.stopped = true
 	close(r.done)
+	if r.registration != nil {
+		// First: nothing registers or deregisters while the rest stops.
+		r.registration.Shutdown()
+	}
 	if r.clusterCancel != nil {
 		r.clusterCancel()
 	}

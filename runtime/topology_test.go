@@ -14,14 +14,16 @@ import (
 	"github.com/csiactor/csiactor/runtime"
 )
 
-// serveExample serves the example plugin with cfg (symlink mode, its state
-// in dir) on a socket in dir until the test ends, and returns the socket.
+// serveExample serves the example plugin with cfg (symlink mode unless cfg
+// sets a mount mode, its state in dir) on a socket in dir until the test ends, and returns the socket.
 func serveExample(t *testing.T, dir string, cfg csiplugin.Config) string {
 	t.Helper()
 	quiet := logrus.New()
 	quiet.SetOutput(io.Discard)
 	cfg.StateDir = filepath.Join(dir, "state")
-	cfg.MountMode = csiplugin.MountModeSymlink
+	if cfg.MountMode == "" {
+		cfg.MountMode = csiplugin.MountModeSymlink
+	}
 	cfg.Logger = logrus.NewEntry(quiet)
 	if cfg.NodeID == "" {
 		cfg.NodeID = "node-1"

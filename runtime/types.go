@@ -74,6 +74,10 @@ const (
 	// target or staging path not mounted, or the host rebooted) is
 	// published again; Message names what was missing.
 	EventClaimRepaired = "claim-repaired"
+	// EventRegistrationRefused: a driver announced in the registration
+	// directory was not registered; Message is the reason, also told to
+	// its registrar.
+	EventRegistrationRefused = "registration-refused"
 	// EventsDropped tells a subscriber that it fell behind and lost events;
 	// Message says how many.
 	EventsDropped = "events-dropped"
@@ -130,7 +134,9 @@ type Allocation struct {
 	// NodeID is what NodeGetInfo returned, for node and monolith types.
 	NodeID string `json:"node_id,omitempty"`
 	// Source is where the allocation was registered: "config" (the config
-	// file, which is authoritative for it on every start) or "api".
+	// file, which is authoritative for it on every start), "api", or
+	// "registration" (a CSI driver announced in plugins.registration_dir,
+	// deregistered when its registration socket goes).
 	Source string `json:"source,omitempty"`
 	// PID is the plugin process of an exec-managed allocation, started or
 	// adopted by this agent; 0 while none runs.

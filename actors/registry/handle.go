@@ -159,6 +159,22 @@ func (h *Handle) Register(ctx context.Context, spec plugin.Spec) (AllocationInfo
 	return res.Alloc, res.Err
 }
 
+// RegisterFrom is Register for an allocation from src: SourceAPI, or
+// SourceRegistration (a driver of the watched registration directory,
+// shown as such, and refused with ErrConflict when the ID was registered
+// from another source).
+func (h *Handle) RegisterFrom(ctx context.Context, spec plugin.Spec, src Source) (AllocationInfo, error) {
+	if src != SourceAPI && src != SourceRegistration {
+		return AllocationInfo{}, fmt.Errorf("register %s: source %q cannot register allocations", spec.ID, src)
+	}
+	r, err := h.ask(ctx, &Register{Spec: spec, Source: src}, h.cfg.RequestTimeout)
+	if err != nil {
+		return AllocationInfo{}, fmt.Errorf("register %s: %w", spec.ID, err)
+	}
+	res := r.(*RegisterResult)
+	return res.Alloc, res.Err
+}
+
 // Deregister removes the allocation id and returns when its actor has
 // stopped: its process (if exec-managed) is gone and its client closed.
 // An allocation of the config file can be deregistered too; it is

@@ -97,10 +97,17 @@ func (r *Actor) onRegister(ctx actor.Context, m *Register) *RegisterResult {
 	if err := spec.Validate(); err != nil { // the PATH lookup WithSocket leaves out
 		return &RegisterResult{Err: err}
 	}
+	src := m.Source
+	if src == "" {
+		src = SourceAPI
+	}
 	if e := r.allocs[spec.ID]; e != nil {
 		switch {
 		case e.stopping:
 			return &RegisterResult{Err: fmt.Errorf("%w: %s", ErrBusy, spec.ID)}
+		case src == SourceRegistration && sourceOf(e.rec.Source) != SourceRegistration:
+			return &RegisterResult{Err: fmt.Errorf("%w: allocation %q was registered from the %s; deregister it first",
+				ErrConflict, spec.ID, sourceText(e.rec))}
 		case !e.spec.Equal(spec) && sourceOf(e.rec.Source) == SourceConfig:
 			return &RegisterResult{Err: fmt.Errorf("%w: allocation %q comes from the config file, with a different %s; change it there",
 				ErrConflict, spec.ID, specDiff(e.spec, spec))}
@@ -123,7 +130,7 @@ func (r *Actor) onRegister(ctx actor.Context, m *Register) *RegisterResult {
 	}
 	now := time.Now()
 	rec := recordFromSpec(spec)
-	rec.Source = string(SourceAPI)
+	rec.Source = string(src)
 	rec.HealthMsg = "starting"
 	rec.CreatedAt, rec.UpdatedAt = now, now
 	sctx, cancel := storeCtx()
@@ -136,8 +143,11 @@ func (r *Actor) onRegister(ctx actor.Context, m *Register) *RegisterResult {
 	r.allocs[spec.ID] = e
 	r.spawn(ctx, e, plugin.StaleProcess{})
 	r.log.WithField("alloc", spec.ID).WithField("plugin", spec.Plugin).WithField("seq", rec.Seq).Info("allocation registered")
-	r.emit(Event{Type: EventRegistered, Plugin: spec.Plugin, Alloc: spec.ID,
-		Message: fmt.Sprintf("%s allocation registered (seq %d)", spec.Type, rec.Seq)})
+	msg := fmt.Sprintf("%s allocation registered (seq %d)", spec.Type, rec.Seq)
+	if src != SourceAPI {
+		msg = fmt.Sprintf("%s allocation registered (seq %d, from the %s)", spec.Type, rec.Seq, sourceText(rec))
+	}
+	r.emit(Event{Type: EventRegistered, Plugin: spec.Plugin, Alloc: spec.ID, Message: msg})
 	r.reelect(spec.Plugin)
 	r.publish()
 	return &RegisterResult{Alloc: r.info(e), Created: true}
@@ -446,8 +456,11 @@ func recordFromSpec(s plugin.Spec) persistence.Allocation {
 
 // sourceText says where rec came from, for messages.
 func sourceText(rec persistence.Allocation) string {
-	if sourceOf(rec.Source) == SourceConfig {
+	switch sourceOf(rec.Source) {
+	case SourceConfig:
 		return "config file"
+	case SourceRegistration:
+		return "registration directory"
 	}
 	return "API"
 }

@@ -6,6 +6,11 @@ import "github.com/csiactor/csiactor/actors/plugin"
 // with *RegisterResult. Registration is idempotent (see the package doc).
 type Register struct {
 	Spec plugin.Spec
+	// Source is where the allocation comes from; empty means SourceAPI.
+	// SourceConfig is not accepted here (Config.ConfigAllocations is the
+	// config file's way in). A SourceRegistration request for an ID that
+	// another source registered is ErrConflict.
+	Source Source
 }
 
 // RegisterResult answers Register. Created is false when the allocation

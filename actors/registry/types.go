@@ -20,12 +20,18 @@ const (
 	// SourceAPI: Register (the API, the CLI, an embedder). Allocations
 	// persisted before sources were recorded count as API ones.
 	SourceAPI Source = "api"
+	// SourceRegistration: a CSI driver registered in the watched
+	// registration directory (RegisterFrom). Like an API allocation it
+	// survives any config; the directory's watcher deregisters it when its
+	// registration socket goes.
+	SourceRegistration Source = "registration"
 )
 
 // sourceOf reads a persisted source; an empty one is SourceAPI.
 func sourceOf(s string) Source {
-	if Source(s) == SourceConfig {
-		return SourceConfig
+	switch Source(s) {
+	case SourceConfig, SourceRegistration:
+		return Source(s)
 	}
 	return SourceAPI
 }
