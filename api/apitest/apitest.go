@@ -286,7 +286,7 @@ func (b *Backend) RegisterAllocation(_ context.Context, id string, spec runtime.
 	b.seq++
 	a := &alloc{seq: b.seq, spec: spec, a: runtime.Allocation{
 		ID: id, Plugin: spec.Plugin, Type: spec.Type, Socket: spec.Socket,
-		Command: spec.Command, Env: spec.Env, Healthy: true, HealthDescription: "healthy",
+		Command: spec.Command, Env: spec.Env, Healthy: true, HealthDescription: "healthy", Source: "api",
 	}}
 	if spec.Socket == "" {
 		a.a.Socket = filepath.Join(b.DataDir, "plugins", id, "csi.sock")

@@ -21,7 +21,10 @@ func allocCommand() *command {
 				name:    "list",
 				summary: "list every allocation",
 				usage:   "csiactor alloc list [flags]",
-				help:    `Lists every plugin allocation (GET /v1/allocations), by plugin and type, newest first.`,
+				help: `Lists every plugin allocation (GET /v1/allocations), by plugin and type, newest
+first. SOURCE says where each was registered: config (the config file),
+api (the API or the CLI) or registration (a CSI driver announced in
+plugins.registration_dir, deregistered when its registration socket goes).`,
 			}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 				return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
 					if err := wantArgs(args); err != nil {
@@ -131,13 +134,13 @@ Examples:
 }
 
 func writeAllocations(e *env, as []runtime.Allocation, withPlugin bool) error {
-	head := []string{"ID", "PLUGIN", "TYPE", "HEALTHY", "SINGLETON", "NODE", "SOCKET", "DESCRIPTION"}
+	head := []string{"ID", "PLUGIN", "TYPE", "SOURCE", "HEALTHY", "SINGLETON", "NODE", "SOCKET", "DESCRIPTION"}
 	if !withPlugin {
 		head = append(head[:1], head[2:]...)
 	}
 	t := newTable(e.stdout, head...)
 	for _, a := range as {
-		row := []string{a.ID, a.Plugin, a.Type, yesNo(a.Healthy), yesNo(a.Singleton), orDash(a.NodeID), orDash(a.Socket), orDash(a.HealthDescription)}
+		row := []string{a.ID, a.Plugin, a.Type, orDash(a.Source), yesNo(a.Healthy), yesNo(a.Singleton), orDash(a.NodeID), orDash(a.Socket), orDash(a.HealthDescription)}
 		if !withPlugin {
 			row = append(row[:1], row[2:]...)
 		}

@@ -14,9 +14,9 @@ import (
 func TestAllocList_Table(t *testing.T) {
 	_, env := populated(t)
 	runCLI(t, env, "alloc", "list").want(t, 0,
-		"ID        PLUGIN    TYPE      HEALTHY  SINGLETON  NODE    SOCKET                                       DESCRIPTION\n"+
-			"hp1       hostpath  monolith  yes      yes        node-1  /run/hp.sock                                 healthy\n"+
-			"nfs-node  nfs       node      no       yes        node-1  /var/lib/csiactor/plugins/nfs-node/csi.sock  unhealthy: probe: connection refused\n")
+		"ID        PLUGIN    TYPE      SOURCE  HEALTHY  SINGLETON  NODE    SOCKET                                       DESCRIPTION\n"+
+			"hp1       hostpath  monolith  api     yes      yes        node-1  /run/hp.sock                                 healthy\n"+
+			"nfs-node  nfs       node      api     no       yes        node-1  /var/lib/csiactor/plugins/nfs-node/csi.sock  unhealthy: probe: connection refused\n")
 	r := runCLI(t, env, "alloc", "list", "-json")
 	r.want(t, 0, "")
 	var as []runtime.Allocation

@@ -37,8 +37,8 @@ func TestPluginStatus_Table(t *testing.T) {
 			"Nodes                1/1 healthy\n"+
 			"\n"+
 			"Allocations\n"+
-			"ID   TYPE      HEALTHY  SINGLETON  NODE    SOCKET        DESCRIPTION\n"+
-			"hp1  monolith  yes      yes        node-1  /run/hp.sock  healthy\n")
+			"ID   TYPE      SOURCE  HEALTHY  SINGLETON  NODE    SOCKET        DESCRIPTION\n"+
+			"hp1  monolith  api     yes      yes        node-1  /run/hp.sock  healthy\n")
 }
 
 func TestPluginStatus_Cases(t *testing.T) {
@@ -76,8 +76,8 @@ func TestPluginStatus_Capabilities(t *testing.T) {
 		"Nodes                1/1 healthy\n"+
 		"\n"+
 		"Allocations\n"+
-		"ID   TYPE      HEALTHY  SINGLETON  NODE    SOCKET        DESCRIPTION\n"+
-		"hp1  monolith  yes      yes        node-1  /run/hp.sock  healthy\n"+
+		"ID   TYPE      SOURCE  HEALTHY  SINGLETON  NODE    SOCKET        DESCRIPTION\n"+
+		"hp1  monolith  api     yes      yes        node-1  /run/hp.sock  healthy\n"+
 		"\n"+
 		"Capabilities of hp1\n"+
 		"Plugin                CONTROLLER_SERVICE, EXPANSION_ONLINE\n"+
