@@ -286,14 +286,20 @@ func (w *Watcher) watch() {
 			if !ok {
 				return
 			}
-			if errors.Is(err, fsnotify.ErrEventOverflow) {
-				w.log.Warn("registration directory: too many events at once; scanning it again")
-				w.rescan()
-				continue
-			}
-			w.log.WithError(err).Warn("registration directory: watch error")
+			w.handleErr(err)
 		}
 	}
+}
+
+// handleErr handles an error of the file system watch: lost events (the
+// inotify queue overflowed) make it scan the directory again.
+func (w *Watcher) handleErr(err error) {
+	if errors.Is(err, fsnotify.ErrEventOverflow) {
+		w.log.Warn("registration directory: events were lost; scanning it again")
+		w.rescan()
+		return
+	}
+	w.log.WithError(err).Warn("registration directory: watch error")
 }
 
 // handle applies one file system event to the desired set.
@@ -331,6 +337,9 @@ func (w *Watcher) handle(ev fsnotify.Event) {
 		}
 	case ev.Has(fsnotify.Remove), ev.Has(fsnotify.Rename):
 		// A removed (or moved away) socket, or a whole subdirectory.
+		if ev.Name == w.cfg.Dir {
+			w.log.Error("the registration directory was removed or moved: its drivers are deregistered, and nothing is watched until the agent restarts")
+		}
 		prefix := ev.Name + string(filepath.Separator)
 		w.mu.Lock()
 		for p := range w.desired {
