@@ -98,6 +98,11 @@ keeps its output in <data_dir>/plugins/<alloc>/output.log; the next agent
 adopts them. Deregistration, removal from the config file, the exit of
 -dev and plugins.stop_on_agent_exit stop them.
 
+With plugins.registration_dir set to a kubelet plugin registration
+directory, CSI drivers deployed with node-driver-registrar register
+themselves there: each becomes an attached node allocation of the driver's
+name (source "registration"), deregistered when its registration socket goes.
+
 A second SIGINT or SIGTERM during the shutdown exits at once, leaving
 whatever was still being stopped running, and a -dev data dir behind.
 
