@@ -128,6 +128,9 @@ type socketState struct {
 	id fileID
 	// name is the driver this socket registered, once it is.
 	name string
+	// announced is the driver this socket announced (and the check let
+	// through), registered or not yet.
+	announced string
 	// done: registered or refused; nothing to do until the socket changes.
 	done     bool
 	attempts int
@@ -518,8 +521,8 @@ func (w *Watcher) pruneStale() {
 	w.pruned = true
 	live := map[string]bool{}
 	for _, st := range w.actual {
-		if st.name != "" {
-			live[st.name] = true
+		if st.announced != "" {
+			live[st.announced] = true // registered, or being retried
 		}
 	}
 	for _, name := range names {
@@ -574,6 +577,7 @@ func (w *Watcher) attempt(p string, st *socketState) {
 
 	d, err := checkInfo(info, p)
 	if err == nil {
+		st.announced = d.Name
 		ctx, cancel := context.WithTimeout(w.ctx, w.cfg.RegisterTimeout)
 		err = w.cfg.Registrar.Register(ctx, d)
 		cancel()
@@ -587,6 +591,7 @@ func (w *Watcher) attempt(p string, st *socketState) {
 	st.done, st.attempts, st.retryAt = true, 0, time.Time{}
 	status := RegistrationStatus{PluginRegistered: err == nil}
 	if err != nil {
+		st.announced = ""
 		status.Error = strings.TrimPrefix(err.Error(), ErrRefused.Error()+": ")
 		log.WithField("reason", status.Error).Warn("driver registration refused")
 		if w.cfg.OnRefused != nil {

@@ -417,3 +417,23 @@ func TestWatcher_SocketReplaced(t *testing.T) {
 		t.Errorf("calls = %v, want each socket registered, then deregistered when replaced or removed", ops)
 	}
 }
+
+// TestWatcher_Start_PruneKeepsDriverBeingRetried: a driver of an earlier
+// run whose registration fails for now at start is retried, never pruned
+// (pruning would stop its allocation while its claims are published).
+func TestWatcher_Start_PruneKeepsDriverBeingRetried(t *testing.T) {
+	dir := regDir(t)
+	reg := registrartest.Serve(t, filepath.Join(dir, "slow.sock"), csiInfo("slow.drv", "/run/slow.sock"))
+	f := newFakeRegistrar("slow.drv")
+	f.registerErrs = []error{errors.New("registry busy"), errors.New("registry busy")}
+	start(t, dir, f, nil)
+	for range 3 {
+		if c := f.next(t); c.op != "register" || c.name != "slow.drv" {
+			t.Fatalf("call = %+v, want slow.drv registered again", c)
+		}
+	}
+	if st := reg.Status(t, waitLimit); !st.PluginRegistered {
+		t.Fatalf("status = %+v", st)
+	}
+	f.none(t, 200*time.Millisecond)
+}
