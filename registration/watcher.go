@@ -599,6 +599,7 @@ func (w *Watcher) attempt(p string, st *socketState) {
 		}
 	} else {
 		st.name = d.Name
+		delete(w.gone, d.Name) // registered again: a pending deregistration is moot
 		log.WithField("endpoint", d.Endpoint).Info("driver registered from the registration directory")
 	}
 	ctx, cancel = context.WithTimeout(w.ctx, w.cfg.CallTimeout)
