@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -78,7 +79,8 @@ func TestRun_Process_Signals(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-state-dir", filepath.Join(dir, "state"), "-node-id", "n1", "-log-format", "json")
 			// GORACE: a race-enabled child otherwise sleeps 1 s at exit.
 			cmd.Env = append(os.Environ(), childEnv+"=1", "CSI_ENDPOINT=unix://"+sock, "GORACE=atexit_sleep_ms=0")
-			var stderr bytes.Buffer
+			// The process writes stderr while a failure message may read it.
+			var stderr lockedBuffer
 			cmd.Stderr = &stderr
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
@@ -124,4 +126,23 @@ func TestRun_Process_Signals(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for one writer (a process's output
+// copied by exec) and readers at the same time.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
