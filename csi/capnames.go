@@ -27,6 +27,8 @@ func (c ControllerCapabilities) Names() []string {
 		{c.ExpandVolume, "EXPAND_VOLUME"},
 		{c.GetVolume, "GET_VOLUME"},
 		{c.SingleNodeMultiWriter, "SINGLE_NODE_MULTI_WRITER"},
+		{c.VolumeCondition, "VOLUME_CONDITION"},
+		{c.GetVolumeHealth, "GET_VOLUME_HEALTH"},
 	})
 }
 
@@ -39,6 +41,8 @@ func (c NodeCapabilities) Names() []string {
 		{c.ExpandVolume, "EXPAND_VOLUME"},
 		{c.SingleNodeMultiWriter, "SINGLE_NODE_MULTI_WRITER"},
 		{c.VolumeMountGroup, "VOLUME_MOUNT_GROUP"},
+		{c.VolumeCondition, "VOLUME_CONDITION"},
+		{c.GetVolumeHealth, "GET_VOLUME_HEALTH"},
 	})
 }
 

@@ -44,6 +44,13 @@ type Client interface {
 	// ControllerExpandVolume grows a volume on the storage side; the answer
 	// says the new capacity and whether NodeExpandVolume is needed.
 	ControllerExpandVolume(ctx context.Context, req *csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error)
+	// ControllerGetVolume asks the controller about one volume (GET_VOLUME):
+	// its status, with the volume's condition when the controller has
+	// VOLUME_CONDITION.
+	ControllerGetVolume(ctx context.Context, req *csipb.ControllerGetVolumeRequest) (VolumeHealth, error)
+	// ControllerGetVolumeHealth asks the controller for the volume's
+	// health (GET_VOLUME_HEALTH).
+	ControllerGetVolumeHealth(ctx context.Context, req *csipb.ControllerGetVolumeHealthRequest) (VolumeCondition, error)
 
 	// NodeCapabilities calls NodeGetCapabilities.
 	NodeCapabilities(ctx context.Context) (NodeCapabilities, error)
@@ -56,6 +63,13 @@ type Client interface {
 	// NodeExpandVolume grows a published volume's file system (or device)
 	// on this node.
 	NodeExpandVolume(ctx context.Context, req *csipb.NodeExpandVolumeRequest) (*csipb.NodeExpandVolumeResponse, error)
+	// NodeGetVolumeStats asks the node plugin how full the volume
+	// published (or staged) at req's volume_path is (GET_VOLUME_STATS),
+	// and its condition when the node plugin has VOLUME_CONDITION.
+	NodeGetVolumeStats(ctx context.Context, req *csipb.NodeGetVolumeStatsRequest) (VolumeStats, error)
+	// NodeGetVolumeHealth asks the node plugin for the volume's health
+	// (GET_VOLUME_HEALTH).
+	NodeGetVolumeHealth(ctx context.Context, req *csipb.NodeGetVolumeHealthRequest) (VolumeCondition, error)
 
 	// State returns the gRPC connection state.
 	State() connectivity.State
@@ -100,6 +114,11 @@ type ControllerCapabilities struct {
 	ExpandVolume           bool
 	GetVolume              bool
 	SingleNodeMultiWriter  bool
+	// VolumeCondition: ControllerGetVolume (GET_VOLUME) reports the
+	// volume's condition (spec before v1.13). GetVolumeHealth:
+	// ControllerGetVolumeHealth does (spec v1.13, alpha).
+	VolumeCondition bool
+	GetVolumeHealth bool
 	// CreateDeleteSnapshot, ListSnapshots and CloneVolume: the controller
 	// takes snapshots, lists them, and creates a volume from another.
 	CreateDeleteSnapshot bool
@@ -114,6 +133,11 @@ type NodeCapabilities struct {
 	ExpandVolume          bool
 	SingleNodeMultiWriter bool
 	VolumeMountGroup      bool
+	// VolumeCondition: NodeGetVolumeStats reports the volume's condition
+	// (spec before v1.13). GetVolumeHealth: NodeGetVolumeHealth does
+	// (spec v1.13, alpha).
+	VolumeCondition bool
+	GetVolumeHealth bool
 }
 
 // NodeInfo is the answer to NodeGetInfo.

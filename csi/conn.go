@@ -157,6 +157,10 @@ func (c *client) ControllerCapabilities(ctx context.Context) (ControllerCapabili
 			caps.ListSnapshots = true
 		case csipb.ControllerServiceCapability_RPC_CLONE_VOLUME:
 			caps.CloneVolume = true
+		case controllerVolumeCondition:
+			caps.VolumeCondition = true
+		case csipb.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH:
+			caps.GetVolumeHealth = true
 		}
 	}
 	return caps, nil
@@ -240,6 +244,10 @@ func (c *client) NodeCapabilities(ctx context.Context) (NodeCapabilities, error)
 			caps.SingleNodeMultiWriter = true
 		case csipb.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP:
 			caps.VolumeMountGroup = true
+		case nodeVolumeCondition:
+			caps.VolumeCondition = true
+		case csipb.NodeServiceCapability_RPC_GET_VOLUME_HEALTH:
+			caps.GetVolumeHealth = true
 		}
 	}
 	return caps, nil

@@ -253,3 +253,19 @@ func (c *retryingClient) DeleteSnapshot(ctx context.Context, req *csipb.DeleteSn
 func (c *retryingClient) ListSnapshots(ctx context.Context, req *csipb.ListSnapshotsRequest) (*csipb.ListSnapshotsResponse, error) {
 	return again(ctx, c, func(cl csi.Client) (*csipb.ListSnapshotsResponse, error) { return cl.ListSnapshots(ctx, req) })
 }
+
+func (c *retryingClient) NodeGetVolumeStats(ctx context.Context, req *csipb.NodeGetVolumeStatsRequest) (csi.VolumeStats, error) {
+	return again(ctx, c, func(cl csi.Client) (csi.VolumeStats, error) { return cl.NodeGetVolumeStats(ctx, req) })
+}
+
+func (c *retryingClient) ControllerGetVolume(ctx context.Context, req *csipb.ControllerGetVolumeRequest) (csi.VolumeHealth, error) {
+	return again(ctx, c, func(cl csi.Client) (csi.VolumeHealth, error) { return cl.ControllerGetVolume(ctx, req) })
+}
+
+func (c *retryingClient) NodeGetVolumeHealth(ctx context.Context, req *csipb.NodeGetVolumeHealthRequest) (csi.VolumeCondition, error) {
+	return again(ctx, c, func(cl csi.Client) (csi.VolumeCondition, error) { return cl.NodeGetVolumeHealth(ctx, req) })
+}
+
+func (c *retryingClient) ControllerGetVolumeHealth(ctx context.Context, req *csipb.ControllerGetVolumeHealthRequest) (csi.VolumeCondition, error) {
+	return again(ctx, c, func(cl csi.Client) (csi.VolumeCondition, error) { return cl.ControllerGetVolumeHealth(ctx, req) })
+}
