@@ -227,21 +227,3 @@ func decodeCondition(b []byte) (*VolumeCondition, error) {
 	}
 	return out, nil
 }
-
-// AppendLegacyCondition returns b with a volume_condition field as a
-// plugin built with the spec before v1.13 sends it: set it as the unknown
-// fields of a NodeGetVolumeStatsResponse or a ControllerGetVolumeResponse's
-// status to act as such a plugin (test fakes do).
-func AppendLegacyCondition(b []byte, c VolumeCondition) []byte {
-	var inner []byte
-	if c.Abnormal {
-		inner = protowire.AppendTag(inner, 1, protowire.VarintType)
-		inner = protowire.AppendVarint(inner, 1)
-	}
-	if c.Message != "" {
-		inner = protowire.AppendTag(inner, 2, protowire.BytesType)
-		inner = protowire.AppendString(inner, c.Message)
-	}
-	b = protowire.AppendTag(b, legacyConditionField, protowire.BytesType)
-	return protowire.AppendBytes(b, inner)
-}

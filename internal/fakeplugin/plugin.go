@@ -112,6 +112,22 @@ type Config struct {
 	OfflineExpansion      bool
 	NodeExpansionRequired bool
 
+	// VolumeStats: GET_VOLUME_STATS node capability; NodeGetVolumeStats
+	// answers what SetUsage set for the volume (by default: its capacity,
+	// all of it available, 1000 inodes free). NodeCondition: the legacy
+	// VOLUME_CONDITION node capability (spec before v1.13), with the
+	// condition SetCondition set in NodeGetVolumeStats' volume_condition.
+	// GetVolume: GET_VOLUME controller capability (implies Controller);
+	// ControllerCondition: the legacy VOLUME_CONDITION controller
+	// capability, the condition in ControllerGetVolume's status.
+	// VolumeHealth: GET_VOLUME_HEALTH on the node and (with Controller) the
+	// controller; an abnormal condition is one DEGRADED entry.
+	VolumeStats         bool
+	NodeCondition       bool
+	GetVolume           bool
+	ControllerCondition bool
+	VolumeHealth        bool
+
 	// NotReady makes Probe answer ready=false (see SetReady).
 	NotReady bool
 	// OmitReady makes Probe answer without the ready field at all, as old
@@ -158,8 +174,8 @@ type Fault struct {
 	Hang bool
 	// Garbage makes a successful answer break the spec: GetPluginInfo with
 	// an empty name, CreateVolume with an empty volume_id, NodeGetInfo with
-	// an empty node_id. Other methods have no required answer fields and
-	// answer normally.
+	// an empty node_id, NodeGetVolumeStats with negative used values.
+	// Other methods have no required answer fields and answer normally.
 	Garbage bool
 	// Times is how many calls the fault applies to; 0 means every call
 	// until ClearFaults.
@@ -215,6 +231,8 @@ type Plugin struct {
 	staged  map[string]stage          // volume → staging
 	pubs    map[string]map[string]pub // volume → target path → publication
 	grown   map[string]int64          // target path → NodeExpandVolume's required bytes
+	usage   map[string]Usage          // volume → what NodeGetVolumeStats answers
+	conds   map[string]Condition      // volume → its condition
 }
 
 // New returns a Plugin with cfg; it does not listen until Serve.
@@ -228,7 +246,7 @@ func New(cfg Config) *Plugin {
 	if cfg.NodeID == "" {
 		cfg.NodeID = DefaultNodeID
 	}
-	if cfg.ControllerPublish || cfg.CreateDelete || cfg.ControllerExpand || cfg.GetCapacity || cfg.ListVolumes {
+	if cfg.ControllerPublish || cfg.CreateDelete || cfg.ControllerExpand || cfg.GetCapacity || cfg.ListVolumes || cfg.GetVolume {
 		cfg.Controller = true
 	}
 	cfg.Topology = maps.Clone(cfg.Topology)
@@ -252,6 +270,8 @@ func New(cfg Config) *Plugin {
 		staged:  map[string]stage{},
 		pubs:    map[string]map[string]pub{},
 		grown:   map[string]int64{},
+		usage:   map[string]Usage{},
+		conds:   map[string]Condition{},
 	}
 }
 
@@ -555,6 +575,18 @@ func (c Config) lacking(method string) string {
 		if !c.NodeExpand {
 			return "EXPAND_VOLUME"
 		}
+	case "NodeGetVolumeStats":
+		if !c.VolumeStats {
+			return "GET_VOLUME_STATS"
+		}
+	case "ControllerGetVolume":
+		if !c.GetVolume {
+			return "GET_VOLUME"
+		}
+	case "NodeGetVolumeHealth", "ControllerGetVolumeHealth":
+		if !c.VolumeHealth {
+			return "GET_VOLUME_HEALTH"
+		}
 	}
 	return ""
 }
@@ -600,5 +632,9 @@ func garble(resp any) {
 		}
 	case *csipb.NodeGetInfoResponse:
 		r.NodeId = ""
+	case *csipb.NodeGetVolumeStatsResponse:
+		for _, u := range r.Usage {
+			u.Used = -1
+		}
 	}
 }

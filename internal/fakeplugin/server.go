@@ -200,6 +200,7 @@ func (s *server) ControllerGetCapabilities(context.Context, *csipb.ControllerGet
 	if s.p.cfg.ListVolumes {
 		resp.Capabilities = append(resp.Capabilities, controllerRPC(csipb.ControllerServiceCapability_RPC_LIST_VOLUMES))
 	}
+	resp.Capabilities = append(resp.Capabilities, s.p.cfg.controllerHealthCaps()...)
 	return resp, nil
 }
 
@@ -351,6 +352,7 @@ func (s *server) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilities
 	if s.p.cfg.NodeExpand {
 		resp.Capabilities = append(resp.Capabilities, nodeRPC(csipb.NodeServiceCapability_RPC_EXPAND_VOLUME))
 	}
+	resp.Capabilities = append(resp.Capabilities, s.p.cfg.nodeHealthCaps()...)
 	return resp, nil
 }
 
