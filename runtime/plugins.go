@@ -118,6 +118,8 @@ func (p *pluginsAdapter) resolve(ctx context.Context, k targetKey) (csi.Client, 
 	if fp.Controller != nil {
 		facts.ControllerExpand = fp.Controller.ExpandVolume
 		facts.CloneVolume = fp.Controller.CloneVolume
+		facts.ControllerCondition = fp.Controller.GetVolume && fp.Controller.VolumeCondition
+		facts.ControllerHealth = fp.Controller.GetVolumeHealth
 	}
 	if fp.NodeInfo == nil || fp.Node == nil {
 		if nt, err := p.reg.Client(ctx, k.plugin, plugin.Node); err == nil {
@@ -132,6 +134,9 @@ func (p *pluginsAdapter) resolve(ctx context.Context, k targetKey) (csi.Client, 
 	if fp.Node != nil {
 		facts.StageUnstage = fp.Node.StageUnstageVolume
 		facts.NodeExpand = fp.Node.ExpandVolume
+		facts.VolumeStats = fp.Node.GetVolumeStats
+		facts.NodeCondition = fp.Node.GetVolumeStats && fp.Node.VolumeCondition
+		facts.NodeHealth = fp.Node.GetVolumeHealth
 	}
 	return t.Client, facts, nil
 }

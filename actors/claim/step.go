@@ -50,6 +50,19 @@ type Facts struct {
 	// CloneVolume: the controller (when the type asked for is the
 	// controller) has CLONE_VOLUME.
 	CloneVolume bool
+
+	// What usage and condition polling needs: the node plugin has
+	// GET_VOLUME_STATS (VolumeStats), reports the volume's condition in
+	// its stats (NodeCondition: VOLUME_CONDITION, spec before v1.13) or
+	// through NodeGetVolumeHealth (NodeHealth: GET_VOLUME_HEALTH); the
+	// controller (when the type asked for is the controller) has GET_VOLUME
+	// and VOLUME_CONDITION (ControllerCondition) or GET_VOLUME_HEALTH
+	// (ControllerHealth).
+	VolumeStats         bool
+	NodeCondition       bool
+	NodeHealth          bool
+	ControllerCondition bool
+	ControllerHealth    bool
 }
 
 // Plugins gives a claim the CSI client of a plugin's current singleton.

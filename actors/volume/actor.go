@@ -84,6 +84,10 @@ func (a *volumeActor) Receive(ctx actor.Context) {
 		a.enqueue(ctx, msg)
 	case *expandFinished:
 		a.expansionFinished(ctx, msg)
+	case *statsRequest:
+		a.enqueue(ctx, msg)
+	case *statsFinished:
+		a.statsFinished(ctx, msg)
 	case *respawnClaimer:
 		a.respawnClaimer(ctx, msg)
 	case *actor.Terminated:

@@ -81,11 +81,20 @@ type Config struct {
 	// Arbiter, when set, admits every new claim across the hosts of a
 	// cluster too, and is told when a claim is freed (cluster mode).
 	Arbiter Arbiter
+	// StatsInterval is how often the usage and condition of every volume
+	// with a published claim are polled (jittered by ±10 %); zero turns
+	// polling off. StatsConcurrency bounds the volumes polled at once
+	// (zero: DefaultStatsConcurrency); StatsTimeout bounds one volume's
+	// poll (zero: DefaultStatsTimeout, or StatsInterval when shorter).
+	StatsInterval    time.Duration
+	StatsConcurrency int
+	StatsTimeout     time.Duration
 	// Logger receives the manager's logs; nil discards them.
 	Logger *logrus.Entry
 	// Registerer receives csiactor_volume_claims,
-	// csiactor_volume_operations_in_flight and
-	// csiactor_claim_repairs_total; nil registers nothing.
+	// csiactor_volume_operations_in_flight,
+	// csiactor_claim_repairs_total, csiactor_volume_stats_* and
+	// csiactor_volume_condition_abnormal; nil registers nothing.
 	Registerer prometheus.Registerer
 }
 
@@ -112,6 +121,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: max_claim_attempts %d is negative", ErrInvalidConfig, c.MaxClaimAttempts)
 	case c.MaxInFlightPerPlugin < 0:
 		return fmt.Errorf("%w: max_in_flight_per_plugin %d is negative", ErrInvalidConfig, c.MaxInFlightPerPlugin)
+	case c.StatsInterval < 0:
+		return fmt.Errorf("%w: stats_interval %s is negative", ErrInvalidConfig, c.StatsInterval)
+	case c.StatsConcurrency < 0:
+		return fmt.Errorf("%w: stats_concurrency %d is negative", ErrInvalidConfig, c.StatsConcurrency)
+	case c.StatsTimeout < 0:
+		return fmt.Errorf("%w: stats_timeout %s is negative", ErrInvalidConfig, c.StatsTimeout)
 	}
 	if err := c.Backoff.Validate(); err != nil {
 		return fmt.Errorf("%w: backoff: %w", ErrInvalidConfig, err)
@@ -129,6 +144,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = d.IdleTimeout
+	}
+	if c.StatsConcurrency == 0 {
+		c.StatsConcurrency = DefaultStatsConcurrency
+	}
+	if c.StatsTimeout == 0 {
+		c.StatsTimeout = DefaultStatsTimeout
+		if c.StatsInterval > 0 && c.StatsInterval < c.StatsTimeout {
+			c.StatsTimeout = c.StatsInterval
+		}
 	}
 	if c.Logger == nil {
 		l := logrus.New()

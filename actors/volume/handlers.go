@@ -104,6 +104,9 @@ func (a *volumeActor) persist(v *persistence.Volume, point string) error {
 	if inUse(old) != inUse(v) {
 		a.m.noteUse(v)
 	}
+	if statsTarget(v) == nil && statsTarget(old) != nil {
+		a.m.stats.forget(a.h.id) // its series disappear with the claim
+	}
 	a.m.publish(a.h, v)
 	a.freeHosts(old, v) // before the events: a freed claim is freed for the cluster too
 	a.m.recordEvents(old, v)
@@ -152,6 +155,8 @@ func (a *volumeActor) settle(ctx actor.Context) {
 			a.expand(ctx, w)
 		case *expandWork:
 			a.runExpansion(ctx)
+		case *statsRequest:
+			a.pollStats(ctx, w)
 		}
 	}
 	if a.stopping {
@@ -797,6 +802,7 @@ func (a *volumeActor) remove(ctx actor.Context, req *deregisterRequest) {
 		return
 	}
 	a.m.recordRemoved(a.rec, req.delete)
+	a.m.stats.forget(a.h.id)
 	last := a.rec
 	a.rec = nil
 	a.h.snap.Store(&snapshot{})

@@ -262,6 +262,11 @@ func newEnvWith(t testing.TB, dir string, plugin *fakeplugin.Plugin, endpoint st
 			Topology:                 pcfg.Topology,
 			MaxVolumesPerNode:        pcfg.MaxVolumesPerNode,
 			AccessibilityConstraints: len(pcfg.Topology) > 0,
+			VolumeStats:              pcfg.VolumeStats,
+			NodeCondition:            pcfg.VolumeStats && pcfg.NodeCondition,
+			NodeHealth:               pcfg.VolumeHealth,
+			ControllerCondition:      pcfg.GetVolume && pcfg.ControllerCondition,
+			ControllerHealth:         pcfg.VolumeHealth && pcfg.Controller,
 		}
 	}
 	e.plugins = newTestPlugins(client, facts)

@@ -64,6 +64,11 @@ type Manager struct {
 	repairs    *prometheus.CounterVec
 	collectors []prometheus.Collector
 
+	// stats holds the last usage and condition of the volumes with a
+	// published claim; poller polls them (nil when off). See stats.go.
+	stats  *statsBook
+	poller *statsPoller // set by Start, read by Shutdown after m.closed
+
 	// hook, when set, is called at every point where a crash matters; see
 	// crashPoints in the tests. Tests set it; a binary built with the
 	// crashpoints tag sets it from CrashPointEnv.
@@ -121,6 +126,7 @@ func NewManager(root *actor.RootContext, cfg Config, store Store, plugins Plugin
 		counts:       map[countKey]int{},
 		orphans:      map[string]*persistence.Volume{},
 		repairing:    map[string]struct{}{},
+		stats:        newStatsBook(),
 		shutdownDone: make(chan struct{}),
 	}
 	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{
@@ -143,7 +149,7 @@ func NewManager(root *actor.RootContext, cfg Config, store Store, plugins Plugin
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{newClaimsCollector(m), m.inflight, m.repairs} {
+		for _, c := range []prometheus.Collector{newClaimsCollector(m), m.inflight, m.repairs, newStatsCollector(m.stats)} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				m.unregister()
 				return nil, fmt.Errorf("register metrics: %w", err)
@@ -278,6 +284,9 @@ func (m *Manager) Start(ctx context.Context) error {
 		}
 	}
 	m.started = true
+	if m.cfg.StatsInterval > 0 {
+		m.poller = m.startStatsPoller()
+	}
 	m.log.WithFields(logrus.Fields{"volumes": len(index), "active": active, "resumed": resumed, "repairing": len(repairing)}).Info("volume manager started")
 	return nil
 }
@@ -723,7 +732,7 @@ func (m *Manager) Get(ctx context.Context, id string) (Volume, error) {
 			if s.rec == nil {
 				return Volume{}, fmt.Errorf("%w: volume %q", ErrNotFound, id)
 			}
-			return viewOf(s.rec), nil
+			return m.withStats(viewOf(s.rec)), nil
 		}
 	}
 	if !known {
@@ -736,7 +745,13 @@ func (m *Manager) Get(ctx context.Context, id string) (Volume, error) {
 	if err != nil {
 		return Volume{}, fmt.Errorf("read volume %q: %w", id, err)
 	}
-	return viewOf(&v), nil
+	return m.withStats(viewOf(&v)), nil
+}
+
+// withStats adds the volume's last usage and condition to v.
+func (m *Manager) withStats(v Volume) Volume {
+	m.stats.overlay(&v)
+	return v
 }
 
 // List returns the status of every registered volume that f matches, in ID
@@ -751,7 +766,7 @@ func (m *Manager) List(ctx context.Context, f Filter) ([]Volume, error) {
 	var out []Volume
 	err := m.store.ForEachVolume(ctx, func(v persistence.Volume) error {
 		if f.match(&v) {
-			out = append(out, viewOf(&v))
+			out = append(out, m.withStats(viewOf(&v)))
 		}
 		return nil
 	})
@@ -781,9 +796,11 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		for _, h := range m.live {
 			hs = append(hs, h)
 		}
+		poller := m.poller
 		m.mu.Unlock()
 		go func() {
 			defer close(m.shutdownDone)
+			poller.shutdown() // its requests end with ErrShutdown now
 			// No restart may fire once actors are told to stop.
 			m.volSup.Close()
 			m.claimSup.Close()

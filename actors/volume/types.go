@@ -196,6 +196,11 @@ type Volume struct {
 	// AccessibleTopology is where the volume can be reached from (see
 	// persistence.Volume.AccessibleTopology).
 	AccessibleTopology []map[string]string `json:"accessible_topology,omitempty"`
+	// Usage and Condition are what the plugin last reported while the
+	// volume has a published claim (see Config.StatsInterval); nil
+	// before the first poll, or when the plugin reports neither.
+	Usage     *Usage     `json:"usage,omitempty"`
+	Condition *Condition `json:"condition,omitempty"`
 }
 
 // Claim is a current or past claim's status.
