@@ -144,6 +144,7 @@ func volumeFromManager(v volume.Volume) Volume {
 		Parameters: v.Parameters, Context: v.Context, CapacityBytes: v.CapacityBytes,
 		Claims: make([]Claim, 0, len(v.Claims)), PastClaims: make([]Claim, 0, len(v.PastClaims)),
 		Expansion: expansionFromManager(v.Expansion), AccessibleTopology: v.AccessibleTopology,
+		Usage: usageFromManager(v.Usage), Condition: conditionFromManager(v.Condition),
 	}
 	for _, c := range v.Capabilities {
 		out.Capabilities = append(out.Capabilities, Capability{AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode})

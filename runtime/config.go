@@ -159,6 +159,13 @@ type VolumesConfig struct {
 	// caller can release a claim that keeps retrying. Release steps are
 	// always retried until done.
 	MaxClaimAttempts int `yaml:"max_claim_attempts"`
+	// StatsInterval is how often the usage and condition of every volume
+	// with a published claim are polled from its plugin
+	// (NodeGetVolumeStats when the node plugin has GET_VOLUME_STATS, and
+	// the condition RPCs it and its controller have), jittered by ±10 %,
+	// a few volumes at a time. Zero means DefaultStatsInterval; in the
+	// config file it must be positive.
+	StatsInterval time.Duration `yaml:"stats_interval"`
 }
 
 // StoreConfig tunes the bbolt store.
@@ -217,7 +224,7 @@ func DefaultConfig() Config {
 			RestartBackoff:    DefaultBackoff(),
 			HealthTimeout:     DefaultHealthTimeout,
 		},
-		Volumes: VolumesConfig{Retry: DefaultBackoff()},
+		Volumes: VolumesConfig{Retry: DefaultBackoff(), StatsInterval: DefaultStatsInterval},
 	}
 }
 
@@ -237,6 +244,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.Plugins.HealthTimeout, d.Plugins.HealthTimeout)
 	c.Plugins.RestartBackoff = c.Plugins.RestartBackoff.WithDefaults()
 	c.Volumes.Retry = c.Volumes.Retry.WithDefaults()
+	setDefault(&c.Volumes.StatsInterval, d.Volumes.StatsInterval)
 	c.Allocations = append([]AllocationConfig(nil), c.Allocations...)
 	c.Cluster = c.Cluster.withDefaults()
 	return c
@@ -346,6 +354,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Volumes.Retry.Validate(); err != nil {
 		return prefixed("volumes.retry", err)
+	}
+	if c.Volumes.StatsInterval < 0 {
+		return fieldErr("volumes.stats_interval", fmt.Sprintf("%s is negative; want a positive duration like \"1m\"", c.Volumes.StatsInterval))
 	}
 	if err := c.Cluster.Validate(); err != nil {
 		return err
@@ -462,6 +473,9 @@ func ParseConfig(data []byte) (Config, error) {
 		if err := d.decode(doc.Content[0], reflect.ValueOf(&cfg).Elem(), ""); err != nil {
 			return Config{}, err
 		}
+	}
+	if n, ok := lines["volumes.stats_interval"]; ok && cfg.Volumes.StatsInterval == 0 {
+		return Config{}, fmt.Errorf("line %d: %w", n, fieldErr("volumes.stats_interval", "0s: want a positive duration like \"1m\" (leave the key out for the default)"))
 	}
 	if err := cfg.Validate(); err != nil {
 		var fe *FieldError

@@ -37,6 +37,7 @@ plugins:
 volumes:
   retry:
     initial: 250ms
+  stats_interval: 15s
 store:
   no_sync: true
 allocations:
@@ -70,6 +71,7 @@ func TestParseConfig_Full(t *testing.T) {
 	}
 	// Keys left out of a nested block keep their defaults.
 	want.Volumes.Retry.Initial = 250 * time.Millisecond
+	want.Volumes.StatsInterval = 15 * time.Second
 	want.Store.NoSync = true
 	want.Allocations = []AllocationConfig{
 		{ID: "hostpath-node", AllocationSpec: AllocationSpec{Plugin: "hostpath", Type: TypeNode, Socket: "/var/lib/kubelet/plugins/hostpath/csi.sock"}},
@@ -140,6 +142,9 @@ func TestParseConfig_Errors(t *testing.T) {
 		{"health timeout under probe timeout", "plugins:\n  probe_timeout: 5s\n  health_timeout: 1s\n", `line 3: plugins.health_timeout: 1s is shorter than plugins.probe_timeout (5s)`},
 		{"health timeout not a duration", "plugins:\n  health_timeout: 120\n", `line 2: plugins.health_timeout: want a duration`},
 		{"stop_on_agent_exit not a bool", "plugins:\n  stop_on_agent_exit: sometimes\n", `line 2: plugins.stop_on_agent_exit: want true or false`},
+		{"stats interval zero", "volumes:\n  stats_interval: 0s\n", `line 2: volumes.stats_interval: 0s: want a positive duration like "1m" (leave the key out for the default)`},
+		{"stats interval negative", "volumes:\n  stats_interval: -5s\n", `line 2: volumes.stats_interval: -5s is negative; want a positive duration like "1m"`},
+		{"stats interval not a duration", "volumes:\n  stats_interval: often\n", `line 2: volumes.stats_interval: "often": want a duration like "30s" or "500ms"`},
 		{"backoff max", "volumes:\n  retry:\n    initial: 1m\n    max: 1s\n", `line 4: volumes.retry.max: 1s is shorter than initial (1m0s)`},
 		{"backoff jitter", "plugins:\n  restart_backoff:\n    jitter: 2\n", `line 3: plugins.restart_backoff.jitter: 2: want a fraction from 0 to 1`},
 		{"relative data dir", "data_dir: var/lib\n", `line 1: data_dir: "var/lib" is not an absolute path`},

@@ -246,6 +246,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 		Backoff:              csi.Backoff{Initial: vb.Initial, Max: vb.Max, Multiplier: vb.Multiplier, Jitter: vb.Jitter},
 		MaxInFlightPerPlugin: pc.MaxInFlight,
 		MaxClaimAttempts:     r.cfg.Volumes.MaxClaimAttempts,
+		StatsInterval:        r.cfg.Volumes.StatsInterval,
 		Restarts:             r.restarts,
 		RetryMetrics:         metrics,
 		Logger:               r.log.WithField("component", "volumes"),

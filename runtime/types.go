@@ -519,6 +519,11 @@ type Volume struct {
 	// AccessibleTopology is where the volume can be reached from, as its
 	// plugin said on create; empty means everywhere (or unknown).
 	AccessibleTopology []map[string]string `json:"accessible_topology,omitempty"`
+	// Usage and Condition are what the plugin last reported while the
+	// volume has a published claim; nil before the first poll, after the
+	// last claim is released, or when the plugin reports neither.
+	Usage     *VolumeUsage     `json:"usage,omitempty"`
+	Condition *VolumeCondition `json:"condition,omitempty"`
 }
 
 // Claim is a current or past claim of a volume by one allocation.

@@ -51,6 +51,13 @@
 // the target land in the volume, but read-only publishing and mount flags
 // are recorded and not enforced.
 //
+// NodeGetVolumeStats reports the real usage of the volume's directory:
+// the blocks and the files in it, against the volume's capacity. The
+// node service has GET_VOLUME_HEALTH: NodeGetVolumeHealth reports a volume
+// as DEGRADED while the file StateDir/conditions/<volume id> exists (its
+// first line is the message; see [ConditionsDir]), and INACCESSIBLE when
+// its directory is gone.
+//
 // Only the mount access type is supported (block is InvalidArgument), and
 // fs_type is ignored: a volume is a directory on StateDir's file system.
 // There are no snapshots, clones, expansion or topology. Staging and

@@ -28,6 +28,7 @@ func (s *nodeServer) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabili
 		csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS,
 		csipb.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 		csipb.NodeServiceCapability_RPC_EXPAND_VOLUME,
+		csipb.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
 	} {
 		caps = append(caps, &csipb.NodeServiceCapability{
 			Type: &csipb.NodeServiceCapability_Rpc{Rpc: &csipb.NodeServiceCapability_RPC{Type: t}},
@@ -121,55 +122,6 @@ func (s *nodeServer) NodePublishVolume(_ context.Context, req *csipb.NodePublish
 // plugin did not publish for the volume is left alone and succeeds.
 func (s *nodeServer) NodeUnpublishVolume(_ context.Context, req *csipb.NodeUnpublishVolumeRequest) (*csipb.NodeUnpublishVolumeResponse, error) {
 	return reply(&csipb.NodeUnpublishVolumeResponse{}, s.p.detach(targetRole, req.GetVolumeId(), req.GetTargetPath()))
-}
-
-// NodeGetVolumeStats reports the usage of the file system that holds the
-// volume (volumes are directories; there is no per-volume quota). The path
-// must be one where the volume is staged or published.
-func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csipb.NodeGetVolumeStatsRequest) (*csipb.NodeGetVolumeStatsResponse, error) {
-	if err := requireVolumeID(req.GetVolumeId()); err != nil {
-		return nil, err
-	}
-	if req.GetVolumePath() == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume_path is required")
-	}
-	p := s.p
-	path := filepath.Clean(req.GetVolumePath())
-	p.lockState()
-	v, err := p.volumeLocked(req.GetVolumeId())
-	if err == nil {
-		_, staged := v.Staged[path]
-		_, published := v.Targets[path]
-		if !staged && !published {
-			err = status.Errorf(codes.NotFound, "volume %s is not staged or published at %s", v.ID, path)
-		}
-	}
-	p.unlockState()
-	if err != nil {
-		return nil, err
-	}
-	var fs syscall.Statfs_t
-	if err := syscall.Statfs(path, &fs); err != nil {
-		if errors.Is(err, syscall.ENOENT) {
-			return nil, status.Errorf(codes.NotFound, "volume_path %s: %s", path, err.Error())
-		}
-		return nil, status.Errorf(codes.Internal, "statfs %s: %s", path, err.Error())
-	}
-	bsize := fs.Bsize
-	return &csipb.NodeGetVolumeStatsResponse{Usage: []*csipb.VolumeUsage{
-		{
-			Unit:      csipb.VolumeUsage_BYTES,
-			Total:     int64(fs.Blocks) * bsize,
-			Available: int64(fs.Bavail) * bsize,
-			Used:      int64(fs.Blocks-fs.Bfree) * bsize,
-		},
-		{
-			Unit:      csipb.VolumeUsage_INODES,
-			Total:     int64(fs.Files),
-			Available: int64(fs.Ffree),
-			Used:      int64(fs.Files - fs.Ffree),
-		},
-	}}, nil
 }
 
 // NodeExpandVolume grows the volume where it is staged or published at
