@@ -769,6 +769,16 @@ func (b *Backend) Subscribe(ctx context.Context) (<-chan runtime.Event, error) {
 	return s.ch, nil
 }
 
+// SetVolumeStats makes volume id show usage u and condition c, as the
+// runtime does for a volume with a published claim.
+func (b *Backend) SetVolumeStats(id string, u *runtime.VolumeUsage, c *runtime.VolumeCondition) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if v, ok := b.volumes[id]; ok {
+		v.v.Usage, v.v.Condition = u, c
+	}
+}
+
 func copyVolume(v runtime.Volume) runtime.Volume {
 	v.Claims = append([]runtime.Claim{}, v.Claims...)
 	v.PastClaims = append([]runtime.Claim{}, v.PastClaims...)

@@ -77,7 +77,9 @@ func volumeStatusCommand() *command {
 		name:    "status",
 		summary: "show a volume with its claims and past claims",
 		usage:   "csiactor volume status [flags] ID",
-		help:    `Shows the volume ID (GET /v1/volumes/ID). Secrets and mount flags are never shown.`,
+		help: `Shows the volume ID (GET /v1/volumes/ID). While it has a published claim, it shows
+how full it is and its condition, as its plugin last reported them
+(every volumes.stats_interval). Secrets and mount flags are never shown.`,
 	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
 			if err := wantArgs(args, "ID"); err != nil {
@@ -116,6 +118,7 @@ func volumeStatusCommand() *command {
 			if x := v.Expansion; x != nil {
 				t.row("Expanding", fmt.Sprintf("to %s (%s)", formatSize(x.CapacityBytes), x.Step))
 			}
+			usageRows(t, v)
 			t.row("Capabilities", strings.Join(caps, ", "))
 			t.row("Mount options", mount)
 			t.row("Parameters", formatMap(v.Parameters))

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/csiactor/csiactor/runtime"
 )
@@ -246,4 +247,30 @@ func TestVolumeRelease_Cases(t *testing.T) {
 	r.want(t, 1, "")
 	r.contains(t, "stderr", "not found: alloc web-9 has no claim on volume vol1")
 	runCLI(t, env, "volume", "release", "vol1").want(t, 2, "")
+}
+
+// The usage and condition the plugin reported, in human sizes and
+// percent.
+func TestVolumeStatus_UsageAndCondition(t *testing.T) {
+	b, env := populated(t)
+	at := time.Date(2026, 11, 24, 22, 0, 1, 0, time.UTC)
+	b.SetVolumeStats("vol1",
+		&runtime.VolumeUsage{CapacityBytes: 1 << 30, AvailableBytes: 612 << 20, UsedBytes: 412 << 20, Inodes: 65536, InodesFree: 65524, InodesUsed: 12, CheckedAt: at},
+		&runtime.VolumeCondition{Abnormal: true, Message: "DEGRADED OperatorFlagged: bad sectors", CheckedAt: at})
+	r := runCLI(t, env, "volume", "status", "vol1")
+	r.want(t, 0, "")
+	r.contains(t, "stdout",
+		"Capacity       -\n"+
+			"Usage          412 MiB of 1 GiB used (40%), 612 MiB available\n"+
+			"Inodes         12 of 65536 used (0%), 65524 free\n"+
+			"Condition      abnormal: DEGRADED OperatorFlagged: bad sectors\n"+
+			"Checked        2026-11-24T22:00:01Z\n"+
+			"Capabilities   single-node-writer/file-system\n")
+	b.SetVolumeStats("vol1", &runtime.VolumeUsage{CapacityBytes: 10 << 20, AvailableBytes: 10 << 20, CheckedAt: at},
+		&runtime.VolumeCondition{CheckedAt: at})
+	runCLI(t, env, "volume", "status", "vol1").contains(t, "stdout",
+		"Usage          0 B of 10 MiB used (0%), 10 MiB available\n"+
+			"Condition      normal\n")
+	r = runCLI(t, env, "volume", "status", "-json", "vol1")
+	r.contains(t, "stdout", `"usage": {`, `"available_bytes": 10485760`, `"condition": {`, `"checked_at": "2026-11-24T22:00:01Z"`)
 }
