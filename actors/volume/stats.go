@@ -348,6 +348,22 @@ func (m *Manager) poll(ctx context.Context, t pollTarget) *statsPoll {
 	return p
 }
 
+// pollable reports whether plugin has a node allocation that answers and
+// reports usage or a condition (or a controller that reports conditions).
+func (m *Manager) pollable(ctx context.Context, plugin string) bool {
+	_, nf, err := m.plugins.Client(ctx, plugin, claim.NodePlugin)
+	switch {
+	case err != nil:
+		return false
+	case nf.VolumeStats || nf.NodeCondition || nf.NodeHealth:
+		return true
+	case !nf.ControllerService:
+		return false
+	}
+	_, cf, err := m.plugins.Client(ctx, plugin, claim.ControllerPlugin)
+	return err == nil && (cf.ControllerCondition || cf.ControllerHealth)
+}
+
 type namedCondition struct {
 	side string
 	c    csi.VolumeCondition
@@ -382,21 +398,30 @@ func combine(cs []namedCondition) *csi.VolumeCondition {
 
 // PollStats polls the usage and condition of every volume with claims on
 // this host now, at most Config.StatsConcurrency at a time, and returns
-// when every poll is recorded, or with ctx's error. The manager calls it
-// every Config.StatsInterval; tests and tools may call it in between.
+// when every poll is recorded, or with ctx's error. Volumes of a plugin
+// that reports neither usage nor conditions, or has no healthy node
+// allocation now, are skipped without waking their actors. The manager
+// calls it every Config.StatsInterval; tests and tools may call it in
+// between.
 func (m *Manager) PollStats(ctx context.Context) error {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
 		return ErrShutdown
 	}
-	var ids []string
-	for _, vols := range m.inUse {
+	byPlugin := make(map[string][]string, len(m.inUse))
+	for plugin, vols := range m.inUse {
 		for id := range vols {
-			ids = append(ids, id)
+			byPlugin[plugin] = append(byPlugin[plugin], id)
 		}
 	}
 	m.mu.Unlock()
+	var ids []string
+	for plugin, vols := range byPlugin {
+		if m.pollable(ctx, plugin) {
+			ids = append(ids, vols...)
+		}
+	}
 	work := make(chan string)
 	var wg sync.WaitGroup
 	for range min(m.cfg.StatsConcurrency, len(ids)) {

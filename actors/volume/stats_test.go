@@ -170,17 +170,21 @@ func gauge(t *testing.T, reg *prometheus.Registry, name, volume string) float64 
 	return -1
 }
 
-// TestManager_PollStats_NoStatsCapability: a plugin without
-// GET_VOLUME_STATS is never asked.
+// TestManager_PollStats_NoStatsCapability: a plugin that reports neither
+// usage nor conditions is never asked, and its idle volumes are not woken.
 func TestManager_PollStats_NoStatsCapability(t *testing.T) {
-	e := newEnv(t, fakeplugin.Config{StageUnstage: true})
+	e := newEnv(t, fakeplugin.Config{StageUnstage: true}, withConfig(func(c *Config) { c.IdleTimeout = 10 * time.Millisecond }))
 	ctx := ctxT(t)
 	e.register("vol1")
 	if _, err := e.m.Claim(ctx, claimReq("vol1", "a", claim.ModeWrite, csi.AccessModeSingleNodeWriter)); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, "the volume actor to passivate", func() bool { return e.m.Live() == 0 })
 	if err := e.m.PollStats(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if n := e.m.Live(); n != 0 {
+		t.Errorf("%d volume actors woken by a poll of a plugin without stats", n)
 	}
 	if n := e.plugin.Calls("NodeGetVolumeStats"); n != 0 {
 		t.Errorf("NodeGetVolumeStats called %d times without GET_VOLUME_STATS", n)
