@@ -83,6 +83,7 @@ type statsEntry struct {
 	bytes, inodes *csi.Usage
 	usageAt       time.Time
 	cond          *Condition
+	lastErr       string // of the last poll; "" when it succeeded
 }
 
 // statsBook holds the last usage and condition of every volume with a
@@ -120,6 +121,24 @@ func (b *statsBook) record(id, plugin string, p *statsPoll) (before *Condition) 
 		e.cond = &Condition{Abnormal: p.cond.Abnormal, Message: p.cond.Message, CheckedAt: p.at}
 	}
 	return before
+}
+
+// noteError records the error of a poll of volume id ("" for none) and
+// reports whether it differs from the last poll's.
+func (b *statsBook) noteError(id, plugin, msg string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.m[id]
+	if e == nil {
+		if msg == "" {
+			return false
+		}
+		e = &statsEntry{plugin: plugin}
+		b.m[id] = e
+	}
+	changed := e.lastErr != msg
+	e.lastErr = msg
+	return changed
 }
 
 // overlay sets v's Usage and Condition from the book.
@@ -223,10 +242,21 @@ func (a *volumeActor) statsFinished(ctx actor.Context, msg *statsFinished) {
 	a.settle(ctx)
 }
 
-// recordPoll stores a poll's result and reports a change of condition.
+// recordPoll stores a poll's result and reports a change of condition. A
+// failed poll is logged at warning, and at debug while it fails the same
+// way.
 func (a *volumeActor) recordPoll(p *statsPoll) {
+	msg := ""
 	if p.err != nil {
-		a.log.WithError(p.err).Warn("volume usage or condition poll failed; keeping the last values")
+		msg = p.err.Error()
+	}
+	if changed := a.m.stats.noteError(a.h.id, a.rec.Plugin, msg); p.err != nil {
+		l := a.log.WithError(p.err)
+		if changed {
+			l.Warn("volume usage or condition poll failed; keeping the last values")
+		} else {
+			l.Debug("volume usage or condition poll failed again; keeping the last values")
+		}
 	}
 	if p.stats == nil && p.cond == nil {
 		return
