@@ -71,6 +71,19 @@
 // and never torn down (its Condition is degraded); [Manager.Repairing]
 // lists the volumes still being repaired. See claim.CheckHost.
 //
+// # Usage and condition
+//
+// With [Config.StatsInterval] set, the manager polls the usage and
+// condition of every volume with a published claim (NodeGetVolumeStats,
+// and the condition RPCs the node plugin and its controller have), at
+// most [Config.StatsConcurrency] at a time; [Manager.PollStats] runs one
+// round at once. A volume actor polls in its slot, so never while a step
+// of the volume runs. The results are in Volume.Usage and
+// Volume.Condition, in the csiactor_volume_stats_* and
+// csiactor_volume_condition_abnormal metrics, and a change of condition is
+// an EventVolumeAbnormal or EventVolumeNormal; they are dropped when the
+// volume's last published claim goes.
+//
 // # Caveats
 //
 // A publish step that fails with a retryable error (unavailable, timeout,
