@@ -112,8 +112,8 @@ func TestRuntime_VolumeStats_ExamplePlugin(t *testing.T) {
 
 	// Flip the condition in the plugin.
 	flag := filepath.Join(pdir, "plugin-state", csiplugin.ConditionsDir, vol.ExternalID)
-	if err := os.MkdirAll(filepath.Dir(flag), 0o700); err != nil {
-		t.Fatal(err)
+	if fi, err := os.Stat(filepath.Dir(flag)); err != nil || !fi.IsDir() {
+		t.Fatalf("the plugin did not create its conditions directory: %v", err)
 	}
 	if err := os.WriteFile(flag, []byte("bad sectors\n"), 0o600); err != nil {
 		t.Fatal(err)

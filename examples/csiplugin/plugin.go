@@ -69,6 +69,9 @@ func New(cfg Config) (*Plugin, error) {
 	if err := os.MkdirAll(filepath.Join(dir, volumesDir), 0o750); err != nil {
 		return nil, fmt.Errorf("create state dir: %w", err)
 	}
+	if err := os.MkdirAll(filepath.Join(dir, ConditionsDir), 0o700); err != nil {
+		return nil, fmt.Errorf("create state dir: %w", err)
+	}
 	lock, err := lockStateDir(dir)
 	if err != nil {
 		return nil, err

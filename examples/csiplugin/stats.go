@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// ConditionsDir is the directory of StateDir where an operator (or a test)
-// flips a volume's condition: while the file ConditionsDir/<volume id>
+// ConditionsDir is the directory of StateDir (New creates it) where an
+// operator (or a test) flips a volume's condition: while the file ConditionsDir/<volume id>
 // exists, NodeGetVolumeHealth reports the volume as abnormal (DEGRADED,
 // reason OperatorFlagged), with the file's first line as the message.
 // Removing the file makes the volume normal again. A volume whose

@@ -82,8 +82,8 @@ func TestNode_GetVolumeHealth_ConditionFile(t *testing.T) {
 		t.Errorf("a fresh volume reports %v", h)
 	}
 	flag := filepath.Join(a.cfg.StateDir, csiplugin.ConditionsDir, a.id)
-	if err := os.MkdirAll(filepath.Dir(flag), 0o700); err != nil {
-		t.Fatal(err)
+	if fi, err := os.Stat(filepath.Dir(flag)); err != nil || !fi.IsDir() {
+		t.Fatalf("the plugin did not create its conditions directory: %v", err)
 	}
 	if err := os.WriteFile(flag, []byte("  disk reports bad sectors  \nmore detail\n"), 0o600); err != nil {
 		t.Fatal(err)
