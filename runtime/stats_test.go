@@ -115,7 +115,13 @@ func TestRuntime_VolumeStats_ExamplePlugin(t *testing.T) {
 	if fi, err := os.Stat(filepath.Dir(flag)); err != nil || !fi.IsDir() {
 		t.Fatalf("the plugin did not create its conditions directory: %v", err)
 	}
-	if err := os.WriteFile(flag, []byte("bad sectors\n"), 0o600); err != nil {
+	// Written whole (a rename): a poll between the creation of the file
+	// and its write would see the volume abnormal without a message
+	// first, and then with one, two events.
+	if err := os.WriteFile(flag+".tmp", []byte("bad sectors\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(flag+".tmp", flag); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the volume abnormal", func() (bool, error) {
