@@ -237,6 +237,16 @@ func answersRealBackend(t *testing.T, sc *specChecker) {
 		{name: "claim over limit", method: "POST", path: "/v1/volumes/data1/claims", body: strings.Replace(claim, `"w1"`, `"w2"`, 1), status: 409},
 		{name: "claim bad mode", method: "POST", path: "/v1/volumes/data1/claims", body: strings.Replace(claim, `"write"`, `"rw"`, 1), status: 400},
 		{name: "claim unknown volume", method: "POST", path: "/v1/volumes/nope/claims", body: claim, status: 404},
+	})
+	// The claimed volume's usage and condition, polled now, are in its
+	// answer below.
+	if err := e.rt.PollVolumeStats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := e.rt.Volume(ctx, "data1"); err != nil || v.Usage == nil || v.Condition == nil {
+		t.Fatalf("claimed volume after a poll: usage %+v, condition %+v, %v", v.Usage, v.Condition, err)
+	}
+	runSpecSteps(t, sc, e.rc, []specStep{
 		{name: "volume claimed", method: "GET", path: "/v1/volumes/data1", status: 200},
 		{name: "expand", method: "POST", path: "/v1/volumes/data1/expand", body: `{"capacity_bytes":2147483648}`, status: 200},
 		{name: "expand shrink", method: "POST", path: "/v1/volumes/data1/expand", body: `{"capacity_bytes":1}`, status: 400},
