@@ -312,6 +312,15 @@ func TestLauncher_PluginOutlivesAgent(t *testing.T) {
 	if err != nil || st.PID == 0 || st.ShimPID == 0 {
 		t.Fatalf("state %+v, %v", st, err)
 	}
+	// Whatever fails below, the plugin and its shim do not outlive the test.
+	stopped := false
+	t.Cleanup(func() {
+		if stopped {
+			return
+		}
+		_ = syscall.Kill(st.PID, syscall.SIGKILL)
+		_ = syscall.Kill(st.ShimPID, syscall.SIGKILL)
+	})
 	_ = agent.Process.Signal(syscall.SIGKILL)
 	_ = agent.Wait()
 
@@ -355,6 +364,7 @@ func TestLauncher_PluginOutlivesAgent(t *testing.T) {
 	if err := p.Stop(context.Background(), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	stopped = true
 	if p.Status() != "unknown status (adopted process)" {
 		t.Errorf("Status() = %q", p.Status())
 	}
