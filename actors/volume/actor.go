@@ -32,8 +32,14 @@ type volumeActor struct {
 	respawns map[string]*claim.Job     // claim actors to start again, by alloc
 	// expandWaiters are the callers of the expansion in progress.
 	expandWaiters []chan<- reply
-	idle          *time.Timer
-	idleGen       uint64
+	// forcing are the callers of forced releases, by alloc: the claim
+	// actor of such a past claim is not started again.
+	forcing map[string][]chan<- reply
+	// forgetting are the allocs whose past claims the next persist
+	// forgets without freeing them: no claim-freed event for them.
+	forgetting []string
+	idle       *time.Timer
+	idleGen    uint64
 
 	stopping   bool // restarting or stopping: start nothing new
 	passivated bool // stopping because idle
@@ -74,6 +80,10 @@ func (a *volumeActor) Receive(ctx actor.Context) {
 		a.retryDue(ctx, msg)
 	case *releaseRequest:
 		a.release(ctx, msg)
+	case *forceReleaseRequest:
+		a.forceRelease(ctx, msg)
+	case *forceFinished:
+		a.forceFinished(ctx, msg)
 	case *claim.TurnRequest:
 		a.turnRequested(ctx, msg)
 	case *claim.StepDone:

@@ -2,6 +2,7 @@ package volume
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/csiactor/csiactor/actors/claim"
@@ -48,7 +49,10 @@ type Event struct {
 // recordEvents reports what changed between the persisted records old and
 // cur (old is nil for a new volume). It runs on the volume actor, after the
 // write, and must not block: OnEvent is documented as non-blocking.
-func (m *Manager) recordEvents(old, cur *persistence.Volume) {
+//
+// forgotten are allocs whose past claims cur drops without their being
+// freed (a forced release): no claim-freed event for them.
+func (m *Manager) recordEvents(old, cur *persistence.Volume, forgotten ...string) {
 	emit := m.cfg.OnEvent
 	if emit == nil || cur == nil {
 		return
@@ -96,7 +100,7 @@ func (m *Manager) recordEvents(old, cur *persistence.Volume) {
 		}
 	}
 	for _, c := range old.PastClaims {
-		if curPast.find(c.Alloc) < 0 {
+		if curPast.find(c.Alloc) < 0 && !slices.Contains(forgotten, c.Alloc) {
 			ev(EventClaimFreed, c.Alloc, "past claim freed")
 		}
 	}

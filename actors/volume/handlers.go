@@ -109,7 +109,7 @@ func (a *volumeActor) persist(v *persistence.Volume, point string) error {
 	}
 	a.m.publish(a.h, v)
 	a.freeHosts(old, v) // before the events: a freed claim is freed for the cluster too
-	a.m.recordEvents(old, v)
+	a.m.recordEvents(old, v, a.forgetting...)
 	a.m.faultPoint("persisted:", point, a.h.id)
 	return nil
 }
@@ -157,6 +157,8 @@ func (a *volumeActor) settle(ctx actor.Context) {
 			a.runExpansion(ctx)
 		case *statsRequest:
 			a.pollStats(ctx, w)
+		case *forceWork:
+			a.runForce(ctx, w.alloc)
 		}
 	}
 	if a.stopping {
@@ -179,7 +181,7 @@ func (a *volumeActor) settle(ctx actor.Context) {
 func (a *volumeActor) isIdle() bool {
 	return a.slot.kind == slotFree && len(a.queue) == 0 && a.job == nil &&
 		len(a.lookups) == 0 && len(a.retries) == 0 && len(a.waiters) == 0 &&
-		len(a.claimers) == 0 && len(a.respawns) == 0 && len(a.expandWaiters) == 0 &&
+		len(a.claimers) == 0 && len(a.respawns) == 0 && len(a.expandWaiters) == 0 && len(a.forcing) == 0 &&
 		(a.rec == nil || !claim.Unfinished(a.rec))
 }
 
@@ -480,7 +482,7 @@ func (a *volumeActor) release(ctx actor.Context, msg *releaseRequest) {
 }
 
 func (a *volumeActor) spawnClaimer(ctx actor.Context, alloc string) {
-	if _, ok := a.claimers[alloc]; ok || a.stopping {
+	if _, ok := a.claimers[alloc]; ok || a.stopping || len(a.forcing[alloc]) > 0 {
 		return
 	}
 	props := claim.NewProps(claim.Config{
@@ -516,7 +518,7 @@ func (a *volumeActor) turnRequested(ctx actor.Context, msg *claim.TurnRequest) {
 // the claim is freed. The slot is free.
 func (a *volumeActor) grantTurn(ctx actor.Context, alloc string) {
 	pid := a.claimers[alloc]
-	if pid == nil {
+	if pid == nil || len(a.forcing[alloc]) > 0 {
 		return
 	}
 	if a.rec == nil {
@@ -570,7 +572,7 @@ func (a *volumeActor) childTerminated(ctx actor.Context, msg *actor.Terminated) 
 		if a.slot.kind == slotLent && a.slot.alloc == alloc {
 			a.slot = slot{}
 		}
-		if a.stopping || a.rec == nil || claim.FindClaim(a.rec.PastClaims, alloc) < 0 {
+		if a.stopping || a.rec == nil || claim.FindClaim(a.rec.PastClaims, alloc) < 0 || len(a.forcing[alloc]) > 0 {
 			break
 		}
 		// Stopped for good by its supervisor with work left: start it
@@ -614,9 +616,12 @@ func (a *volumeActor) respawnClaimer(ctx actor.Context, msg *respawnClaimer) {
 // register handles Register and Create. The slot is free.
 func (a *volumeActor) register(ctx actor.Context, req *registerRequest) {
 	if a.rec != nil {
-		if req.spec.sameAs(a.rec, req.create) {
+		switch {
+		case req.spec.sameAs(a.rec, req.create):
 			answer(req.reply, reply{vol: a.rec})
-		} else {
+		case !req.create:
+			a.update(req)
+		default:
 			answer(req.reply, reply{err: fmt.Errorf("%w: volume %q is already registered with a different definition", ErrConflict, a.h.id)})
 		}
 		return
@@ -682,8 +687,15 @@ func (a *volumeActor) deregister(ctx actor.Context, req *deregisterRequest) {
 		answer(req.reply, reply{err: a.notFound()})
 		return
 	}
-	if n, p := len(a.rec.Claims), len(a.rec.PastClaims); n+p > 0 {
-		answer(req.reply, reply{err: fmt.Errorf("%w: volume %q has %s", ErrInUse, a.h.id, claimsHeld(n, p))})
+	switch n, p := len(a.rec.Claims), len(a.rec.PastClaims); {
+	case n > 0:
+		answer(req.reply, reply{err: fmt.Errorf("%w: volume %q has %s%s", ErrInUse, a.h.id, claimsHeld(n, p), inUseHint(n, p, req.force))})
+		return
+	case p > 0 && !req.force:
+		answer(req.reply, reply{err: fmt.Errorf("%w: volume %q has %s%s", ErrInUse, a.h.id, claimsHeld(n, p), inUseHint(n, p, req.force))})
+		return
+	case p > 0:
+		a.forceDeregister(ctx, req)
 		return
 	}
 	if !req.delete {
@@ -808,7 +820,7 @@ func (a *volumeActor) remove(ctx actor.Context, req *deregisterRequest) {
 	a.h.snap.Store(&snapshot{})
 	a.m.removed(a.h, last)
 	a.removed = true
-	answer(req.reply, reply{})
+	answer(req.reply, reply{left: req.left})
 	ctx.Stop(ctx.Self())
 }
 

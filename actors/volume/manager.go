@@ -92,6 +92,8 @@ type Manager struct {
 
 	actors sync.WaitGroup // one per spawned volume actor, done when it has stopped
 
+	waits *waitSet // callers of ClaimWait, woken when their volume changes
+
 	shutdownOnce sync.Once
 	shutdownDone chan struct{}
 }
@@ -128,6 +130,7 @@ func NewManager(root *actor.RootContext, cfg Config, store Store, plugins Plugin
 		repairing:    map[string]struct{}{},
 		stats:        newStatsBook(),
 		shutdownDone: make(chan struct{}),
+		waits:        newWaitSet(),
 	}
 	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "csiactor_volume_operations_in_flight",
@@ -541,6 +544,7 @@ func (m *Manager) removed(h *handle, v *persistence.Volume) {
 	h.counted, h.baselined = nil, true
 	delete(m.repairing, h.id)
 	m.countsMu.Unlock()
+	m.waits.changed(h.id)
 }
 
 // orphaned keeps the counted record of an actor that stopped without
@@ -557,6 +561,7 @@ func (m *Manager) orphaned(h *handle) {
 // publish makes rec the snapshot of h and updates the claim counts.
 func (m *Manager) publish(h *handle, rec *persistence.Volume) {
 	h.snap.Store(&snapshot{rec: rec})
+	defer m.waits.changed(h.id)
 	m.countsMu.Lock()
 	defer m.countsMu.Unlock()
 	if h.baselined {
@@ -580,14 +585,21 @@ func (m *Manager) faultPoint(prefix, name, volume string) {
 }
 
 // Register registers a volume the plugin already has (spec.ExternalID
-// set). Registering the same spec again returns the volume; a different
-// spec under the same ID is ErrConflict, and so is a plugin volume
-// (spec.Plugin and spec.ExternalID) that is registered under another ID
-// (the error names it): claims through two IDs would get past the limits of
+// set). Registering the same spec again returns the volume. A different
+// spec under the same ID updates the volume's definition (event
+// EventVolumeUpdated, naming the changed fields): the secrets at any time
+// (the next RPCs use them), the capabilities, mount options, parameters
+// and context only while the volume has no claim (ErrInUse naming the
+// claims otherwise), the plugin and the external ID never (ErrInvalid
+// naming the field); an update is not validated with the plugin, and
+// the first claim after it finds out. A created volume is updated the
+// same way (its spec gives the external ID and context the plugin
+// chose). A plugin volume (spec.Plugin and spec.ExternalID) that is
+// registered under another ID is ErrConflict (the error names it): claims through two IDs would get past the limits of
 // the volume's access mode, and deleting one would delete the other's data.
 //
 // When a controller of the plugin can be asked (Plugins.Client gives one),
-// Register first sends ValidateVolumeCapabilities with the volume's
+// Register of a new volume first sends ValidateVolumeCapabilities with the volume's
 // capabilities, context, parameters and secrets: a volume the plugin says
 // does not exist (NotFound) is ErrNotFound; capabilities it does not confirm
 // are ErrInvalid, naming them, with the plugin's message; InvalidArgument
@@ -792,6 +804,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.shutdownOnce.Do(func() {
 		m.mu.Lock()
 		m.closed = true
+		m.waits.close()
 		hs := make([]*handle, 0, len(m.live))
 		for _, h := range m.live {
 			hs = append(hs, h)

@@ -12,7 +12,8 @@ import (
 type reply struct {
 	vol      *persistence.Volume // the record after the request (never modified)
 	claim    persistence.Claim
-	repaired int // reconcileRequest: claims sent back through their publish steps
+	repaired int      // reconcileRequest: claims sent back through their publish steps
+	left     []string // forced release or deregistration: what may be left
 	err      error
 }
 
@@ -30,6 +31,8 @@ type registerRequest struct {
 type deregisterRequest struct {
 	ctx    context.Context
 	delete bool
+	force  bool     // forget past claims that are not freed (ForceDeregister)
+	left   []string // force: what the past claims may leave
 	reply  chan<- reply
 }
 

@@ -228,6 +228,13 @@ type Claim struct {
 	Condition string    `json:"condition,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// Left names, for a claim forgotten by ForceRelease, what its last
+	// teardown may have left (a target mount, a staging, a controller
+	// attachment), each with its RPC's error.
+	Left []string `json:"left,omitempty"`
+	// ControllerRequired: the claim goes (or went) through
+	// ControllerPublishVolume, so its teardown needs the controller.
+	ControllerRequired bool `json:"controller_required,omitempty"`
 }
 
 // Staging is one staging path of a volume and the allocations that use it.
@@ -304,22 +311,23 @@ func viewOf(v *persistence.Volume) Volume {
 
 func claimOf(volume string, c *persistence.Claim) Claim {
 	return Claim{
-		Volume:         volume,
-		Alloc:          c.Alloc,
-		Mode:           c.Mode,
-		AccessMode:     c.AccessMode,
-		AttachmentMode: c.AttachmentMode,
-		State:          c.State,
-		Usage:          c.Usage,
-		TargetPath:     c.TargetPath,
-		StagingPath:    c.StagingPath,
-		NodeID:         c.NodeID,
-		LastError:      c.LastError,
-		Attempts:       c.Attempts,
-		Repair:         c.Repair,
-		Condition:      conditionOf(c),
-		CreatedAt:      c.CreatedAt,
-		UpdatedAt:      c.UpdatedAt,
+		Volume:             volume,
+		Alloc:              c.Alloc,
+		Mode:               c.Mode,
+		AccessMode:         c.AccessMode,
+		AttachmentMode:     c.AttachmentMode,
+		State:              c.State,
+		Usage:              c.Usage,
+		TargetPath:         c.TargetPath,
+		StagingPath:        c.StagingPath,
+		NodeID:             c.NodeID,
+		LastError:          c.LastError,
+		Attempts:           c.Attempts,
+		Repair:             c.Repair,
+		Condition:          conditionOf(c),
+		ControllerRequired: c.ControllerRequired,
+		CreatedAt:          c.CreatedAt,
+		UpdatedAt:          c.UpdatedAt,
 	}
 }
 
