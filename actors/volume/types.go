@@ -310,24 +310,29 @@ func viewOf(v *persistence.Volume) Volume {
 }
 
 func claimOf(volume string, c *persistence.Claim) Claim {
+	out := claimFields(volume, c)
+	out.ControllerRequired = c.ControllerRequired
+	return out
+}
+
+func claimFields(volume string, c *persistence.Claim) Claim {
 	return Claim{
-		Volume:             volume,
-		Alloc:              c.Alloc,
-		Mode:               c.Mode,
-		AccessMode:         c.AccessMode,
-		AttachmentMode:     c.AttachmentMode,
-		State:              c.State,
-		Usage:              c.Usage,
-		TargetPath:         c.TargetPath,
-		StagingPath:        c.StagingPath,
-		NodeID:             c.NodeID,
-		LastError:          c.LastError,
-		Attempts:           c.Attempts,
-		Repair:             c.Repair,
-		Condition:          conditionOf(c),
-		ControllerRequired: c.ControllerRequired,
-		CreatedAt:          c.CreatedAt,
-		UpdatedAt:          c.UpdatedAt,
+		Volume:         volume,
+		Alloc:          c.Alloc,
+		Mode:           c.Mode,
+		AccessMode:     c.AccessMode,
+		AttachmentMode: c.AttachmentMode,
+		State:          c.State,
+		Usage:          c.Usage,
+		TargetPath:     c.TargetPath,
+		StagingPath:    c.StagingPath,
+		NodeID:         c.NodeID,
+		LastError:      c.LastError,
+		Attempts:       c.Attempts,
+		Repair:         c.Repair,
+		Condition:      conditionOf(c),
+		CreatedAt:      c.CreatedAt,
+		UpdatedAt:      c.UpdatedAt,
 	}
 }
 
