@@ -417,13 +417,22 @@ func (r *Runtime) registerAllocation(ctx context.Context, id string, spec Alloca
 
 // DeregisterAllocation removes the allocation id (both roles of a monolith)
 // and returns when its actor has stopped and its process, if any, is gone.
+// It fails with ErrConflict, naming them, when claims (published, being
+// published, or being released) depend on it: it is the last healthy
+// node (or controller) allocation of its plugin that they need. See
+// ForceDeregisterAllocation.
 func (r *Runtime) DeregisterAllocation(ctx context.Context, id string) error {
 	if err := r.ready(); err != nil {
 		return err
 	}
-	err := r.registry.Deregister(ctx, id)
-	r.plugins.invalidate()
-	return mapErr(err)
+	deps, err := r.allocationDependents(ctx, id)
+	if err != nil {
+		return err
+	}
+	if deps != nil {
+		return errAllocationInUse(deps)
+	}
+	return r.deregisterAllocation(ctx, id)
 }
 
 // Allocations lists every allocation, ordered by plugin, then type, newest
@@ -479,7 +488,15 @@ func (r *Runtime) Plugin(ctx context.Context, name string) (Plugin, error) {
 }
 
 // RegisterVolume registers an existing volume of a plugin as id. The same id
-// with the same spec again is a no-op; with another spec, a conflict.
+// with the same spec again is a no-op. Another spec for a registered id is
+// an update of its definition (event EventVolumeUpdated, naming the
+// changed fields, never their values): the secrets at any time (the next
+// RPCs use them), the capabilities, mount options, parameters and context
+// only while the volume has no claim (ErrConflict naming the claims), the
+// plugin and the external ID never (ErrInvalid naming the field). An
+// update is not checked with ValidateVolumeCapabilities; the first claim
+// after it finds out. In cluster mode a volume's definition cannot be
+// updated yet (ErrConflict).
 func (r *Runtime) RegisterVolume(ctx context.Context, id string, spec VolumeSpec) (Volume, error) {
 	if err := ValidateID("id", id); err != nil {
 		return Volume{}, err

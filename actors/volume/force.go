@@ -57,18 +57,18 @@ type forceFinished struct {
 //
 // A current claim is released first (as Release does) and then forced at
 // once: its RPCs are sent once too. The returned claim is in state
-// claim.StateFreed; its Left names what may be left (a target mount, a
-// staging, a controller attachment), each with the error of its RPC, and
-// so does the EventClaimForceReleased event. A staging that may be left
+// claim.StateFreed; the returned list names what may be left (a target
+// mount, a staging, a controller attachment), each with the error of its
+// RPC, and so does the EventClaimForceReleased event. A staging that may be left
 // stays in the record as not staged, so the next claim stages it again
 // and a later release unstages it. A crash before the claim is forgotten
 // leaves it a past claim, torn down as usual; force it again.
-func (m *Manager) ForceRelease(ctx context.Context, volumeID, alloc string) (Claim, error) {
+func (m *Manager) ForceRelease(ctx context.Context, volumeID, alloc string) (Claim, []string, error) {
 	if err := claim.CheckName("volume", volumeID); err != nil {
-		return Claim{}, err
+		return Claim{}, nil, err
 	}
 	if err := claim.CheckName("alloc", alloc); err != nil {
-		return Claim{}, err
+		return Claim{}, nil, err
 	}
 	r, err := m.ask(ctx, volumeID, false, func(ch chan<- reply) any {
 		return &forceReleaseRequest{alloc: alloc, reply: ch}
@@ -77,11 +77,9 @@ func (m *Manager) ForceRelease(ctx context.Context, volumeID, alloc string) (Cla
 		err = r.err
 	}
 	if err != nil {
-		return Claim{}, err
+		return Claim{}, nil, err
 	}
-	c := claimOf(volumeID, &r.claim)
-	c.Left = r.left
-	return c, nil
+	return claimOf(volumeID, &r.claim), r.left, nil
 }
 
 // ForceDeregister forgets volume id even though it has past claims that

@@ -228,10 +228,6 @@ type Claim struct {
 	Condition string    `json:"condition,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
-	// Left names, for a claim forgotten by ForceRelease, what its last
-	// teardown may have left (a target mount, a staging, a controller
-	// attachment), each with its RPC's error.
-	Left []string `json:"left,omitempty"`
 	// ControllerRequired: the claim goes (or went) through
 	// ControllerPublishVolume, so its teardown needs the controller.
 	ControllerRequired bool `json:"controller_required,omitempty"`
