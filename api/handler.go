@@ -282,7 +282,15 @@ func (s *server) registerAllocation(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) deregisterAllocation(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathID(w, r, "id")
-	if !ok || !s.noQuery(w, r) {
+	if !ok {
+		return
+	}
+	force, ok := forceParam(w, r)
+	if !ok {
+		return
+	}
+	if force {
+		s.forceDeregisterAllocation(w, r, id)
 		return
 	}
 	if err := s.b.DeregisterAllocation(r.Context(), id); err != nil {
@@ -435,12 +443,20 @@ func (s *server) deleteVolume(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	q, ok := query(w, r, "delete")
+	q, ok := query(w, r, "delete", "force")
 	if !ok {
 		return
 	}
 	deleteToo, ok := boolParam(w, q, "delete")
 	if !ok {
+		return
+	}
+	force, ok := boolParam(w, q, "force")
+	if !ok {
+		return
+	}
+	if force {
+		s.forceDeregisterVolume(w, r, id, deleteToo)
 		return
 	}
 	if err := s.b.DeleteVolume(r.Context(), id, deleteToo); err != nil {
@@ -469,11 +485,19 @@ func (s *server) expandVolume(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) claim(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathID(w, r, "id")
-	if !ok || !s.noQuery(w, r) {
+	if !ok {
+		return
+	}
+	wait, ok := waitParam(w, r)
+	if !ok {
 		return
 	}
 	var req runtime.ClaimRequest
 	if !s.decode(w, r, &req) || !valid(w, req.Validate()) {
+		return
+	}
+	if wait > 0 {
+		s.claimWait(w, r, id, req, wait)
 		return
 	}
 	c, err := s.b.Claim(r.Context(), id, req)
@@ -490,7 +514,15 @@ func (s *server) release(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	alloc, ok := pathID(w, r, "alloc")
-	if !ok || !s.noQuery(w, r) {
+	if !ok {
+		return
+	}
+	force, ok := forceParam(w, r)
+	if !ok {
+		return
+	}
+	if force {
+		s.forceRelease(w, r, id, alloc)
 		return
 	}
 	c, err := s.b.Release(r.Context(), id, alloc)
