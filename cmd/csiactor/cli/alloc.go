@@ -46,8 +46,15 @@ plugins.registration_dir, deregistered when its registration socket goes).`,
 				name:    "deregister",
 				summary: "deregister an allocation (stopping it if exec-managed)",
 				usage:   "csiactor alloc deregister [flags] ID",
-				help:    `Deregisters the allocation ID (DELETE /v1/allocations/ID); the agent stops its process if it started it.`,
+				help: `Deregisters the allocation ID (DELETE /v1/allocations/ID); the agent stops its process if it started it.
+
+Refused while it is the last healthy node (or controller) allocation of its
+plugin and claims need it: claims published or being published, past
+claims being released. The error names them. -force deregisters it anyway
+(?force=true): those claims wait for a healthy allocation of the plugin,
+and the event allocation-force-deregistered names them.`,
 			}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
+				force := fs.Bool("force", false, "deregister even while claims depend on the allocation")
 				return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
 					if err := wantArgs(args, "ID"); err != nil {
 						return err
@@ -55,7 +62,11 @@ plugins.registration_dir, deregistered when its registration socket goes).`,
 					if err := checkID("ID", args[0]); err != nil {
 						return err
 					}
-					if err := cl.DeregisterAllocation(ctx, args[0]); err != nil {
+					deregister := cl.DeregisterAllocation
+					if *force {
+						deregister = cl.ForceDeregisterAllocation
+					}
+					if err := deregister(ctx, args[0]); err != nil {
 						return err
 					}
 					if !cf.json {

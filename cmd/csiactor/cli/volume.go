@@ -14,13 +14,15 @@ import (
 func volumeCommand() *command {
 	return &command{
 		name:    "volume",
-		summary: "list, show, register, create, delete, expand, claim and release volumes",
-		usage:   "csiactor volume list|status|register|create|delete|expand|claim|release [flags] [args]",
+		summary: "list, show, register, update, create, deregister, delete, expand, claim and release volumes",
+		usage:   "csiactor volume list|status|register|update|create|deregister|delete|expand|claim|release [flags] [args]",
 		subs: []*command{
 			volumeListCommand(),
 			volumeStatusCommand(),
 			volumeRegisterCommand(),
+			volumeUpdateCommand(),
 			volumeCreateCommand(),
+			volumeDeregisterCommand(),
 			volumeDeleteCommand(),
 			volumeExpandCommand(),
 			volumeClaimCommand(),
@@ -169,39 +171,6 @@ func formatMap(m map[string]string) string {
 	}
 	sort.Strings(kv)
 	return strings.Join(kv, ", ")
-}
-
-func volumeDeleteCommand() *command {
-	return clientLeaf(&command{
-		name:    "delete",
-		summary: "deregister a volume, and with -purge delete it through the controller",
-		usage:   "csiactor volume delete [flags] ID",
-		help: `Deregisters the volume ID (DELETE /v1/volumes/ID). With -purge the agent
-also deletes it through the plugin's controller (DeleteVolume; the API's
-delete=true), destroying its data. Fails while the volume has claims or past
-claims still being released.`,
-	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
-		purge := fs.Bool("purge", false, "also delete the volume and its data through the controller")
-		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
-			if err := wantArgs(args, "ID"); err != nil {
-				return err
-			}
-			if err := checkID("ID", args[0]); err != nil {
-				return err
-			}
-			if err := cl.DeleteVolume(ctx, args[0], *purge); err != nil {
-				return err
-			}
-			if !cf.json {
-				if *purge {
-					fmt.Fprintf(e.stdout, "Deleted volume %s\n", args[0])
-				} else {
-					fmt.Fprintf(e.stdout, "Deregistered volume %s\n", args[0])
-				}
-			}
-			return nil
-		}
-	})
 }
 
 // listExternal prints every volume plugin's controller lists, page by page.

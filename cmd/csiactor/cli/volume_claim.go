@@ -18,6 +18,11 @@ func volumeClaimCommand() *command {
 (POST /v1/volumes/VOLUME/claims); when it is published, prints its target
 path. Claiming again with the same flags returns the same path.
 
+With -wait, a claim that other claims keep out (the access mode's limit,
+or the alloc's previous claim still being released) waits up to that long
+for them to be released and freed instead of failing at once
+(POST /v1/volumes/VOLUME/claims?wait=DURATION; at most 10m).
+
 Example:
   csiactor volume claim -alloc web-1 -mode write -access-mode single-node-writer data1`,
 	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
@@ -25,6 +30,7 @@ Example:
 		mode := fs.String("mode", "", "claim `mode`: read or write (required)")
 		access := fs.String("access-mode", "", "access `mode`, one of the volume's capabilities (required)")
 		attach := fs.String("attachment-mode", "file-system", "attachment `mode`: file-system or block-device")
+		wait := fs.String("wait", "", "wait up to `duration` (like 30s) for conflicting claims to go")
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
 			if err := wantArgs(args, "VOLUME"); err != nil {
 				return err
@@ -44,7 +50,17 @@ Example:
 			if err := usageFromField(req.Validate(), claimFlagNames); err != nil {
 				return err
 			}
-			c, err := cl.Claim(ctx, args[0], req)
+			var c runtime.Claim
+			var err error
+			if *wait != "" {
+				d, werr := runtime.ParseClaimWait(*wait)
+				if werr != nil {
+					return usageFromField(werr, flagNames{"wait": "-wait"})
+				}
+				c, err = cl.ClaimWait(ctx, args[0], req, d)
+			} else {
+				c, err = cl.Claim(ctx, args[0], req)
+			}
 			if err != nil {
 				return err
 			}
@@ -65,9 +81,18 @@ func volumeReleaseCommand() *command {
 		help: `Releases the claim of -alloc on VOLUME (DELETE /v1/volumes/VOLUME/claims/ALLOC).
 It returns as soon as the claim is recorded as a past claim; the agent then
 unpublishes and detaches it in the background, retrying until done. Follow
-it with "csiactor volume status VOLUME".`,
+it with "csiactor volume status VOLUME".
+
+With -force, the way out of a teardown that a broken plugin refuses
+forever (DELETE /v1/volumes/VOLUME/claims/ALLOC?force=true): the agent sends
+each teardown RPC the claim still needs once, whatever they answer, and
+forgets the claim; the volume can be claimed again at once. It prints what
+may be left (a target mount, a staging, a controller attachment) with each
+RPC's error, as does the event claim-force-released. A claim not yet
+released is released first, then forced the same way.`,
 	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 		alloc := fs.String("alloc", "", "the claiming alloc's `id` (required)")
+		force := fs.Bool("force", false, "one last best-effort teardown, then forget the claim")
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
 			if err := wantArgs(args, "VOLUME"); err != nil {
 				return err
@@ -81,6 +106,9 @@ it with "csiactor volume status VOLUME".`,
 			if err := checkID("-alloc", *alloc); err != nil {
 				return err
 			}
+			if *force {
+				return forceRelease(ctx, e, cl, cf, args[0], *alloc)
+			}
 			c, err := cl.Release(ctx, args[0], *alloc)
 			if err != nil {
 				return err
@@ -92,4 +120,24 @@ it with "csiactor volume status VOLUME".`,
 			return nil
 		}
 	})
+}
+
+func forceRelease(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, vol, alloc string) error {
+	fr, err := cl.ForceRelease(ctx, vol, alloc)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(e.stdout, fr)
+	}
+	fmt.Fprintf(e.stdout, "Forced the release of the claim of %s on %s: it is forgotten\n", fr.Alloc, vol)
+	if len(fr.Left) == 0 {
+		fmt.Fprintln(e.stdout, "Its last teardown succeeded; nothing is left")
+		return nil
+	}
+	fmt.Fprintln(e.stdout, "May be left (clean up by hand):")
+	for _, l := range fr.Left {
+		fmt.Fprintf(e.stdout, "  %s\n", l)
+	}
+	return nil
 }

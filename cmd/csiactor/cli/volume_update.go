@@ -1,0 +1,73 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+
+	"github.com/csiactor/csiactor/api"
+	"github.com/csiactor/csiactor/runtime"
+)
+
+func volumeUpdateCommand() *command {
+	return clientLeaf(&command{
+		name:    "update",
+		summary: "change a registered volume's secrets, mount options, parameters or context",
+		usage:   "csiactor volume update [flags] ID",
+		help: `Replaces the definition of the registered volume ID with the one given
+(PUT /v1/volumes/ID), with the flags of "volume register". Give the whole
+definition: secrets and mount flags are never shown, so they cannot be read
+back, and what is left out is removed.
+
+The secrets may change at any time: the next RPCs of the volume use them.
+The capabilities, mount options, parameters and context only while the
+volume has no claim. The plugin and the external ID never change. An event
+(volume-updated) names the fields that changed, never their values.
+` + volumeSpecHelp + `
+
+Example (rotate a secret of a claimed volume):
+  csiactor volume update -plugin hostpath -external-id vol-7f3a \
+    -capability single-node-writer -fs-type ext4 -mount-flag noatime \
+    -secrets-file /etc/csiactor/data1.secrets data1`,
+	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
+		sf := addVolumeSpecFlags(fs)
+		externalID := fs.String("external-id", "", "the plugin's `id` of the volume (required; cannot change)")
+		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
+			if err := wantArgs(args, "ID"); err != nil {
+				return err
+			}
+			spec, err := sf.spec()
+			if err != nil {
+				return err
+			}
+			if *externalID == "" {
+				return usagef("-external-id is required")
+			}
+			spec.ExternalID = *externalID
+			if err := checkID("ID", args[0]); err != nil {
+				return err
+			}
+			if err := usageFromField(spec.Validate(), volumeFlagNames); err != nil {
+				return err
+			}
+			// An update, never a registration: the volume must be there.
+			_, err = cl.Volume(ctx, args[0])
+			if errors.Is(err, runtime.ErrNotFound) {
+				return fmt.Errorf("volume %s is not registered; register it with 'csiactor volume register': %w", args[0], err)
+			}
+			if err != nil {
+				return err
+			}
+			v, err := cl.RegisterVolume(ctx, args[0], spec)
+			if err != nil {
+				return err
+			}
+			if cf.json {
+				return printJSON(e.stdout, v)
+			}
+			fmt.Fprintf(e.stdout, "Updated volume %s (plugin %s, external ID %s)\n", v.ID, v.Plugin, v.ExternalID)
+			return nil
+		}
+	})
+}
