@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/sirupsen/logrus"
 )
 
 // MaxClaimWait is the longest ClaimWait waits for a conflicting claim to
@@ -98,7 +100,7 @@ func (m *Manager) ClaimWait(ctx context.Context, req ClaimRequest, wait time.Dur
 	defer deadline.Stop()
 	poll := time.NewTimer(claimWaitPoll)
 	defer poll.Stop()
-	for {
+	for attempt := 0; ; attempt++ {
 		// Watched before the attempt: a change between the refusal and
 		// the wait still wakes it.
 		changed, stop := m.waits.watch(req.VolumeID)
@@ -107,8 +109,11 @@ func (m *Manager) ClaimWait(ctx context.Context, req ClaimRequest, wait time.Dur
 			stop()
 			return c, err
 		}
+		if attempt == 0 {
+			m.log.WithFields(logrus.Fields{"volume": req.VolumeID, "alloc": req.Alloc, "wait": wait}).
+				WithError(err).Debug("claim refused by other claims; waiting for them to go")
+		}
 		poll.Reset(claimWaitPoll) // no stale tick since Go 1.23
-
 		select {
 		case <-changed:
 		case <-poll.C:

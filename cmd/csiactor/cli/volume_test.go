@@ -173,20 +173,44 @@ func TestVolumeCreate_Cases(t *testing.T) {
 
 func TestVolumeDelete_Cases(t *testing.T) {
 	b, env := populated(t)
-	r := runCLI(t, env, "volume", "delete", "vol1")
+	r := runCLI(t, env, "volume", "deregister", "vol1")
 	r.want(t, 1, "")
 	r.contains(t, "stderr", "conflict: volume vol1 has 1 claims")
-	runCLI(t, env, "volume", "delete", "vol2", "-purge").want(t, 0, "Deleted volume vol2\n")
+	r = runCLI(t, env, "volume", "delete", "vol1")
+	r.want(t, 1, "")
+	r.contains(t, "stderr", "conflict: volume vol1 has 1 claims")
+	// The old flag says what changed rather than deleting or failing
+	// obscurely.
+	r = runCLI(t, env, "volume", "delete", "-purge", "vol2")
+	r.want(t, 2, "")
+	r.contains(t, "stderr", "-purge was removed", "use 'csiactor volume deregister ID'")
+	if _, err := b.Volume(context.Background(), "vol2"); err != nil {
+		t.Fatalf("volume delete -purge changed something: %v", err)
+	}
+	runCLI(t, env, "volume", "delete", "vol2").want(t, 0, "Deleted volume vol2\n")
 	evs, _ := b.Events(context.Background())
 	if last := evs[len(evs)-1]; last.Type != runtime.EventVolumeDeleted || last.Volume != "vol2" {
 		t.Errorf("last event %+v, want volume-deleted vol2", last)
 	}
 	runCLI(t, env, "volume", "release", "-alloc", "web-1", "vol1").want(t, 0, "Released the claim of web-1 on vol1 (state taken)\n")
 	// Still a past claim: the fake keeps it, so deregistering conflicts.
-	runCLI(t, env, "volume", "delete", "vol1").want(t, 1, "")
+	runCLI(t, env, "volume", "deregister", "vol1").want(t, 1, "")
+	r = runCLI(t, env, "volume", "deregister", "nope")
+	r.want(t, 1, "")
+	r.contains(t, "stderr", "not found: volume nope")
 	r = runCLI(t, env, "volume", "delete", "nope")
 	r.want(t, 1, "")
 	r.contains(t, "stderr", "not found: volume nope")
+
+	if _, err := b.RegisterVolume(context.Background(), "vol3", runtime.VolumeSpec{Plugin: "hostpath", ExternalID: "ext-3",
+		Capabilities: []runtime.Capability{{AccessMode: "single-node-writer", AttachmentMode: "file-system"}}}); err != nil {
+		t.Fatal(err)
+	}
+	runCLI(t, env, "volume", "deregister", "vol3").want(t, 0, "Deregistered volume vol3\n")
+	evs, _ = b.Events(context.Background())
+	if last := evs[len(evs)-1]; last.Type != runtime.EventVolumeDeregistered || last.Volume != "vol3" {
+		t.Errorf("last event %+v, want volume-deregistered vol3", last)
+	}
 }
 
 func TestVolumeClaim_PrintsTargetPath(t *testing.T) {
