@@ -65,12 +65,19 @@ func TestRuntime_Errors_Mapped(t *testing.T) {
 			return err
 		}, runtime.ErrConflict, ""},
 		{"deregister claimed volume", func() error { return e.rt.DeleteVolume(ctx, "vol-1", false) }, runtime.ErrConflict, ""},
-		{"register volume again, other spec", func() error {
+		{"register volume again, other external id", func() error {
 			s := volSpec("single-node-writer")
 			s.ExternalID = "ext-2"
 			_, err := e.rt.RegisterVolume(ctx, "vol-1", s)
 			return err
+		}, runtime.ErrInvalid, ""},
+		{"update a claimed volume's context", func() error {
+			s := volSpec("single-node-writer")
+			s.Context = map[string]string{"share": "other"}
+			_, err := e.rt.RegisterVolume(ctx, "vol-1", s)
+			return err
 		}, runtime.ErrConflict, ""},
+		{"deregister the allocation claims depend on", func() error { return e.rt.DeregisterAllocation(ctx, "mono-1") }, runtime.ErrConflict, ""},
 		{"register allocation again, other spec", func() error {
 			_, err := e.rt.RegisterAllocation(ctx, "mono-1", runtime.AllocationSpec{Plugin: testPlugin, Type: runtime.TypeNode, Socket: "/tmp/other.sock"})
 			return err
@@ -187,8 +194,8 @@ func TestRuntime_Errors_NoSecrets(t *testing.T) {
 	}
 	s.ExternalID = "ext-other"
 	_, err := e.rt.RegisterVolume(ctx, "vol-1", s)
-	if !errors.Is(err, runtime.ErrConflict) {
-		t.Fatalf("register with another spec = %v", err)
+	if !errors.Is(err, runtime.ErrInvalid) {
+		t.Fatalf("register with another external ID = %v", err)
 	}
 	v, verr := e.rt.Volume(ctx, "vol-1")
 	if verr != nil {

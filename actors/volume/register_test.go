@@ -81,8 +81,16 @@ func TestManager_Register_IdempotentAndConflict(t *testing.T) {
 	}
 	other := spec("vol1")
 	other.ExternalID = "elsewhere"
-	if _, err := e.m.Register(ctx, other); !errors.Is(err, ErrConflict) {
-		t.Errorf("different spec under the same id: %v, want ErrConflict", err)
+	if _, err := e.m.Register(ctx, other); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "external_id") {
+		t.Errorf("another external ID under the same id: %v, want ErrInvalid naming external_id", err)
+	}
+	other = spec("vol1")
+	other.Plugin = "another"
+	if _, err := e.m.Register(ctx, other); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "plugin: ") {
+		t.Errorf("another plugin under the same id: %v, want ErrInvalid naming plugin", err)
+	}
+	if v, err := e.m.Get(ctx, "vol1"); err != nil || v.Revision != v1.Revision {
+		t.Errorf("refused updates changed the volume: %+v, %v", v, err)
 	}
 	if _, err := e.m.Claim(ctx, claimReq("nope", "a", claim.ModeWrite, csi.AccessModeSingleNodeWriter)); !errors.Is(err, ErrNotFound) {
 		t.Errorf("claim on an unknown volume: %v, want ErrNotFound", err)

@@ -479,10 +479,10 @@ func TestManager_Errors_ReadWell(t *testing.T) {
 		is   error
 		want string
 	}{
-		{regErr, ErrConflict, `conflict: volume "vol1" is already registered with a different definition`},
+		{regErr, ErrInUse, `in use: volume "vol1" is claimed by alloc "web1": context cannot change while it has claims (only secrets can); release them first`},
 		{limitErr, ErrClaimLimit, `claim limit reached: access mode single-node-writer allows one claim and alloc "web1" holds it`},
-		{inUseErr, ErrInUse, `in use: volume "vol1" has 1 claim`},
-		{pastErr, ErrInUse, `in use: volume "vol1" has 1 past claim not yet freed`},
+		{inUseErr, ErrInUse, `in use: volume "vol1" has 1 claim; release them first`},
+		{pastErr, ErrInUse, `in use: volume "vol1" has 1 past claim not yet freed; wait for them to be freed, or deregister with force to forget them`},
 	} {
 		if tt.err == nil || tt.err.Error() != tt.want || !errors.Is(tt.err, tt.is) || !errors.Is(tt.err, ErrConflict) {
 			t.Errorf("error %v, want %q matching %v and ErrConflict", tt.err, tt.want, tt.is)
