@@ -242,7 +242,11 @@ func (a *volumeActor) forceFinished(ctx actor.Context, msg *forceFinished) {
 			unstaged = unstaged || s.Method == claim.NodeUnstage
 			continue
 		}
-		left = append(left, leftBy(s, &c)+" ("+s.Method.String()+": "+res.Err.Error()+")")
+		why := res.Err.Error()
+		if !strings.HasPrefix(why, s.Method.String()) {
+			why = s.Method.String() + ": " + why
+		}
+		left = append(left, leftBy(s, &c)+" ("+why+")")
 	}
 	if j := claim.FindStaging(v, c.StagingPath); c.StagingPath != "" && j >= 0 {
 		st := &v.Stagings[j]
