@@ -104,7 +104,7 @@ func TestAgent_Dev_OperatorTour(t *testing.T) {
 	a.fails(2, `-mode: "rw": want read or write`, claim("web-2", "rw", "single-node-writer", "data1")...)
 	a.fails(1, "no capability", claim("web-2", "read", "multi-node-reader-only", "data1")...)
 	a.fails(1, "not found", claim("web-2", "read", "single-node-writer", "nope")...)
-	a.fails(1, "in use", "volume", "delete", "data1")
+	a.fails(1, "in use", "volume", "deregister", "data1")
 
 	okOut("volume", "create", "-plugin", "example", "-capability", "single-node-reader-only", "ro1")
 	a.fails(2, "-mode: write is not allowed with access mode single-node-reader-only", claim("r-1", "write", "single-node-reader-only", "ro1")...)
@@ -126,9 +126,9 @@ func TestAgent_Dev_OperatorTour(t *testing.T) {
 	if isRoot() && len(mountsUnder(path1)) > 0 {
 		t.Errorf("%s still mounted after the claim was freed", path1)
 	}
-	okOut("volume", "delete", "-purge", "data1")
+	okOut("volume", "delete", "data1")
 	if fileExists(pluginVolumeDir) {
-		t.Errorf("volume delete -purge left the plugin's directory %s", pluginVolumeDir)
+		t.Errorf("volume delete left the plugin's directory %s", pluginVolumeDir)
 	}
 	a.fails(1, "not found", "volume", "status", "data1")
 
@@ -170,7 +170,7 @@ func TestAgent_Dev_OperatorTour(t *testing.T) {
 	for _, ev := range parseEvents(t, events.output()) {
 		seen[ev.Type+"/"+ev.Volume] = true
 	}
-	// TODO: delete -purge should be "volume-deleted" (runtime.EventVolumeDeleted,
+	// TODO: volume delete should be "volume-deleted" (runtime.EventVolumeDeleted,
 	// which the runtime never sends yet); accept "volume-deregistered" until
 	// then.
 	if seen["volume-deregistered/data1"] {
@@ -183,8 +183,9 @@ func TestAgent_Dev_OperatorTour(t *testing.T) {
 	}
 	outputs = append(outputs, events.output())
 
-	// --- deregister the plugin: its process goes --------------------------------------
-	okOut("alloc", "deregister", "example")
+	// --- deregister the plugin: refused while ro1 is claimed through it, forced: its process goes
+	a.fails(1, `allocation "example" is the last healthy controller and node allocation of plugin "example"`, "alloc", "deregister", "example")
+	okOut("alloc", "deregister", "-force", "example")
 	h.eventually("the example plugin process is gone", waitDeadline, func() (bool, string) {
 		left := testbin.ProcessesWith(pluginMarker)
 		return len(left) == 0, fmt.Sprintf("still running: %v", left)

@@ -74,7 +74,7 @@ func TestAgent_KillAndRestart_KeepsClaimsAndMounts(t *testing.T) {
 	h.fails(1, `claim limit reached: access mode single-node-writer allows one claim and alloc "web1" holds it`, claimW("web2", "data1", "single-node-writer")...)
 	h.fails(2, "-mode is required", "volume", "claim", "-alloc", "web2", "data1")
 	h.fails(1, "not found", "volume", "status", "nosuch")
-	h.fails(1, `in use: volume "data1" has 1 claim`, "volume", "delete", "data1")
+	h.fails(1, `in use: volume "data1" has 1 claim`, "volume", "deregister", "data1")
 
 	t2 := strings.TrimSpace(h.ok(claimW("web2", "logs", "multi-node-multi-writer")...))
 	if err := os.WriteFile(filepath.Join(t2, "log.txt"), []byte("log line\n"), 0o644); err != nil {
@@ -269,7 +269,7 @@ func TestAgent_KillAndRestart_KeepsClaimsAndMounts(t *testing.T) {
 		v := h.volume("data1")
 		return len(v.Claims) == 0 && len(v.PastClaims) == 0, describe(v)
 	})
-	h.ok("volume", "delete", "-purge", "spill")
+	h.ok("volume", "delete", "spill")
 	h.fails(1, "not found", "volume", "status", "spill")
 
 	h.eventually("csiactor_volume_claims is all zero", settleDeadline, func() (bool, string) {
