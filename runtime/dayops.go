@@ -178,10 +178,11 @@ func (r *Runtime) deregisterAllocation(ctx context.Context, id string) error {
 // dependents are the claims that only one allocation of a plugin can
 // serve now: it is the last healthy allocation of a role they need.
 type dependents struct {
-	alloc  string
-	plugin string
-	roles  []plugin.Role // the roles it is the last healthy allocation of
-	claims []string      // `volume "v": alloc "a" (state)`
+	alloc   string
+	plugin  string
+	healthy bool          // the allocation itself is healthy
+	roles   []plugin.Role // the roles it is the last healthy allocation of
+	claims  []string      // `volume "v": alloc "a" (state)`
 }
 
 func (d *dependents) describe() string {
@@ -200,8 +201,11 @@ func (d *dependents) describe() string {
 	if len(d.claims) != 1 {
 		what = "claims depend"
 	}
-	return fmt.Sprintf("allocation %q is the last healthy %s allocation of plugin %q, and %d %s on it: %s%s",
-		d.alloc, strings.Join(roles, " and "), d.plugin, len(d.claims), what, strings.Join(list, ", "), more)
+	whose := fmt.Sprintf("allocation %q is the last healthy %s allocation of plugin %q", d.alloc, strings.Join(roles, " and "), d.plugin)
+	if !d.healthy {
+		whose = fmt.Sprintf("allocation %q is unhealthy and plugin %q has no other healthy %s allocation", d.alloc, d.plugin, strings.Join(roles, " and "))
+	}
+	return fmt.Sprintf("%s, and %d %s on it: %s%s", whose, len(d.claims), what, strings.Join(list, ", "), more)
 }
 
 func depsPlugin(d *dependents) string {
@@ -227,7 +231,7 @@ func (r *Runtime) allocationDependents(ctx context.Context, id string) (*depende
 		return nil, nil
 	}
 	self := infos[i]
-	d := &dependents{alloc: id, plugin: self.Plugin}
+	d := &dependents{alloc: id, plugin: self.Plugin, healthy: self.Healthy}
 	for _, role := range self.Type.Roles() {
 		other := slices.ContainsFunc(infos, func(a registry.AllocationInfo) bool {
 			return a.ID != id && a.Plugin == self.Plugin && a.Healthy && a.Type.Serves(role)
