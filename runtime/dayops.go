@@ -28,6 +28,9 @@ const (
 	// EventVolumeForceDeregistered: a volume was forgotten with past
 	// claims not freed; the message names them and what may be left.
 	EventVolumeForceDeregistered = volume.EventVolumeForceDeregistered
+	// EventClaimWaiting: a claim that other claims keep out waits for
+	// them to go (ClaimWait); the message says how long at most, and why.
+	EventClaimWaiting = volume.EventClaimWaiting
 	// EventAllocationForceDeregistered: an allocation was deregistered by
 	// force; the message names the claims left without a healthy
 	// allocation of its plugin.

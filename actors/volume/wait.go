@@ -75,6 +75,25 @@ func (s *waitSet) changed(id string) {
 
 func (s *waitSet) close() { s.once.Do(func() { close(s.closing) }) }
 
+// EventClaimWaiting: a claim that other claims keep out waits for them
+// to go (ClaimWait); the message says how long at most, and why.
+const EventClaimWaiting = "claim-waiting"
+
+// waiting reports a claim that starts to wait, refused with err.
+func (m *Manager) waiting(ctx context.Context, req ClaimRequest, wait time.Duration, err error) {
+	m.log.WithFields(logrus.Fields{"volume": req.VolumeID, "alloc": req.Alloc, "wait": wait}).
+		WithError(err).Warn("claim refused by other claims; waiting for them to go")
+	if m.cfg.OnEvent == nil {
+		return
+	}
+	plugin := ""
+	if v, gerr := m.Get(ctx, req.VolumeID); gerr == nil {
+		plugin = v.Plugin
+	}
+	m.cfg.OnEvent(Event{Time: time.Now(), Type: EventClaimWaiting, Plugin: plugin, Volume: req.VolumeID, Alloc: req.Alloc,
+		Message: fmt.Sprintf("claim waits up to %s for other claims to go: %s", wait, err)})
+}
+
 // waitable reports whether a refused claim may be admitted later without
 // anyone changing the request: a claim or past claim holds its place.
 func waitable(err error) bool {
@@ -110,8 +129,7 @@ func (m *Manager) ClaimWait(ctx context.Context, req ClaimRequest, wait time.Dur
 			return c, err
 		}
 		if attempt == 0 {
-			m.log.WithFields(logrus.Fields{"volume": req.VolumeID, "alloc": req.Alloc, "wait": wait}).
-				WithError(err).Debug("claim refused by other claims; waiting for them to go")
+			m.waiting(ctx, req, wait, err)
 		}
 		poll.Reset(claimWaitPoll) // no stale tick since Go 1.23
 		select {

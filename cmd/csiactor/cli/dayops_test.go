@@ -527,5 +527,10 @@ func TestVolumeClaimWait_RealAgent(t *testing.T) {
 	if v := a.volume("vol1"); len(v.Claims) != 1 || v.Claims[0].Alloc != "web2" {
 		t.Errorf("claims after the refusals: %+v", v.Claims)
 	}
+	w := a.events(runtime.EventClaimWaiting)
+	if len(w) != 3 || w[0].Alloc != "web2" || w[0].Plugin != "fake" ||
+		w[0].Message != `claim waits up to 30s for other claims to go: claim limit reached: access mode single-node-writer allows one claim and alloc "web1" holds it` {
+		t.Errorf("claim-waiting events %+v", w)
+	}
 	a.noSecrets()
 }
