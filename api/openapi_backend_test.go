@@ -228,13 +228,20 @@ func answersRealBackend(t *testing.T, sc *specChecker) {
 		{name: "deregister volume", method: "DELETE", path: "/v1/volumes/data2", status: 204},
 		{name: "register volume", method: "PUT", path: "/v1/volumes/alias1", body: register, status: 200},
 		{name: "register volume again", method: "PUT", path: "/v1/volumes/alias1", body: register, status: 200},
-		{name: "register volume differently", method: "PUT", path: "/v1/volumes/alias1", body: strings.Replace(register, `"b"`, `"c"`, 1), status: 409},
+		{name: "update volume", method: "PUT", path: "/v1/volumes/alias1", body: strings.Replace(register, `"b"`, `"c"`, 1), status: 200},
+		{name: "update volume's external id", method: "PUT", path: "/v1/volumes/alias1", body: strings.Replace(register, v2.ExternalID, "other", 1), status: 400, want: "external_id"},
 		{name: "register volume registered", method: "PUT", path: "/v1/volumes/alias2", body: strings.Replace(register, v2.ExternalID, v1.ExternalID, 1), status: 409},
 		{name: "register volume no capabilities", method: "PUT", path: "/v1/volumes/alias2", body: `{"plugin":"example","external_id":"x","capabilities":[]}`, status: 400},
 
 		{name: "claim", method: "POST", path: "/v1/volumes/data1/claims", body: claim, status: 200},
 		{name: "claim again", method: "POST", path: "/v1/volumes/data1/claims", body: claim, status: 200},
 		{name: "claim over limit", method: "POST", path: "/v1/volumes/data1/claims", body: strings.Replace(claim, `"w1"`, `"w2"`, 1), status: 409},
+		{name: "claim again, waiting", method: "POST", path: "/v1/volumes/data1/claims?wait=1s", body: claim, status: 200},
+		{name: "claim over limit after a wait", method: "POST", path: "/v1/volumes/data1/claims?wait=50ms", body: strings.Replace(claim, `"w1"`, `"w2"`, 1), status: 409, want: "(waited 50ms for it to be freed)"},
+		{name: "claim bad wait", method: "POST", path: "/v1/volumes/data1/claims?wait=forever", body: claim, status: 400, want: "wait"},
+		{name: "update claimed volume", method: "PUT", path: "/v1/volumes/data1",
+			body: fmt.Sprintf(`{"plugin":"example","external_id":%q,"capabilities":[{"access_mode":"single-node-writer","attachment_mode":"file-system"}]}`, v1.ExternalID), status: 409, want: "while it has claims"},
+		{name: "deregister alloc claims need", method: "DELETE", path: "/v1/allocations/example", status: 409, want: `alloc \"w1\" (published)`},
 		{name: "claim bad mode", method: "POST", path: "/v1/volumes/data1/claims", body: strings.Replace(claim, `"write"`, `"rw"`, 1), status: 400},
 		{name: "claim unknown volume", method: "POST", path: "/v1/volumes/nope/claims", body: claim, status: 404},
 	})
@@ -263,6 +270,12 @@ func answersRealBackend(t *testing.T, sc *specChecker) {
 		return err == nil && len(v.PastClaims) == 0
 	})
 	runSpecSteps(t, sc, e.rc, []specStep{
+		{name: "claim alias", method: "POST", path: "/v1/volumes/alias1/claims", body: `{"alloc":"r1","mode":"read","access_mode":"multi-node-reader-only","attachment_mode":"file-system"}`, status: 200},
+		{name: "force release", method: "DELETE", path: "/v1/volumes/alias1/claims/r1?force=true", status: 200, want: `"left":[]`},
+		{name: "force release again", method: "DELETE", path: "/v1/volumes/alias1/claims/r1?force=true", status: 404},
+		{name: "force release bad force", method: "DELETE", path: "/v1/volumes/alias1/claims/r1?force=2", status: 400},
+		{name: "force with delete", method: "DELETE", path: "/v1/volumes/alias1?delete=true&force=true", status: 400},
+		{name: "deregister alloc unknown by force", method: "DELETE", path: "/v1/allocations/nope?force=true", status: 404},
 		{name: "delete alias", method: "DELETE", path: "/v1/volumes/alias1?delete=true", status: 204},
 		{name: "delete volume bad query", method: "DELETE", path: "/v1/volumes/data1?delete=maybe", status: 400},
 		{name: "delete volume", method: "DELETE", path: "/v1/volumes/data1?delete=true", status: 204},
