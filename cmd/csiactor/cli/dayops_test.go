@@ -194,12 +194,13 @@ func TestVolumeUpdate_RealAgent(t *testing.T) {
 	a.run(registerArgs("register", "vol1", "ext-1", "s3cr3t-old-value", "pass=mountpass-77")...).
 		want(t, 0, "Registered volume vol1 (plugin fake, external ID ext-1)\n")
 	a.claim("vol1", "web1").want(t, 0, "")
+	a.run(registerArgs("update", "vol1", "ext-1", "s3cr3t-old-value", "pass=mountpass-77")...).want(t, 0, "Volume vol1 is unchanged\n")
 
 	// Secrets change while the volume is claimed; the next RPCs use them.
 	a.run(registerArgs("update", "vol1", "ext-1", "s3cr3t-new-value", "pass=mountpass-77")...).
-		want(t, 0, "Updated volume vol1 (plugin fake, external ID ext-1)\n")
+		want(t, 0, "Updated volume vol1: secrets changed\n")
 	// The same definition again is idempotent: no second event.
-	a.run(registerArgs("update", "vol1", "ext-1", "s3cr3t-new-value", "pass=mountpass-77")...).want(t, 0, "")
+	a.run(registerArgs("update", "vol1", "ext-1", "s3cr3t-new-value", "pass=mountpass-77")...).want(t, 0, "Volume vol1 is unchanged\n")
 	evs := a.events(runtime.EventVolumeUpdated)
 	if len(evs) != 1 || evs[0].Message != "volume updated: secrets changed" || evs[0].Volume != "vol1" {
 		t.Errorf("volume-updated events %+v, want one naming secrets", evs)
@@ -253,7 +254,8 @@ func TestVolumeUpdate_RealAgent(t *testing.T) {
 
 	// Without claims, the mount options, parameters and context change;
 	// the next claim publishes with them.
-	a.run(registerArgs("update", "vol1", "ext-1", "s3cr3t-new-value", "pass=mountpass-99", "-context", "share=s1")...).want(t, 0, "")
+	a.run(registerArgs("update", "vol1", "ext-1", "s3cr3t-new-value", "pass=mountpass-99", "-context", "share=s1")...).
+		want(t, 0, "Updated volume vol1: mount_options, context changed\n")
 	evs = a.events(runtime.EventVolumeUpdated)
 	if last := evs[len(evs)-1]; last.Message != "volume updated: mount_options, context changed" {
 		t.Errorf("last volume-updated event %q", last.Message)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 
 	"github.com/csiactor/csiactor/api"
 	"github.com/csiactor/csiactor/runtime"
@@ -22,8 +23,9 @@ back, and what is left out is removed.
 
 The secrets may change at any time: the next RPCs of the volume use them.
 The capabilities, mount options, parameters and context only while the
-volume has no claim. The plugin and the external ID never change. An event
-(volume-updated) names the fields that changed, never their values.
+volume has no claim. The plugin and the external ID never change. It prints
+the fields that changed (from the volume-updated event, which names them,
+never their values), or that nothing did.
 ` + volumeSpecHelp + `
 
 Example (rotate a secret of a claimed volume):
@@ -59,6 +61,7 @@ Example (rotate a secret of a claimed volume):
 			if err != nil {
 				return err
 			}
+			since, _ := lastUpdate(ctx, cl, args[0])
 			v, err := cl.RegisterVolume(ctx, args[0], spec)
 			if err != nil {
 				return err
@@ -66,8 +69,32 @@ Example (rotate a secret of a claimed volume):
 			if cf.json {
 				return printJSON(e.stdout, v)
 			}
-			fmt.Fprintf(e.stdout, "Updated volume %s (plugin %s, external ID %s)\n", v.ID, v.Plugin, v.ExternalID)
+			// What changed, as the agent's event says (names, no values).
+			switch ev, ok := lastUpdate(ctx, cl, args[0]); {
+			case !ok:
+				fmt.Fprintf(e.stdout, "Updated volume %s\n", v.ID)
+			case ev == nil, since != nil && !ev.Time.After(since.Time):
+				fmt.Fprintf(e.stdout, "Volume %s is unchanged\n", v.ID)
+			default:
+				fmt.Fprintf(e.stdout, "Updated volume %s: %s\n", v.ID, strings.TrimPrefix(ev.Message, "volume updated: "))
+			}
 			return nil
 		}
 	})
+}
+
+// lastUpdate returns the agent's latest volume-updated event of volume id
+// among its recent events, nil when there is none; ok is false when the
+// events cannot be read (the update itself is what matters).
+func lastUpdate(ctx context.Context, cl *api.Client, id string) (ev *runtime.Event, ok bool) {
+	evs, err := cl.Events(ctx)
+	if err != nil {
+		return nil, false
+	}
+	for i := len(evs) - 1; i >= 0; i-- {
+		if evs[i].Type == runtime.EventVolumeUpdated && evs[i].Volume == id {
+			return &evs[i], true
+		}
+	}
+	return nil, true
 }
