@@ -595,12 +595,13 @@ func (m *Manager) faultPoint(prefix, name, volume string) {
 // the first claim after it finds out. A created volume is updated the
 // same way (its spec gives the external ID and context the plugin
 // chose). A plugin volume (spec.Plugin and spec.ExternalID) that is
-// registered under another ID is ErrConflict (the error names it): claims through two IDs would get past the limits of
-// the volume's access mode, and deleting one would delete the other's data.
+// registered under another ID is ErrConflict (the error names it): claims
+// through two IDs would get past the limits of the volume's access mode,
+// and deleting one would delete the other's data.
 //
 // When a controller of the plugin can be asked (Plugins.Client gives one),
-// Register of a new volume first sends ValidateVolumeCapabilities with the volume's
-// capabilities, context, parameters and secrets: a volume the plugin says
+// Register of a new volume first sends ValidateVolumeCapabilities with the
+// volume's capabilities, context, parameters and secrets: a volume the plugin says
 // does not exist (NotFound) is ErrNotFound; capabilities it does not confirm
 // are ErrInvalid, naming them, with the plugin's message; InvalidArgument
 // is ErrInvalid and another final code ErrPluginCall, wrapping the
