@@ -17,6 +17,8 @@ type metrics struct {
 	hosts    *prometheus.GaugeVec
 	requests *prometheus.HistogramVec
 	renewals *prometheus.CounterVec
+	leader   *prometheus.GaugeVec
+	served   *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -34,6 +36,14 @@ func newMetrics() *metrics {
 			Name: "csiactor_cluster_lease_renewals_total",
 			Help: "Renewals of this host's etcd lease by result (ok, error, expired: a new lease was granted).",
 		}, []string{"result"}),
+		leader: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "csiactor_cluster_controller_leader",
+			Help: "1 while this host leads the controller of the plugin in the cluster (runs the controller steps of hosts without one), else 0.",
+		}, []string{"plugin"}),
+		served: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "csiactor_cluster_controller_requests_total",
+			Help: "Controller requests of other hosts this host ran as its plugin's controller leader, by op (publish, unpublish) and result (ok, error: the plugin's answer was an error).",
+		}, []string{"op", "result"}),
 	}
 	for _, s := range []string{"up", "down"} {
 		m.hosts.WithLabelValues(s)
@@ -45,7 +55,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.hosts, m.requests, m.renewals}
+	return []prometheus.Collector{m.hosts, m.requests, m.renewals, m.leader, m.served}
 }
 
 // observe records an etcd request of op that started at start.

@@ -49,11 +49,20 @@ type ClusterConfig struct {
 	// Prefix is the etcd key prefix of the cluster. Zero means
 	// DefaultClusterPrefix.
 	Prefix string `yaml:"prefix"`
-	// FenceAfter would fence a down host's claims automatically after this
-	// long; zero (off) is the default. Fencing is not supported by this
-	// agent yet, so any other value is an error.
+	// FenceAfter, when set, fences a host automatically once it has been
+	// down this long (as the plugin's controller leader saw it): the
+	// controller leader of each plugin unpublishes the host's claims on
+	// the plugin's volumes and takes them from it, so that other hosts
+	// can claim them. It must be longer than LeaseTTL plus the self-fence
+	// margin (a quarter of LeaseTTL): a host that lost etcd stops
+	// admitting claims on its own by then. Zero (off) is the default.
 	FenceAfter time.Duration `yaml:"fence_after"`
 }
+
+// SelfFenceMargin is how long before its lease can expire on the server
+// an agent that cannot renew it stops admitting new claims: a quarter of
+// the TTL.
+func SelfFenceMargin(leaseTTL time.Duration) time.Duration { return leaseTTL / 4 }
 
 // EtcdConfig is how an agent reaches etcd.
 type EtcdConfig struct {
@@ -152,8 +161,9 @@ func (c *ClusterConfig) Validate() error {
 	switch {
 	case c.FenceAfter < 0:
 		return fieldErr("cluster.fence_after", fmt.Sprintf("%s is negative", c.FenceAfter))
-	case c.FenceAfter > 0:
-		return fieldErr("cluster.fence_after", "automatic fencing is not supported by this agent yet; leave it out (off)")
+	case c.FenceAfter > 0 && c.FenceAfter <= c.LeaseTTL+SelfFenceMargin(c.LeaseTTL):
+		return fieldErr("cluster.fence_after", fmt.Sprintf("%s: want longer than lease_ttl (%s) plus the self-fence margin (%s), or 0 (off)",
+			c.FenceAfter, c.LeaseTTL, SelfFenceMargin(c.LeaseTTL)))
 	}
 	return nil
 }
@@ -253,12 +263,13 @@ func (r *Runtime) afterVolumesStarted(ctx context.Context) error {
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	r.clusterCancel = cancel
-	r.wg.Add(2)
+	r.wg.Add(3)
 	go func() {
 		defer r.wg.Done()
 		_ = r.cluster.WatchVolumes(wctx, r.clusterVolumeChanged)
 	}()
 	go r.followRejoins(wctx)
+	go r.followControllers(wctx)
 	return nil
 }
 

@@ -22,13 +22,15 @@ cluster:
     dial_timeout: 3s
   lease_ttl: 15s
   prefix: /csi/prod
+  fence_after: 2m
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := cfg.Cluster
 	if c == nil || c.NodeID != "host-1" || len(c.Etcd.Endpoints) != 2 || c.Etcd.TLS.Key != "/etc/etcd/k.pem" ||
-		c.Etcd.Username != "csiactor" || c.Etcd.DialTimeout != 3*time.Second || c.LeaseTTL != 15*time.Second || c.Prefix != "/csi/prod" {
+		c.Etcd.Username != "csiactor" || c.Etcd.DialTimeout != 3*time.Second || c.LeaseTTL != 15*time.Second || c.Prefix != "/csi/prod" ||
+		c.FenceAfter != 2*time.Minute {
 		t.Fatalf("cluster = %+v", c)
 	}
 }
@@ -69,7 +71,9 @@ func TestParseConfig_ClusterErrors(t *testing.T) {
 		{"cert without key", ep + "    tls: {cert: /c.pem}\n", `cluster.etcd.tls.cert: give both cert and key, or neither`},
 		{"user without password", ep + "    username: u\n", `cluster.etcd.username: give both username and password_file, or neither`},
 		{"negative dial timeout", ep + "    dial_timeout: -1s\n", `cluster.etcd.dial_timeout: -1s is negative`},
-		{"fence_after", ep + "  fence_after: 5m\n", `line 4: cluster.fence_after: automatic fencing is not supported by this agent yet`},
+		{"negative fence_after", ep + "  fence_after: -1s\n", `line 4: cluster.fence_after: -1s is negative`},
+		{"fence_after within the ttl", ep + "  fence_after: 12s\n", `line 4: cluster.fence_after: 12s: want longer than lease_ttl (10s) plus the self-fence margin (2.5s), or 0 (off)`},
+		{"fence_after equal to ttl plus margin", ep + "  lease_ttl: 4s\n  fence_after: 5s\n", `cluster.fence_after: 5s: want longer than lease_ttl (4s) plus the self-fence margin (1s)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseConfig([]byte(tc.in))

@@ -37,18 +37,19 @@ type FenceResult struct {
 
 // FenceNode fences the down host id, so that other hosts can claim its
 // volumes: for each of its claims that went through
-// ControllerPublishVolume, this agent's controller of the volume's plugin
-// unpublishes the volume from the host's node ID; then the claims are
-// removed from etcd and recorded as fenced, in a transaction that requires
-// the host to be down still. The host, when it is back, releases them
-// locally (unpublish and unstage).
+// ControllerPublishVolume, a controller of the volume's plugin unpublishes
+// the volume from the host's node ID (this agent's, or, when it has no
+// healthy one, the plugin's controller leader in the cluster); then the
+// claims are removed from etcd and recorded as fenced, in a transaction
+// that requires the host to be down still. The host, when it is back,
+// releases them locally (unpublish and unstage).
 //
 // It fails with ErrNotFound outside cluster mode or for a host that never
 // joined, ErrConflict for this agent's own host or a host that is up,
-// ErrPluginUnavailable when this agent has no healthy controller for a
-// claim that needs one (run it on an agent that has one), and
-// ErrClusterUnavailable when etcd does not answer. A volume whose
-// unpublish failed keeps the host's claims; the others are fenced.
+// ErrPluginUnavailable when no host of the cluster has a healthy
+// controller for a claim that needs one, and ErrClusterUnavailable when
+// etcd does not answer. A volume whose unpublish failed keeps the host's
+// claims; the others are fenced.
 func (r *Runtime) FenceNode(ctx context.Context, id string) (FenceResult, error) {
 	if err := ValidateID("id", id); err != nil {
 		return FenceResult{}, err
@@ -62,6 +63,12 @@ func (r *Runtime) FenceNode(ctx context.Context, id string) (FenceResult, error)
 	if id == r.cluster.NodeID() {
 		return FenceResult{}, fmt.Errorf("%w: %q is this agent's own host", ErrConflict, id)
 	}
+	return r.fenceHost(ctx, id, "")
+}
+
+// fenceHost fences the claims of the down host id on the volumes of
+// plugin, or of every plugin when plugin is empty.
+func (r *Runtime) fenceHost(ctx context.Context, id, plugin string) (FenceResult, error) {
 	held, err := r.cluster.HostClaims(ctx, id)
 	switch {
 	case errors.Is(err, cluster.ErrUnknownHost):
@@ -75,7 +82,7 @@ func (r *Runtime) FenceNode(ctx context.Context, id string) (FenceResult, error)
 	out := FenceResult{Node: id, Claims: []FencedClaim{}}
 	var errs []error
 	for _, vol := range slices.Sorted(maps.Keys(held)) {
-		fenced, err := r.fenceVolume(ctx, id, vol, held[vol])
+		fenced, err := r.fenceVolume(ctx, id, vol, plugin, held[vol])
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -93,15 +100,32 @@ func (r *Runtime) FenceNode(ctx context.Context, id string) (FenceResult, error)
 }
 
 // fenceVolume unpublishes vol from host's node ID where its claims need
-// it, then fences them in etcd.
-func (r *Runtime) fenceVolume(ctx context.Context, host, vol string, cs []cluster.HostClaim) ([]FencedClaim, error) {
+// it, then fences them in etcd. With plugin set, a volume of another
+// plugin is left alone.
+func (r *Runtime) fenceVolume(ctx context.Context, host, vol, plugin string, cs []cluster.HostClaim) ([]FencedClaim, error) {
+	def, err := r.cluster.VolumeDef(ctx, vol)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	var cv clusterVolume
+	if def != nil {
+		if err := json.Unmarshal(def, &cv); err != nil {
+			return nil, fmt.Errorf("decode volume %q: %w", vol, err)
+		}
+	}
+	if plugin != "" && cv.Spec.Plugin != plugin {
+		return nil, nil
+	}
 	var out []FencedClaim
 	unpublished := map[string]bool{} // CSI node IDs done
 	for _, c := range cs {
 		fc := FencedClaim{Volume: vol, Alloc: c.Alloc, Mode: c.Mode}
 		if c.ControllerRequired {
+			if def == nil {
+				return nil, fmt.Errorf("fence %q on volume %q: %w: volume %q has no definition in the cluster", host, vol, ErrNotFound, vol)
+			}
 			if !unpublished[c.CSINodeID] {
-				if err := r.controllerUnpublish(ctx, vol, c.CSINodeID); err != nil {
+				if err := r.controllerUnpublish(ctx, vol, cv, c.CSINodeID); err != nil {
 					return nil, fmt.Errorf("fence %q on volume %q: %w", host, vol, err)
 				}
 				unpublished[c.CSINodeID] = true
@@ -125,27 +149,21 @@ func (r *Runtime) fenceVolume(ctx context.Context, host, vol string, cs []cluste
 
 // controllerUnpublish runs ControllerUnpublishVolume of vol (as the
 // cluster defines it, with its secrets) for nodeID on this agent's
-// controller of the volume's plugin. NotFound counts as done.
-func (r *Runtime) controllerUnpublish(ctx context.Context, vol, nodeID string) error {
-	def, err := r.cluster.VolumeDef(ctx, vol)
-	if err != nil {
-		return mapErr(err)
+// controller of the volume's plugin, or, without a healthy one here, on
+// the plugin's controller leader in the cluster. NotFound counts as done.
+func (r *Runtime) controllerUnpublish(ctx context.Context, vol string, cv clusterVolume, nodeID string) error {
+	req := &csipb.ControllerUnpublishVolumeRequest{VolumeId: cv.Spec.ExternalID, NodeId: nodeID, Secrets: cv.Spec.Secrets}
+	var err error
+	if c, _, lerr := r.plugins.Client(ctx, cv.Spec.Plugin, claim.ControllerPlugin); lerr == nil {
+		err = c.ControllerUnpublishVolume(ctx, req)
+	} else {
+		rc := &remoteController{p: r.ctrl, plugin: cv.Spec.Plugin, volume: vol}
+		err = rc.ControllerUnpublishVolume(ctx, req)
+		if errors.Is(err, cluster.ErrNoController) {
+			return fmt.Errorf("%w: no healthy controller of plugin %q on this host or any host of the cluster to unpublish volume %q from the fenced host: %w",
+				ErrPluginUnavailable, cv.Spec.Plugin, vol, err)
+		}
 	}
-	if def == nil {
-		return fmt.Errorf("%w: volume %q has no definition in the cluster", ErrNotFound, vol)
-	}
-	var cv clusterVolume
-	if err := json.Unmarshal(def, &cv); err != nil {
-		return fmt.Errorf("decode volume %q: %w", vol, err)
-	}
-	c, _, err := r.plugins.Client(ctx, cv.Spec.Plugin, claim.ControllerPlugin)
-	if err != nil {
-		return fmt.Errorf("%w: no healthy controller of plugin %q on this host to unpublish volume %q from the fenced host: %w",
-			ErrPluginUnavailable, cv.Spec.Plugin, vol, err)
-	}
-	err = c.ControllerUnpublishVolume(ctx, &csipb.ControllerUnpublishVolumeRequest{
-		VolumeId: cv.Spec.ExternalID, NodeId: nodeID, Secrets: cv.Spec.Secrets,
-	})
 	if csi.Classify(csi.UnpublishKind, err) == csi.Success {
 		return nil
 	}

@@ -81,6 +81,10 @@ type Runtime struct {
 	// clusterCancel ends its volume watch.
 	cluster       *cluster.Session
 	clusterCancel context.CancelFunc
+	// ctrl is the volume manager's plugins in cluster mode; ctrlKick
+	// wakes followControllers.
+	ctrl     *clusterPlugins
+	ctrlKick chan struct{}
 	// deleting holds the volumes this runtime is deregistering: the
 	// cluster watch leaves them to it. Guarded by deletingMu.
 	deletingMu sync.Mutex
@@ -100,7 +104,7 @@ func New(cfg Config, opts Options) (*Runtime, error) {
 		l.SetOutput(discard{})
 		log = logrus.NewEntry(l)
 	}
-	return &Runtime{cfg: cfg, log: log, reg: opts.Registerer, done: make(chan struct{})}, nil
+	return &Runtime{cfg: cfg, log: log, reg: opts.Registerer, done: make(chan struct{}), ctrlKick: make(chan struct{}, 1)}, nil
 }
 
 type discard struct{}
@@ -235,8 +239,11 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 	}
 	vb := r.cfg.Volumes.Retry
 	var arbiter volume.Arbiter
+	var plugins claim.Plugins = r.plugins
 	if r.cluster != nil {
 		arbiter = r.cluster
+		r.ctrl = newClusterPlugins(r.plugins, r.cluster, pc.RPCTimeout, pc.HeartbeatInterval)
+		plugins = r.ctrl
 	}
 	r.volumes, err = volume.NewManager(r.system.Root, volume.Config{
 		Arbiter:              arbiter,
@@ -252,7 +259,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 		Logger:               r.log.WithField("component", "volumes"),
 		Registerer:           r.reg,
 		OnEvent:              r.volumeEvent,
-	}, r.store, r.plugins)
+	}, r.store, plugins)
 	if err != nil {
 		return fmt.Errorf("volume manager: %w", err)
 	}
@@ -715,6 +722,7 @@ func (r *Runtime) forwardRegistryEvents(sub *actorkit.Subscription[registry.Even
 	for e := range sub.C {
 		// Any change of an allocation can change where operations go.
 		r.plugins.invalidate()
+		r.kickControllers()
 		ev := Event{Time: e.Time, Plugin: e.Plugin, Alloc: e.Alloc, Message: e.Message}
 		switch e.Type {
 		case registry.EventRegistered:

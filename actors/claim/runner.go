@@ -148,6 +148,7 @@ func (r *Runner) Run(ctx context.Context, s Step) Result {
 // step is Run for a caller that holds a place.
 func (r *Runner) step(ctx context.Context, s Step) Result {
 	var pubCtx map[string]string
+	ctx = WithStep(ctx, s)
 	res := r.call(ctx, s.Plugin, s.Method.PluginType(), s.Method.Kind(), func(ctx context.Context, c csi.Client) error {
 		switch s.Method {
 		case ControllerPublish:

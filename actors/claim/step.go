@@ -190,3 +190,20 @@ type Result struct {
 
 // OK reports whether the call succeeded (Outcome is Success).
 func (r Result) OK() bool { return r.Outcome == csi.Success }
+
+type stepKey struct{}
+
+// WithStep returns ctx carrying s. The Runner sends every claim step's
+// Plugins.Client call with it, so that a Plugins implementation can tell
+// which step a client is for (the runtime, in cluster mode, sends
+// ControllerPublishVolume and ControllerUnpublishVolume to another host's
+// controller when this host has none).
+func WithStep(ctx context.Context, s Step) context.Context {
+	return context.WithValue(ctx, stepKey{}, s)
+}
+
+// StepFrom returns the step ctx carries (see WithStep).
+func StepFrom(ctx context.Context) (Step, bool) {
+	s, ok := ctx.Value(stepKey{}).(Step)
+	return s, ok
+}

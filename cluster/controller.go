@@ -1,0 +1,543 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// Controller request operations.
+const (
+	// OpPublish asks for ControllerPublishVolume.
+	OpPublish = "publish"
+	// OpUnpublish asks for ControllerUnpublishVolume.
+	OpUnpublish = "unpublish"
+)
+
+// ErrNoController is returned by ControllerLeader, and wrapped by
+// RequestController, when no host of the cluster leads the controller of
+// the plugin: none has a healthy controller allocation of it.
+var ErrNoController = errors.New("no controller of the plugin in the cluster")
+
+// ControllerRequest is a controller step (ControllerPublishVolume or
+// ControllerUnpublishVolume) that a host without a healthy controller of
+// the plugin asks the plugin's controller leader to run for it. Its key is
+// <prefix>/controller/<plugin>/<volume>/<CSI node ID>: one per volume and
+// node, like a Kubernetes VolumeAttachment, rewritten by every new request
+// for them and removed once an unpublish of them succeeded.
+type ControllerRequest struct {
+	// Volume is the volume's ID in the cluster; Node the CSI node ID the
+	// step is for (the claiming host's node plugin's).
+	Volume string `json:"volume"`
+	Node   string `json:"node"`
+	// Op is OpPublish or OpUnpublish.
+	Op string `json:"op"`
+	// Host is the cluster node that asked.
+	Host string `json:"host"`
+	// Body is the CSI request, encoded by the caller and opaque to the
+	// cluster. It holds the volume's secrets, as the volume definitions
+	// in etcd do.
+	Body []byte `json:"body"`
+	// Attempt is new at every write of the request; the answer names it.
+	Attempt string    `json:"attempt"`
+	At      time.Time `json:"at"`
+	// Answer is the leader's, once it ran the step.
+	Answer *ControllerAnswer `json:"answer,omitempty"`
+}
+
+// ControllerAnswer is what the controller leader's plugin answered.
+type ControllerAnswer struct {
+	// Code is the gRPC status code (0 is OK) and Message its message:
+	// the requesting host classifies them as it would a local answer.
+	Code    uint32 `json:"code"`
+	Message string `json:"message,omitempty"`
+	// PublishContext is ControllerPublishVolume's answer.
+	PublishContext map[string]string `json:"publish_context,omitempty"`
+	// By is the host that ran the step, for the request's Attempt.
+	By      string `json:"by"`
+	Attempt string `json:"attempt"`
+}
+
+func (s *Session) controllerPrefix(plugin string) string {
+	return s.key("controller", url.PathEscape(plugin)) + "/"
+}
+
+func (s *Session) controllerKey(plugin, volume, node string) string {
+	return s.controllerPrefix(plugin) + url.PathEscape(volume) + "/" + url.PathEscape(node)
+}
+
+func (s *Session) leaderPrefix(plugin string) string {
+	return s.key("leaders", url.PathEscape(plugin))
+}
+
+// ControllerLeader returns the host that leads the controller of plugin,
+// or an error wrapping ErrNoController when none does.
+func (s *Session) ControllerLeader(ctx context.Context, plugin string) (string, error) {
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	start := time.Now()
+	resp, err := s.cli.Get(rctx, s.leaderPrefix(plugin)+"/", clientv3.WithFirstCreate()...)
+	s.metrics.observe("get", start)
+	if err != nil {
+		return "", fmt.Errorf("%w: look up the controller leader of plugin %q: %w", ErrUnavailable, plugin, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return "", fmt.Errorf("%w: no host of the cluster has a healthy controller of plugin %q", ErrNoController, plugin)
+	}
+	return string(resp.Kvs[0].Value), nil
+}
+
+// WaitControllerLeader blocks until some host leads the controller of
+// plugin, or ctx ends (it then returns ctx's error).
+func (s *Session) WaitControllerLeader(ctx context.Context, plugin string) error {
+	for {
+		if _, err := s.ControllerLeader(ctx, plugin); err == nil {
+			return nil
+		}
+		t := time.NewTimer(250 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Session) readRequest(ctx context.Context, key string) (*ControllerRequest, int64, error) {
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	start := time.Now()
+	resp, err := s.cli.Get(rctx, key)
+	s.metrics.observe("get", start)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: read controller request: %w", ErrUnavailable, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, 0, nil
+	}
+	var r ControllerRequest
+	if err := json.Unmarshal(resp.Kvs[0].Value, &r); err != nil {
+		return nil, resp.Kvs[0].ModRevision, nil // unreadable: overwritten by the next request
+	}
+	return &r, resp.Kvs[0].ModRevision, nil
+}
+
+// RequestController asks the controller leader of plugin to run req (its
+// Volume, Node, Op and Body) and waits for the answer until ctx ends. A
+// request for the same step that is still pending (written by this host
+// before it crashed, or by an earlier try) is waited for rather than
+// written again; any other is replaced by a new attempt, which the leader
+// runs again (CSI controller calls are idempotent). When the leader
+// changes before it answers, the next leader runs it. A successful
+// unpublish removes the request.
+//
+// It fails with ErrUnavailable when etcd does not answer, with an error
+// wrapping ErrNoController when no host leads the plugin's controller,
+// and with ctx's error when ctx ends first.
+func (s *Session) RequestController(ctx context.Context, plugin string, req ControllerRequest) (ControllerAnswer, error) {
+	if _, err := s.ControllerLeader(ctx, plugin); err != nil {
+		return ControllerAnswer{}, err
+	}
+	key := s.controllerKey(plugin, req.Volume, req.Node)
+	for range maxCAS {
+		cur, rev, err := s.readRequest(ctx, key)
+		if err != nil {
+			return ControllerAnswer{}, err
+		}
+		mine := cur
+		if cur == nil || cur.Answer != nil || cur.Op != req.Op || !bytes.Equal(cur.Body, req.Body) {
+			n := req
+			n.Host, n.At, n.Answer = s.cfg.NodeID, time.Now().UTC(), nil
+			n.Attempt = strconv.FormatUint(rand.Uint64(), 36)
+			data, err := json.Marshal(n)
+			if err != nil {
+				return ControllerAnswer{}, err
+			}
+			rctx, cancel := s.reqCtx(ctx)
+			start := time.Now()
+			resp, err := s.cli.Txn(rctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+				Then(clientv3.OpPut(key, string(data))).Commit()
+			cancel()
+			s.metrics.observe("txn", start)
+			if err != nil {
+				return ControllerAnswer{}, fmt.Errorf("%w: write controller request: %w", ErrUnavailable, err)
+			}
+			if !resp.Succeeded {
+				continue
+			}
+			mine, rev = &n, resp.Header.Revision
+		}
+		ans, rev, err := s.awaitAnswer(ctx, key, mine.Attempt, rev)
+		if err != nil {
+			return ControllerAnswer{}, err
+		}
+		if ans == nil {
+			continue // replaced by another request for the step: ask again
+		}
+		if req.Op == OpUnpublish && ans.Code == 0 {
+			rctx, cancel := s.reqCtx(ctx)
+			start := time.Now()
+			_, _ = s.cli.Txn(rctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+				Then(clientv3.OpDelete(key)).Commit()
+			cancel()
+			s.metrics.observe("txn", start)
+		}
+		return *ans, nil
+	}
+	return ControllerAnswer{}, fmt.Errorf("%w: the controller request of volume %q kept changing", ErrUnavailable, req.Volume)
+}
+
+// awaitAnswer waits for the answer to attempt on key, written after rev.
+// It returns a nil answer when the key was replaced by another attempt or
+// removed, and the answer's mod revision.
+func (s *Session) awaitAnswer(ctx context.Context, key, attempt string, rev int64) (*ControllerAnswer, int64, error) {
+	for {
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		wch := s.cli.Watch(wctx, key, clientv3.WithRev(rev+1))
+		// Read after the watch is set up: an answer written before it
+		// started is seen here, one written after in the watch.
+		cur, crev, err := s.readRequest(ctx, key)
+		if err != nil {
+			cancel()
+			return nil, 0, err
+		}
+		if ans, done := answerOf(cur, attempt); done {
+			cancel()
+			return ans, crev, nil
+		}
+		broke := false
+		for wr := range wch {
+			if wr.Err() != nil {
+				broke = true
+				break
+			}
+			for _, e := range wr.Events {
+				if e.Type == clientv3.EventTypeDelete {
+					cancel()
+					return nil, 0, nil
+				}
+				var r ControllerRequest
+				if json.Unmarshal(e.Kv.Value, &r) != nil {
+					cancel()
+					return nil, 0, nil
+				}
+				if ans, done := answerOf(&r, attempt); done {
+					cancel()
+					return ans, e.Kv.ModRevision, nil
+				}
+			}
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return nil, 0, ctx.Err()
+		}
+		if broke {
+			s.log.Debug("controller answer watch broke; reading again")
+		}
+		rev = crev
+	}
+}
+
+// answerOf says whether r ends the wait for attempt: answered (the
+// answer), or replaced (nil).
+func answerOf(r *ControllerRequest, attempt string) (*ControllerAnswer, bool) {
+	switch {
+	case r == nil || r.Attempt != attempt:
+		return nil, true
+	case r.Answer != nil:
+		return r.Answer, true
+	}
+	return nil, false
+}
+
+// ControllerHandler runs the controller steps of one plugin on the host
+// that leads its controller.
+type ControllerHandler interface {
+	// Handle runs req's step on this host's controller and returns the
+	// plugin's answer. It returns when ctx ends (leadership lost), and
+	// its answer is then dropped: the next leader runs the step.
+	Handle(ctx context.Context, req ControllerRequest) ControllerAnswer
+	// Lead runs for as long as this host leads, in a goroutine of its
+	// own, and returns when ctx ends.
+	Lead(ctx context.Context)
+}
+
+// ServeController campaigns for the leadership of plugin's controller
+// among the hosts that serve it, and while this host leads, runs every
+// pending and new request of the plugin through h (each volume and node's
+// requests one at a time, in order) and writes back the answers; a request
+// answered by a leader that lost its leadership meanwhile is not answered
+// (the next leader runs it). On election it runs every request still
+// pending. It campaigns again when its election session ends (etcd was
+// unreachable for a TTL) and returns when ctx ends, having resigned.
+func (s *Session) ServeController(ctx context.Context, plugin string, h ControllerHandler) {
+	for ctx.Err() == nil {
+		if err := s.leadOnce(ctx, plugin, h); err != nil && ctx.Err() == nil {
+			s.log.WithError(err).WithField("plugin", plugin).Warn("controller election failed; campaigning again")
+		}
+		t := time.NewTimer(250 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+func (s *Session) leadOnce(ctx context.Context, plugin string, h ControllerHandler) error {
+	ttl := int((s.TTL() + time.Second - 1) / time.Second)
+	cs, err := concurrency.NewSession(s.cli, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("election session: %w", err)
+	}
+	defer func() {
+		// Revoked at once, so that the next leader need not wait a TTL.
+		cs.Orphan()
+		rctx, cancel := context.WithTimeout(context.Background(), s.cfg.DialTimeout)
+		_, _ = s.cli.Revoke(rctx, cs.Lease())
+		cancel()
+	}()
+	e := concurrency.NewElection(cs, s.leaderPrefix(plugin))
+	if err := e.Campaign(ctx, s.cfg.NodeID); err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	lctx, lcancel := context.WithCancel(ctx)
+	defer lcancel()
+	go func() {
+		select {
+		case <-cs.Done():
+			lcancel()
+		case <-lctx.Done():
+		}
+	}()
+	log := s.log.WithField("plugin", plugin)
+	log.Info("leading the controller of the plugin in the cluster")
+	s.metrics.leader.WithLabelValues(plugin).Set(1)
+	defer s.metrics.leader.WithLabelValues(plugin).Set(0)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		h.Lead(lctx)
+	}()
+	l := &leadership{s: s, plugin: plugin, e: e, h: h, ctx: lctx, running: map[string]bool{}, dirty: map[string]bool{}}
+	l.serve()
+	lcancel()
+	l.wg.Wait()
+	wg.Wait()
+	if ctx.Err() == nil {
+		log.Warn("lost the leadership of the plugin's controller")
+	}
+	return nil
+}
+
+// leadership is one term of this host as a plugin's controller leader.
+type leadership struct {
+	s      *Session
+	plugin string
+	e      *concurrency.Election
+	h      ControllerHandler
+	ctx    context.Context
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	running map[string]bool // guarded by mu; keys with a worker
+	dirty   map[string]bool // guarded by mu; keys changed while their worker ran
+}
+
+// serve lists the pending requests, then follows new ones, until the
+// leadership ends.
+func (l *leadership) serve() {
+	s, prefix := l.s, l.s.controllerPrefix(l.plugin)
+	for l.ctx.Err() == nil {
+		rctx, cancel := s.reqCtx(l.ctx)
+		start := time.Now()
+		resp, err := s.cli.Get(rctx, prefix, clientv3.WithPrefix())
+		cancel()
+		s.metrics.observe("get", start)
+		if err != nil {
+			t := time.NewTimer(250 * time.Millisecond)
+			select {
+			case <-l.ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
+		for _, kv := range resp.Kvs {
+			if pendingValue(kv.Value) {
+				l.dispatch(string(kv.Key))
+			}
+		}
+		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(l.ctx))
+		for wr := range s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
+			if wr.Err() != nil {
+				break
+			}
+			for _, e := range wr.Events {
+				if e.Type == clientv3.EventTypePut && pendingValue(e.Kv.Value) {
+					l.dispatch(string(e.Kv.Key))
+				}
+			}
+		}
+		wcancel()
+	}
+}
+
+func pendingValue(v []byte) bool {
+	var r ControllerRequest
+	return json.Unmarshal(v, &r) == nil && r.Answer == nil
+}
+
+// dispatch starts key's worker, or tells the running one to read it again.
+func (l *leadership) dispatch(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running[key] {
+		l.dirty[key] = true
+		return
+	}
+	l.running[key] = true
+	l.wg.Add(1)
+	go l.work(key)
+}
+
+// work runs key's pending request and writes back the answer, until the
+// key holds no pending request.
+func (l *leadership) work(key string) {
+	defer l.wg.Done()
+	for {
+		for l.ctx.Err() == nil {
+			done, err := l.runOnce(key)
+			if err == nil && done {
+				break
+			}
+			if err != nil && l.ctx.Err() == nil {
+				l.s.log.WithError(err).WithField("plugin", l.plugin).Warn("cannot answer a controller request; retrying")
+				t := time.NewTimer(250 * time.Millisecond)
+				select {
+				case <-l.ctx.Done():
+				case <-t.C:
+				}
+				t.Stop()
+			}
+		}
+		l.mu.Lock()
+		if l.dirty[key] && l.ctx.Err() == nil {
+			delete(l.dirty, key)
+			l.mu.Unlock()
+			continue
+		}
+		delete(l.dirty, key)
+		delete(l.running, key)
+		l.mu.Unlock()
+		return
+	}
+}
+
+// runOnce runs key's request if it is pending; done says there is nothing
+// (more) to run.
+func (l *leadership) runOnce(key string) (done bool, err error) {
+	s := l.s
+	r, rev, err := s.readRequest(l.ctx, key)
+	if err != nil {
+		return false, err
+	}
+	if r == nil || r.Answer != nil {
+		return true, nil
+	}
+	ans := l.h.Handle(l.ctx, *r)
+	if l.ctx.Err() != nil {
+		return true, nil // the next leader runs it
+	}
+	ans.By, ans.Attempt = s.cfg.NodeID, r.Attempt
+	r.Answer = &ans
+	data, err := json.Marshal(r)
+	if err != nil {
+		return true, err
+	}
+	rctx, cancel := s.reqCtx(l.ctx)
+	defer cancel()
+	start := time.Now()
+	resp, err := s.cli.Txn(rctx).If(
+		clientv3.Compare(clientv3.ModRevision(key), "=", rev),
+		clientv3.Compare(clientv3.CreateRevision(l.e.Key()), "=", l.e.Rev()),
+	).Then(clientv3.OpPut(key, string(data))).Commit()
+	s.metrics.observe("txn", start)
+	if err != nil {
+		return false, fmt.Errorf("%w: answer controller request: %w", ErrUnavailable, err)
+	}
+	result := "ok"
+	if ans.Code != 0 {
+		result = "error"
+	}
+	if resp.Succeeded {
+		s.metrics.served.WithLabelValues(r.Op, result).Inc()
+	}
+	// Not succeeded: the request changed meanwhile (read it again) or
+	// this host no longer leads (its context ends soon).
+	return resp.Succeeded, nil
+}
+
+// ControllerInfo is what the hosts with a controller of a plugin tell
+// those without one, under <prefix>/plugins/<plugin>.
+type ControllerInfo struct {
+	// ControllerRequired: the plugin's controller has
+	// PUBLISH_UNPUBLISH_VOLUME, so its claims go through
+	// ControllerPublishVolume.
+	ControllerRequired bool `json:"controller_required"`
+	// By is the host that last wrote it, At when.
+	By string    `json:"by"`
+	At time.Time `json:"at"`
+}
+
+func (s *Session) pluginKey(plugin string) string { return s.key("plugins", url.PathEscape(plugin)) }
+
+// PutControllerInfo records what this host's controller of plugin says,
+// for the hosts without one.
+func (s *Session) PutControllerInfo(ctx context.Context, plugin string, controllerRequired bool) error {
+	data, err := json.Marshal(ControllerInfo{ControllerRequired: controllerRequired, By: s.cfg.NodeID, At: time.Now().UTC()})
+	if err != nil {
+		return err
+	}
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	start := time.Now()
+	_, err = s.cli.Put(rctx, s.pluginKey(plugin), string(data))
+	s.metrics.observe("put", start)
+	if err != nil {
+		return fmt.Errorf("%w: record the controller of plugin %q: %w", ErrUnavailable, plugin, err)
+	}
+	return nil
+}
+
+// PluginControllerInfo returns what a host with a controller of plugin
+// recorded last; ok is false when none ever did.
+func (s *Session) PluginControllerInfo(ctx context.Context, plugin string) (info ControllerInfo, ok bool, err error) {
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	start := time.Now()
+	resp, err := s.cli.Get(rctx, s.pluginKey(plugin))
+	s.metrics.observe("get", start)
+	if err != nil {
+		return info, false, fmt.Errorf("%w: read the controller of plugin %q: %w", ErrUnavailable, plugin, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return info, false, nil
+	}
+	if err := json.Unmarshal(resp.Kvs[0].Value, &info); err != nil {
+		return info, false, fmt.Errorf("decode the controller of plugin %q: %w", plugin, err)
+	}
+	return info, true, nil
+}
