@@ -1,0 +1,374 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+
+	"github.com/csiactor/csiactor/internal/etcdtest"
+	"github.com/csiactor/csiactor/internal/fakeplugin"
+	"github.com/csiactor/csiactor/internal/leakcheck"
+	"github.com/csiactor/csiactor/runtime"
+)
+
+// startNodeOnly starts a runtime for node on endpoint whose fake plugin is
+// a node allocation only: the plugin says it has a controller service
+// (and checks the publish context ControllerPublishVolume gives), but this
+// host runs no controller of it.
+func startNodeOnly(t testing.TB, node, endpoint string) *agent {
+	t.Helper()
+	a := &agent{t: t, node: node, cfg: clusterConfig(t, node, endpoint)}
+	a.start()
+	p, ep := fakeplugin.Start(t, fakeplugin.Config{ControllerPublish: true, StageUnstage: true, NodeID: "csi-" + node})
+	a.plugin = p
+	if _, err := a.rt.RegisterAllocation(context.Background(), "node-"+node, runtime.AllocationSpec{
+		Plugin: testPlugin, Type: runtime.TypeNode, Socket: ep[len("unix://"):],
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := a.rt.WaitHealthy(ctx, testPlugin, runtime.TypeNode); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// claimOnce claims on a, waiting while the claim is refused as unavailable
+// (the controller hosts have not recorded the plugin's controller yet, or
+// no leader is elected yet); a refused claim changes nothing.
+func claimOnce(t testing.TB, a *agent, vol string, req runtime.ClaimRequest) (runtime.Claim, error) {
+	t.Helper()
+	var c runtime.Claim
+	var err error
+	eventually(t, "a claim not refused as unavailable on "+a.node, func() (bool, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		c, err = a.rt.Claim(ctx, vol, req)
+		return !errors.Is(err, runtime.ErrPluginUnavailable), nil
+	})
+	return c, err
+}
+
+// leaderOf waits until one of as leads the test plugin's controller and
+// returns it.
+func leaderOf(t testing.TB, as ...*agent) *agent {
+	t.Helper()
+	var leader *agent
+	eventually(t, "a controller leader", func() (bool, error) {
+		for _, a := range as {
+			if v := metricValue(t, a, "csiactor_cluster_controller_leader", testPlugin); v == 1 {
+				leader = a
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return leader
+}
+
+// metricValue returns the value of a's gauge or counter name in the
+// series with the label value label (0 when there is none).
+func metricValue(t testing.TB, a *agent, name, label string) float64 {
+	t.Helper()
+	mfs, err := a.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetValue() == label {
+					return m.GetGauge().GetValue() + m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// etcdKeys returns how many keys etcd at endpoint holds under prefix.
+func etcdKeys(t testing.TB, endpoint, prefix string) int64 {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Count
+}
+
+// TestCluster_RemoteController: a claim on a host with only a node
+// allocation of a plugin that needs ControllerPublishVolume gets it from
+// the controller of another host, with the claiming host's node ID; the
+// publish context reaches the node steps; the release's
+// ControllerUnpublishVolume runs there too, and the request leaves etcd.
+func TestCluster_RemoteController(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	srv := etcdtest.Start(t)
+	ctrl := startAgent(t, "n1", srv.Endpoint())
+	node := startNodeOnly(t, "n3", srv.Endpoint())
+	ctx := context.Background()
+	const vol, am = "rdisk", "single-node-writer"
+	if _, err := ctrl.rt.RegisterVolume(ctx, vol, volSpec(vol, am)); err != nil {
+		t.Fatal(err)
+	}
+	node.waitVolume(vol)
+	c, err := claimOnce(t, node, vol, claimReq("app", "write", am))
+	if err != nil {
+		t.Fatalf("claim on the node-only host: %v", err)
+	}
+	if c.State != runtime.ClaimPublished {
+		t.Fatalf("claim = %+v", c)
+	}
+	pub, _ := ctrl.plugin.LastRequest("ControllerPublishVolume").(*csipb.ControllerPublishVolumeRequest)
+	if pub.GetNodeId() != "csi-n3" || pub.GetVolumeId() != "ext-"+vol {
+		t.Fatalf("controller host's ControllerPublishVolume = %v, want volume ext-%s to node csi-n3", pub, vol)
+	}
+	if n := node.plugin.Calls("ControllerPublishVolume"); n != 0 {
+		t.Fatalf("the node-only host's plugin got %d ControllerPublishVolume calls", n)
+	}
+	stage, _ := node.plugin.LastRequest("NodeStageVolume").(*csipb.NodeStageVolumeRequest)
+	if got := stage.GetPublishContext(); !hasValue(got, "/dev/fake/ext-"+vol) {
+		t.Fatalf("NodeStageVolume publish context = %v", got)
+	}
+	if got := ctrl.plugin.ControllerPublished(); got["ext-"+vol] != "csi-n3" {
+		t.Fatalf("controller publications = %v", got)
+	}
+	if v := metricValue(t, ctrl, "csiactor_cluster_controller_requests_total", "publish"); v != 1 {
+		t.Fatalf("csiactor_cluster_controller_requests_total{op=publish} = %v, want 1", v)
+	}
+
+	if _, err := node.rt.Release(ctx, vol, "app"); err != nil {
+		t.Fatal(err)
+	}
+	node.waitFreed(vol, "app")
+	unpub, _ := ctrl.plugin.LastRequest("ControllerUnpublishVolume").(*csipb.ControllerUnpublishVolumeRequest)
+	if unpub.GetNodeId() != "csi-n3" || unpub.GetVolumeId() != "ext-"+vol {
+		t.Fatalf("controller host's ControllerUnpublishVolume = %v", unpub)
+	}
+	if got := ctrl.plugin.ControllerPublished(); len(got) != 0 {
+		t.Fatalf("controller publications after the release = %v", got)
+	}
+	eventually(t, "the controller request gone from etcd", func() (bool, error) {
+		return etcdKeys(t, srv.Endpoint(), runtime.DefaultClusterPrefix+"/controller/") == 0, nil
+	})
+}
+
+// TestCluster_RemoteControllerLeaderLost: the controller leader stops
+// while it runs a claimer's ControllerPublishVolume (its plugin hangs);
+// the next leader runs it and the claim completes.
+func TestCluster_RemoteControllerLeaderLost(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	srv := etcdtest.Start(t)
+	c1 := startAgent(t, "n1", srv.Endpoint())
+	c2 := startAgent(t, "n2", srv.Endpoint())
+	node := startNodeOnly(t, "n3", srv.Endpoint())
+	ctx := context.Background()
+	const vol, am = "ldisk", "single-node-writer"
+	if _, err := c1.rt.RegisterVolume(ctx, vol, volSpec(vol, am)); err != nil {
+		t.Fatal(err)
+	}
+	node.waitVolume(vol)
+	leader := leaderOf(t, c1, c2)
+	next := c1
+	if leader == c1 {
+		next = c2
+	}
+	leader.plugin.SetFault("ControllerPublishVolume", fakeplugin.Fault{Hang: true})
+	type result struct {
+		c   runtime.Claim
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		var r result
+		for {
+			r.c, r.err = node.rt.Claim(ctx, vol, claimReq("app", "write", am))
+			if !errors.Is(r.err, runtime.ErrPluginUnavailable) || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		done <- r
+	}()
+	eventually(t, "the leader's plugin running ControllerPublishVolume", func() (bool, error) {
+		return leader.plugin.Calls("ControllerPublishVolume") > 0, nil
+	})
+	leader.stop()
+	r := <-done
+	if r.err != nil || r.c.State != runtime.ClaimPublished {
+		t.Fatalf("claim after the leader stopped = %+v, %v", r.c, r.err)
+	}
+	pub, _ := next.plugin.LastRequest("ControllerPublishVolume").(*csipb.ControllerPublishVolumeRequest)
+	if pub.GetNodeId() != "csi-n3" {
+		t.Fatalf("next leader's ControllerPublishVolume = %v", pub)
+	}
+	if got := next.plugin.ControllerPublished(); got["ext-"+vol] != "csi-n3" {
+		t.Fatalf("next leader's controller publications = %v", got)
+	}
+	if _, err := node.rt.Release(ctx, vol, "app"); err != nil {
+		t.Fatal(err)
+	}
+	node.waitFreed(vol, "app")
+	if got := next.plugin.ControllerPublished(); len(got) != 0 {
+		t.Fatalf("controller publications after the release = %v", got)
+	}
+}
+
+// TestCluster_RemoteControllerError: a final error of the controller
+// host's ControllerPublishVolume reaches the claimer as it would from a
+// local controller (InvalidArgument: 400), and the claim is torn down;
+// a transient one (Aborted) is retried until it succeeds.
+func TestCluster_RemoteControllerError(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	srv := etcdtest.Start(t)
+	ctrl := startAgent(t, "n1", srv.Endpoint())
+	node := startNodeOnly(t, "n3", srv.Endpoint())
+	ctx := context.Background()
+	const vol, am = "edisk", "single-node-writer"
+	if _, err := ctrl.rt.RegisterVolume(ctx, vol, volSpec(vol, am)); err != nil {
+		t.Fatal(err)
+	}
+	node.waitVolume(vol)
+	ctrl.plugin.SetFault("ControllerPublishVolume", fakeplugin.Fault{Code: codes.InvalidArgument, Message: "bad capability for this disk"})
+	_, err := claimOnce(t, node, vol, claimReq("app", "write", am))
+	if !errors.Is(err, runtime.ErrInvalid) || !strings.Contains(err.Error(), "bad capability for this disk") ||
+		!strings.Contains(err.Error(), "n1") {
+		t.Fatalf("claim with the controller answering InvalidArgument = %v, want ErrInvalid naming the answer and host n1", err)
+	}
+	node.waitFreed(vol, "app")
+	ctrl.plugin.ClearFaults()
+	ctrl.plugin.SetFault("ControllerPublishVolume", fakeplugin.Fault{Code: codes.Aborted, Message: "busy", Times: 2})
+	before := ctrl.plugin.Calls("ControllerPublishVolume")
+	if _, err := node.rt.Claim(ctx, vol, claimReq("app", "write", am)); err != nil {
+		t.Fatalf("claim with two Aborted answers first: %v", err)
+	}
+	if n := ctrl.plugin.Calls("ControllerPublishVolume") - before; n != 3 {
+		t.Fatalf("ControllerPublishVolume calls = %d, want 3 (two Aborted, then OK)", n)
+	}
+}
+
+// TestCluster_FenceWithoutController: an agent with no controller of the
+// plugin fences a down host: the controller leader runs the unpublish for
+// the down host's node ID; then the fencing host claims the volume, its
+// publish also run by the leader.
+func TestCluster_FenceWithoutController(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	srv := etcdtest.Start(t)
+	ctrl := startAgent(t, "n1", srv.Endpoint())
+	down := startAgent(t, "n2", srv.Endpoint())
+	node := startNodeOnly(t, "n3", srv.Endpoint())
+	ctx := context.Background()
+	const vol, am = "wdisk", "single-node-writer"
+	if _, err := ctrl.rt.RegisterVolume(ctx, vol, volSpec(vol, am)); err != nil {
+		t.Fatal(err)
+	}
+	node.waitVolume(vol)
+	down.waitVolume(vol)
+	if _, err := down.rt.Claim(ctx, vol, claimReq("app", "write", am)); err != nil {
+		t.Fatal(err)
+	}
+	down.stop()
+	leaderOf(t, ctrl) // n2 led, perhaps: n1 must have taken over
+	res, err := node.rt.FenceNode(ctx, "n2")
+	if err != nil {
+		t.Fatalf("FenceNode(n2) on the node-only host: %v", err)
+	}
+	if len(res.Claims) != 1 || !res.Claims[0].ControllerUnpublished {
+		t.Fatalf("FenceNode(n2) = %+v", res)
+	}
+	unpub, _ := ctrl.plugin.LastRequest("ControllerUnpublishVolume").(*csipb.ControllerUnpublishVolumeRequest)
+	if unpub.GetNodeId() != "csi-n2" || unpub.GetVolumeId() != "ext-"+vol {
+		t.Fatalf("leader's ControllerUnpublishVolume = %v, want ext-%s from csi-n2", unpub, vol)
+	}
+	if _, err := claimOnce(t, node, vol, claimReq("new", "write", am)); err != nil {
+		t.Fatalf("claim after the fence: %v", err)
+	}
+	pub, _ := ctrl.plugin.LastRequest("ControllerPublishVolume").(*csipb.ControllerPublishVolumeRequest)
+	if pub.GetNodeId() != "csi-n3" {
+		t.Fatalf("leader's ControllerPublishVolume = %v", pub)
+	}
+}
+
+// TestCluster_AutoFence: with cluster.fence_after set, a host down that
+// long is fenced by the controller leader: its claim is unpublished from
+// its node ID and taken from it, another host can claim, and the fenced
+// host, started again, releases its claim locally.
+func TestCluster_AutoFence(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	srv := etcdtest.Start(t)
+	var as []*agent
+	for _, n := range []string{"n1", "n2", "n3"} {
+		cfg := clusterConfig(t, n, srv.Endpoint())
+		cfg.Cluster.FenceAfter = 3 * time.Second // lease 2s + margin 0.5s < 3s
+		as = append(as, startAgentWith(t, n, cfg))
+	}
+	ctx := context.Background()
+	const vol, am = "adisk", "single-node-writer"
+	if _, err := as[0].rt.RegisterVolume(ctx, vol, volSpec(vol, am)); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range as {
+		a.waitVolume(vol)
+	}
+	if _, err := as[1].rt.Claim(ctx, vol, claimReq("app", "write", am)); err != nil {
+		t.Fatal(err)
+	}
+	as[1].stop()
+	if _, err := as[2].rt.Claim(ctx, vol, claimReq("new", "write", am)); !errors.Is(err, runtime.ErrConflict) {
+		t.Fatalf("claim while the down host holds it = %v, want ErrConflict", err)
+	}
+	eventually(t, "the down host fenced automatically", func() (bool, error) {
+		_, err := as[2].rt.Claim(ctx, vol, claimReq("new", "write", am))
+		if errors.Is(err, runtime.ErrConflict) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	var unpublished bool
+	for _, a := range []*agent{as[0], as[2]} {
+		if r, _ := a.plugin.LastRequest("ControllerUnpublishVolume").(*csipb.ControllerUnpublishVolumeRequest); r.GetNodeId() == "csi-n2" {
+			unpublished = true
+		}
+	}
+	if !unpublished {
+		t.Fatal("no controller unpublished the volume from the fenced host's node csi-n2")
+	}
+	as[1].start()
+	as[1].waitFreed(vol, "app")
+	if got := as[1].plugin.Published(); len(got) != 0 {
+		t.Fatalf("the fenced host's plugin still publishes %v", got)
+	}
+	v, err := as[0].rt.Volume(ctx, vol)
+	if err != nil || len(v.Claims) != 1 || v.Claims[0].Host != "n3" {
+		t.Fatalf("claims after the fenced host came back: %+v, %v", v.Claims, err)
+	}
+}
+
+func hasValue(m map[string]string, v string) bool {
+	for _, x := range m {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
