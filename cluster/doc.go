@@ -12,6 +12,11 @@
 //	<prefix>/volumes/<id>     a volume's definition, shared by every host
 //	<prefix>/claims/<id>      a volume's claims on every host (no lease)
 //	<prefix>/fenced/<node>/<id>/<alloc>  a claim taken from a down host
+//	<prefix>/plugins/<plugin>  what a controller of the plugin says (no lease)
+//	<prefix>/leaders/<plugin>/<lease>  the plugin's controller election
+//	<prefix>/controller/<plugin>/<id>/<csi-node>  a controller request
+//
+// (plugin names and CSI node IDs in keys are URL path-escaped.)
 //
 // A claim is admitted by [Session.Admit] in one etcd transaction that
 // compares the claims key's mod revision (compare-and-swap) and this
@@ -27,6 +32,18 @@
 // [Session.Fence] removes them and records them as fenced, in a
 // transaction that requires the host to be down still. The host, when it
 // is back, finds them with [Session.Fenced] and releases them locally.
+//
+// A host without a healthy controller of a plugin has the plugin's
+// controller steps run elsewhere: [Session.RequestController] writes the
+// ControllerPublishVolume or ControllerUnpublishVolume of a volume for its
+// CSI node ID as a [ControllerRequest] and waits for the answer. Every
+// host with a healthy controller of the plugin runs
+// [Session.ServeController], which campaigns in the plugin's election
+// (go.etcd.io/etcd/client/v3/concurrency); the leader runs each pending
+// request through its [ControllerHandler] and writes back the answer, in
+// a transaction that requires it to lead still. A new leader runs every
+// request still pending. The hosts with a controller record what it says
+// ([Session.PutControllerInfo]) for the hosts without one.
 //
 // Each host's own steps (stagings, usage counts, publish context,
 // allocations) stay in its bbolt store. docs/operations.md ("Cluster

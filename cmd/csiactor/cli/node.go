@@ -76,8 +76,9 @@ claims stay, and block other writers, until they are released.`,
 				summary: "take the claims of a down host away from it",
 				usage:   "csiactor node fence [flags] NODE",
 				help: `Fences the down host NODE (POST /v1/nodes/NODE/fence): for each of its claims
-that went through ControllerPublishVolume, the agent's controller of the
-volume's plugin unpublishes the volume from NODE's node ID; then the claims are
+that went through ControllerPublishVolume, a controller of the volume's plugin
+(the agent's, or without a healthy one there, the plugin's controller leader in
+the cluster) unpublishes the volume from NODE's node ID; then the claims are
 removed from the cluster, so other hosts can claim the volumes. NODE releases
 them locally when it is back. Refused while NODE's lease is alive.`,
 			}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
