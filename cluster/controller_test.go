@@ -57,6 +57,20 @@ func claimOnce(t testing.TB, a *agent, vol string, req runtime.ClaimRequest) (ru
 	return c, err
 }
 
+// claimRetrying is claimOnce for a goroutine other than the test's: it
+// gives up after waitLimit with the last error.
+func claimRetrying(a *agent, vol string, req runtime.ClaimRequest) (runtime.Claim, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	for {
+		c, err := a.rt.Claim(ctx, vol, req)
+		if !errors.Is(err, runtime.ErrPluginUnavailable) || ctx.Err() != nil {
+			return c, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // leaderOf waits until one of as leads the test plugin's controller and
 // returns it.
 func leaderOf(t testing.TB, as ...*agent) *agent {
@@ -198,16 +212,8 @@ func TestCluster_RemoteControllerLeaderLost(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-		defer cancel()
 		var r result
-		for {
-			r.c, r.err = node.rt.Claim(ctx, vol, claimReq("app", "write", am))
-			if !errors.Is(r.err, runtime.ErrPluginUnavailable) || ctx.Err() != nil {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		r.c, r.err = claimRetrying(node, vol, claimReq("app", "write", am))
 		done <- r
 	}()
 	eventually(t, "the leader's plugin running ControllerPublishVolume", func() (bool, error) {
@@ -371,4 +377,55 @@ func hasValue(m map[string]string, v string) bool {
 		}
 	}
 	return false
+}
+
+// TestCluster_RemoteControllerClaimerRestart: the claiming host stops
+// while it waits for the controller leader's answer; started again, it
+// resumes the claim's persisted step, waits for the request still pending
+// rather than sending it twice, and the claim is published.
+func TestCluster_RemoteControllerClaimerRestart(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	srv := etcdtest.Start(t)
+	ctrl := startAgent(t, "n1", srv.Endpoint())
+	node := startNodeOnly(t, "n3", srv.Endpoint())
+	ctx := context.Background()
+	const vol, am = "cdisk", "single-node-writer"
+	if _, err := ctrl.rt.RegisterVolume(ctx, vol, volSpec(vol, am)); err != nil {
+		t.Fatal(err)
+	}
+	node.waitVolume(vol)
+	leaderOf(t, ctrl)
+	ctrl.plugin.SetFault("ControllerPublishVolume", fakeplugin.Fault{Delay: 2 * time.Second})
+	done := make(chan error, 1)
+	go func() {
+		_, err := claimRetrying(node, vol, claimReq("app", "write", am))
+		done <- err
+	}()
+	eventually(t, "the leader's plugin running ControllerPublishVolume", func() (bool, error) {
+		return ctrl.plugin.Calls("ControllerPublishVolume") > 0, nil
+	})
+	node.stop()
+	if err := <-done; err == nil {
+		t.Fatal("claim answered although its agent stopped before the controller did")
+	}
+	node.start()
+	eventually(t, "the claim published after the restart", func() (bool, error) {
+		v, err := node.rt.Volume(ctx, vol)
+		if err != nil {
+			return false, err
+		}
+		for _, c := range v.Claims {
+			if c.Alloc == "app" && c.Host == "n3" {
+				return c.State == runtime.ClaimPublished, nil
+			}
+		}
+		return false, nil
+	})
+	if n := ctrl.plugin.Calls("ControllerPublishVolume"); n != 1 {
+		t.Fatalf("ControllerPublishVolume calls = %d, want 1: the restarted host waits for its pending request", n)
+	}
+	stage, _ := node.plugin.LastRequest("NodeStageVolume").(*csipb.NodeStageVolumeRequest)
+	if !hasValue(stage.GetPublishContext(), "/dev/fake/ext-"+vol) {
+		t.Fatalf("NodeStageVolume publish context = %v", stage.GetPublishContext())
+	}
 }
