@@ -349,8 +349,11 @@ func (r *Runtime) followControllers(ctx context.Context) {
 	running := map[string]serving{}
 	recorded := map[string]bool{}
 	defer func() {
+		// All at once: each resigns with an etcd request of its own.
 		for _, s := range running {
 			s.cancel()
+		}
+		for _, s := range running {
 			<-s.done
 		}
 	}()
