@@ -429,3 +429,63 @@ func TestCluster_RemoteControllerClaimerRestart(t *testing.T) {
 		t.Fatalf("NodeStageVolume publish context = %v", stage.GetPublishContext())
 	}
 }
+
+// TestCluster_RemoteControllerLeaderSessionLost: the controller leader's
+// election lease is revoked in etcd (its session ends, as when it is cut
+// off for a TTL) while its plugin runs a claimer's ControllerPublishVolume:
+// the next leader runs the request and answers it; the old leader's answer,
+// if it comes, is refused.
+func TestCluster_RemoteControllerLeaderSessionLost(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	srv := etcdtest.Start(t)
+	c1 := startAgent(t, "n1", srv.Endpoint())
+	c2 := startAgent(t, "n2", srv.Endpoint())
+	node := startNodeOnly(t, "n3", srv.Endpoint())
+	ctx := context.Background()
+	const vol, am = "sdisk", "single-node-writer"
+	if _, err := c1.rt.RegisterVolume(ctx, vol, volSpec(vol, am)); err != nil {
+		t.Fatal(err)
+	}
+	node.waitVolume(vol)
+	old := leaderOf(t, c1, c2)
+	next := c1
+	if old == c1 {
+		next = c2
+	}
+	old.plugin.SetFault("ControllerPublishVolume", fakeplugin.Fault{Delay: 3 * time.Second})
+	done := make(chan error, 1)
+	go func() {
+		_, err := claimRetrying(node, vol, claimReq("app", "write", am))
+		done <- err
+	}()
+	eventually(t, "the leader's plugin running ControllerPublishVolume", func() (bool, error) {
+		return old.plugin.Calls("ControllerPublishVolume") > 0, nil
+	})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	resp, err := cli.Get(ctx, runtime.DefaultClusterPrefix+"/leaders/"+testPlugin+"/", clientv3.WithFirstCreate()...)
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != old.node {
+		t.Fatalf("leader key = %v, %v; want %s's", resp, err, old.node)
+	}
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("claim after the leader lost its election: %v", err)
+	}
+	if got := next.plugin.ControllerPublished(); got["ext-"+vol] != "csi-n3" {
+		t.Fatalf("next leader's controller publications = %v", got)
+	}
+	if v := metricValue(t, next, "csiactor_cluster_controller_requests_total", "publish"); v != 1 {
+		t.Fatalf("next leader answered %v publish requests, want 1", v)
+	}
+	eventually(t, "the old leader's term ended, its calls with it", func() (bool, error) {
+		return metricValue(t, old, "csiactor_cluster_controller_leader", testPlugin) == 0, nil
+	})
+	if v := metricValue(t, old, "csiactor_cluster_controller_requests_total", "publish"); v != 0 {
+		t.Fatalf("old leader answered %v publish requests after losing its election, want 0", v)
+	}
+}
