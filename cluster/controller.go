@@ -331,7 +331,7 @@ func (s *Session) leadOnce(ctx context.Context, plugin string, h ControllerHandl
 		defer wg.Done()
 		h.Lead(lctx)
 	}()
-	l := &leadership{s: s, plugin: plugin, e: e, h: h, ctx: lctx, running: map[string]bool{}, dirty: map[string]bool{}}
+	l := &leadership{s: s, plugin: plugin, e: e, h: h, ctx: lctx, cancel: lcancel, running: map[string]bool{}, dirty: map[string]bool{}}
 	l.serve()
 	lcancel()
 	l.wg.Wait()
@@ -349,6 +349,7 @@ type leadership struct {
 	e      *concurrency.Election
 	h      ControllerHandler
 	ctx    context.Context
+	cancel context.CancelFunc // ends the term
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
@@ -473,10 +474,18 @@ func (l *leadership) runOnce(key string) (done bool, err error) {
 	resp, err := s.cli.Txn(rctx).If(
 		clientv3.Compare(clientv3.ModRevision(key), "=", rev),
 		clientv3.Compare(clientv3.CreateRevision(l.e.Key()), "=", l.e.Rev()),
-	).Then(clientv3.OpPut(key, string(data))).Commit()
+	).Then(clientv3.OpPut(key, string(data))).Else(clientv3.OpGet(l.e.Key())).Commit()
 	s.metrics.observe("txn", start)
 	if err != nil {
 		return false, fmt.Errorf("%w: answer controller request: %w", ErrUnavailable, err)
+	}
+	if !resp.Succeeded {
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 0 || kvs[0].CreateRevision != l.e.Rev() {
+			// The election key is gone: this term is over even if the
+			// session has not noticed yet.
+			l.cancel()
+			return true, nil
+		}
 	}
 	result := "ok"
 	if ans.Code != 0 {
@@ -485,8 +494,7 @@ func (l *leadership) runOnce(key string) (done bool, err error) {
 	if resp.Succeeded {
 		s.metrics.served.WithLabelValues(r.Op, result).Inc()
 	}
-	// Not succeeded: the request changed meanwhile (read it again) or
-	// this host no longer leads (its context ends soon).
+	// Not succeeded: the request changed meanwhile; read it again.
 	return resp.Succeeded, nil
 }
 
