@@ -234,3 +234,38 @@ func TestActor_RetriesUntilSuccessThenStops(t *testing.T) {
 		t.Errorf("NodeUnpublishVolume called %d times, want 3", n)
 	}
 }
+
+// stepPlugins is a Plugins that records the step each Client call's
+// context carries.
+type stepPlugins struct {
+	stubPlugins
+	mu   sync.Mutex
+	seen []Step // guarded by mu
+}
+
+func (p *stepPlugins) Client(ctx context.Context, plugin string, typ PluginType) (csi.Client, Facts, error) {
+	if s, ok := StepFrom(ctx); ok {
+		p.mu.Lock()
+		p.seen = append(p.seen, s)
+		p.mu.Unlock()
+	}
+	return p.stubPlugins.Client(ctx, plugin, typ)
+}
+
+func TestRunner_Run_ClientSeesStep(t *testing.T) {
+	_, stub := dialFake(t, fakeplugin.Config{StageUnstage: true})
+	plugins := &stepPlugins{stubPlugins: stubPlugins{client: stub.client}}
+	r := NewRunner(plugins, RunnerConfig{})
+	dir := t.TempDir()
+	want := stageStep(dir, "v1")
+	if res := r.Run(context.Background(), want); !res.OK() {
+		t.Fatalf("stage: %+v", res)
+	}
+	// A call through Do carries no step.
+	r.Do(context.Background(), "p", NodePlugin, csi.PublishKind, func(context.Context, csi.Client) error { return nil })
+	plugins.mu.Lock()
+	defer plugins.mu.Unlock()
+	if len(plugins.seen) != 1 || plugins.seen[0].Method != NodeStage || plugins.seen[0].Volume != "v1" {
+		t.Fatalf("steps seen by Client = %v, want the one NodeStageVolume of v1", plugins.seen)
+	}
+}
