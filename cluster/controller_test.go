@@ -495,3 +495,38 @@ func TestCluster_RemoteControllerLeaderSessionLost(t *testing.T) {
 		t.Fatalf("old leader answered %v publish requests after losing its election, want 0", v)
 	}
 }
+
+// TestCluster_NodeOnlyBeforeAnyController: on a host with only a node
+// allocation of a plugin that has a controller service, a claim is refused
+// as unavailable (nothing reserved) while no host of the cluster has a
+// controller of the plugin to say whether ControllerPublishVolume is
+// needed, rather than skipping it; once one joins, the claim goes through
+// it.
+func TestCluster_NodeOnlyBeforeAnyController(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	srv := etcdtest.Start(t)
+	node := startNodeOnly(t, "n3", srv.Endpoint())
+	ctx := context.Background()
+	const vol, am = "odisk", "single-node-writer"
+	if _, err := node.rt.RegisterVolume(ctx, vol, volSpec(vol, am)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := node.rt.Claim(ctx, vol, claimReq("app", "write", am))
+	if !errors.Is(err, runtime.ErrPluginUnavailable) || !strings.Contains(err.Error(), "no host of the cluster has a controller of it yet") {
+		t.Fatalf("claim before any controller joined = %v, want ErrPluginUnavailable saying so", err)
+	}
+	if v, err := node.rt.Volume(ctx, vol); err != nil || len(v.Claims)+len(v.PastClaims) != 0 {
+		t.Fatalf("volume after the refused claim: %+v, %v; want no claims", v, err)
+	}
+	if n := node.plugin.Calls("NodeStageVolume"); n != 0 {
+		t.Fatalf("NodeStageVolume calls = %d, want 0", n)
+	}
+	ctrl := startAgent(t, "n1", srv.Endpoint())
+	ctrl.waitVolume(vol)
+	if _, err := claimOnce(t, node, vol, claimReq("app", "write", am)); err != nil {
+		t.Fatalf("claim once a controller joined: %v", err)
+	}
+	if got := ctrl.plugin.ControllerPublished(); got["ext-"+vol] != "csi-n3" {
+		t.Fatalf("controller publications = %v", got)
+	}
+}
