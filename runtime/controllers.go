@@ -243,10 +243,19 @@ type controllerHandler struct {
 	r      *Runtime
 	plugin string
 	log    *logrus.Entry
+	// slots bounds the requests of other hosts in flight to the
+	// plugin (plugins.max_in_flight), beside this host's own calls.
+	slots chan struct{}
 }
 
 // Handle runs req on this host's controller of the plugin.
 func (h *controllerHandler) Handle(ctx context.Context, req cluster.ControllerRequest) cluster.ControllerAnswer {
+	select {
+	case h.slots <- struct{}{}:
+		defer func() { <-h.slots }()
+	case <-ctx.Done():
+		return cluster.ControllerAnswer{Code: uint32(codes.Canceled), Message: "the controller leader stopped"}
+	}
 	log := h.log.WithFields(logrus.Fields{"volume": req.Volume, "csi_node": req.Node, "host": req.Host, "op": req.Op})
 	c, _, err := h.r.plugins.Client(ctx, h.plugin, claim.ControllerPlugin)
 	if err != nil {
@@ -376,7 +385,8 @@ func (r *Runtime) followControllers(ctx context.Context) {
 				if _, ok := running[s.Name]; !ok {
 					sctx, cancel := context.WithCancel(ctx)
 					done := make(chan struct{})
-					h := &controllerHandler{r: r, plugin: s.Name, log: log.WithField("plugin", s.Name)}
+					h := &controllerHandler{r: r, plugin: s.Name, log: log.WithField("plugin", s.Name),
+						slots: make(chan struct{}, max(1, r.cfg.Plugins.MaxInFlight))}
 					go func() {
 						defer close(done)
 						r.cluster.ServeController(sctx, s.Name, h)
