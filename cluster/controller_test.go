@@ -530,3 +530,32 @@ func TestCluster_NodeOnlyBeforeAnyController(t *testing.T) {
 		t.Fatalf("controller publications = %v", got)
 	}
 }
+
+// TestCluster_FenceNoController: fencing a down host whose claim went
+// through ControllerPublishVolume, when no host of the cluster has a
+// controller of the plugin left, is refused as unavailable and leaves the
+// claim where it is.
+func TestCluster_FenceNoController(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	srv := etcdtest.Start(t)
+	down := startAgent(t, "n2", srv.Endpoint())
+	node := startNodeOnly(t, "n3", srv.Endpoint())
+	ctx := context.Background()
+	const vol, am = "ndisk", "single-node-writer"
+	if _, err := down.rt.RegisterVolume(ctx, vol, volSpec(vol, am)); err != nil {
+		t.Fatal(err)
+	}
+	node.waitVolume(vol)
+	if _, err := claimOnce(t, down, vol, claimReq("app", "write", am)); err != nil {
+		t.Fatal(err)
+	}
+	down.stop()
+	_, err := node.rt.FenceNode(ctx, "n2")
+	if !errors.Is(err, runtime.ErrPluginUnavailable) || !strings.Contains(err.Error(), "no healthy controller of plugin") {
+		t.Fatalf("FenceNode(n2) with no controller left = %v, want ErrPluginUnavailable", err)
+	}
+	ns, err := node.rt.Nodes(ctx)
+	if err != nil || len(ns) != 2 || ns[0].ID != "n2" || ns[0].Claims != 1 {
+		t.Fatalf("nodes after the refused fence = %+v, %v; want n2 still holding its claim", ns, err)
+	}
+}
