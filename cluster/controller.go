@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -308,8 +309,8 @@ func (s *Session) leadOnce(ctx context.Context, plugin string, h ControllerHandl
 		_, _ = s.cli.Revoke(rctx, cs.Lease())
 		cancel()
 	}()
-	e := concurrency.NewElection(cs, s.leaderPrefix(plugin))
-	if err := e.Campaign(ctx, s.cfg.NodeID); err != nil {
+	key, rev, err := s.campaign(ctx, s.leaderPrefix(plugin), cs.Lease())
+	if err != nil {
 		return fmt.Errorf("campaign: %w", err)
 	}
 	lctx, lcancel := context.WithCancel(ctx)
@@ -331,7 +332,7 @@ func (s *Session) leadOnce(ctx context.Context, plugin string, h ControllerHandl
 		defer wg.Done()
 		h.Lead(lctx)
 	}()
-	l := &leadership{s: s, plugin: plugin, e: e, h: h, ctx: lctx, cancel: lcancel, running: map[string]bool{}, dirty: map[string]bool{}}
+	l := &leadership{s: s, plugin: plugin, key: key, rev: rev, h: h, ctx: lctx, cancel: lcancel, running: map[string]bool{}, dirty: map[string]bool{}}
 	l.serve()
 	lcancel()
 	l.wg.Wait()
@@ -342,12 +343,59 @@ func (s *Session) leadOnce(ctx context.Context, plugin string, h ControllerHandl
 	return nil
 }
 
+// campaign puts this host's key under prefix, on lease, and waits until
+// it is the oldest key there: this host leads. It returns the key and its
+// create revision. Every request ends with ctx. (The concurrency
+// package's Election.Campaign resigns with the client's own context when
+// ctx ends, which blocks a shutdown for as long as etcd is unreachable;
+// the caller revokes lease instead, which removes the key.)
+func (s *Session) campaign(ctx context.Context, prefix string, lease clientv3.LeaseID) (string, int64, error) {
+	key := fmt.Sprintf("%s/%x", prefix, lease)
+	start := time.Now()
+	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, s.cfg.NodeID, clientv3.WithLease(lease))).Else(clientv3.OpGet(key)).Commit()
+	s.metrics.observe("txn", start)
+	if err != nil {
+		return "", 0, err
+	}
+	rev := resp.Header.Revision
+	if !resp.Succeeded {
+		rev = resp.Responses[0].GetResponseRange().GetKvs()[0].CreateRevision
+	}
+	for {
+		// The newest key older than this one: wait for it to go.
+		opts := append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithMaxCreateRev(rev - 1)}, clientv3.WithLastCreate()...)
+		start := time.Now()
+		g, err := s.cli.Get(ctx, prefix+"/", opts...)
+		s.metrics.observe("get", start)
+		if err != nil {
+			return "", 0, err
+		}
+		if len(g.Kvs) == 0 {
+			return key, rev, nil
+		}
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for wr := range s.cli.Watch(wctx, string(g.Kvs[0].Key), clientv3.WithRev(g.Header.Revision+1)) {
+			if wr.Err() != nil || slices.ContainsFunc(wr.Events, func(e *clientv3.Event) bool { return e.Type == clientv3.EventTypeDelete }) {
+				break
+			}
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return "", 0, ctx.Err()
+		}
+	}
+}
+
 // leadership is one term of this host as a plugin's controller leader.
 type leadership struct {
 	s      *Session
 	plugin string
-	e      *concurrency.Election
-	h      ControllerHandler
+	// key is this host's election key and rev its create revision: an
+	// answer is written only while they are unchanged.
+	key string
+	rev int64
+	h   ControllerHandler
 	ctx    context.Context
 	cancel context.CancelFunc // ends the term
 	wg     sync.WaitGroup
@@ -473,14 +521,14 @@ func (l *leadership) runOnce(key string) (done bool, err error) {
 	start := time.Now()
 	resp, err := s.cli.Txn(rctx).If(
 		clientv3.Compare(clientv3.ModRevision(key), "=", rev),
-		clientv3.Compare(clientv3.CreateRevision(l.e.Key()), "=", l.e.Rev()),
-	).Then(clientv3.OpPut(key, string(data))).Else(clientv3.OpGet(l.e.Key())).Commit()
+		clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev),
+	).Then(clientv3.OpPut(key, string(data))).Else(clientv3.OpGet(l.key)).Commit()
 	s.metrics.observe("txn", start)
 	if err != nil {
 		return false, fmt.Errorf("%w: answer controller request: %w", ErrUnavailable, err)
 	}
 	if !resp.Succeeded {
-		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 0 || kvs[0].CreateRevision != l.e.Rev() {
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 0 || kvs[0].CreateRevision != l.rev {
 			// The election key is gone: this term is over even if the
 			// session has not noticed yet.
 			l.cancel()

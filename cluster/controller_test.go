@@ -559,3 +559,29 @@ func TestCluster_FenceNoController(t *testing.T) {
 		t.Fatalf("nodes after the refused fence = %+v, %v; want n2 still holding its claim", ns, err)
 	}
 }
+
+// TestCluster_ShutdownWithEtcdDown: agents that lead or campaign for a
+// plugin's controller stop while etcd is down: Shutdown returns (it gives
+// up on etcd after its dial timeout) and leaves no goroutine behind.
+func TestCluster_ShutdownWithEtcdDown(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	srv := etcdtest.Start(t)
+	as := []*agent{startAgent(t, "n1", srv.Endpoint()), startAgent(t, "n2", srv.Endpoint())}
+	leader := leaderOf(t, as...)
+	eventually(t, "the other host campaigning", func() (bool, error) {
+		return etcdKeys(t, srv.Endpoint(), runtime.DefaultClusterPrefix+"/leaders/"+testPlugin+"/") == 2, nil
+	})
+	srv.Stop()
+	for _, a := range []*agent{as[0], as[1]} {
+		done := make(chan error, 1)
+		go func() { done <- a.rt.Shutdown(context.Background()) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Logf("Shutdown of %s (leader %t) with etcd down: %v", a.node, a == leader, err)
+			}
+		case <-time.After(waitLimit):
+			t.Fatalf("Shutdown of %s (leader %t) with etcd down has not returned after %s", a.node, a == leader, waitLimit)
+		}
+	}
+}

@@ -39,7 +39,8 @@
 // CSI node ID as a [ControllerRequest] and waits for the answer. Every
 // host with a healthy controller of the plugin runs
 // [Session.ServeController], which campaigns in the plugin's election
-// (go.etcd.io/etcd/client/v3/concurrency); the leader runs each pending
+// (a key on a go.etcd.io/etcd/client/v3/concurrency session's lease; the
+// oldest key leads); the leader runs each pending
 // request through its [ControllerHandler] and writes back the answer, in
 // a transaction that requires it to lead still. A new leader runs every
 // request still pending. The hosts with a controller record what it says
