@@ -393,9 +393,9 @@ type leadership struct {
 	plugin string
 	// key is this host's election key and rev its create revision: an
 	// answer is written only while they are unchanged.
-	key string
-	rev int64
-	h   ControllerHandler
+	key    string
+	rev    int64
+	h      ControllerHandler
 	ctx    context.Context
 	cancel context.CancelFunc // ends the term
 	wg     sync.WaitGroup
