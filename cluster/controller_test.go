@@ -338,6 +338,7 @@ func TestCluster_AutoFence(t *testing.T) {
 	var as []*agent
 	for _, n := range []string{"n1", "n2", "n3"} {
 		cfg := clusterConfig(t, n, srv.Endpoint())
+		cfg.Cluster.LeaseTTL = 2 * time.Second
 		cfg.Cluster.FenceAfter = 3 * time.Second // lease 2s + margin 0.5s < 3s
 		as = append(as, startAgentWith(t, n, cfg))
 	}

@@ -75,7 +75,9 @@ type agent struct {
 }
 
 // clusterConfig is a runtime config for node in cluster mode on endpoint:
-// fast heartbeats and retries, store sync off, a 2 s lease.
+// fast heartbeats and retries, store sync off, a 5 s lease (tests of a
+// lease's expiry set a shorter one: a 2 s lease can lapse on a loaded
+// machine, and tests that expect no etcd outage would see one).
 func clusterConfig(t testing.TB, node, endpoint string) runtime.Config {
 	backoff := runtime.BackoffConfig{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond, Multiplier: 2}
 	return runtime.Config{
@@ -94,7 +96,7 @@ func clusterConfig(t testing.TB, node, endpoint string) runtime.Config {
 		Cluster: &runtime.ClusterConfig{
 			NodeID:   node,
 			Etcd:     runtime.EtcdConfig{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second},
-			LeaseTTL: 2 * time.Second,
+			LeaseTTL: 5 * time.Second,
 		},
 	}
 }

@@ -88,7 +88,7 @@ func TestCluster_FencedHostUnmounts(t *testing.T) {
 	}
 	t.Cleanup(leakcheck.Check(t))
 	srv := etcdtest.Start(t)
-	fast := func(c *runtime.Config) { c.Cluster.FenceAfter = 3 * time.Second }
+	fast := func(c *runtime.Config) { c.Cluster.LeaseTTL, c.Cluster.FenceAfter = 2*time.Second, 3*time.Second }
 	// n1's "example" plugin is a fake: it takes any volume, so that n1
 	// registers the volume n2's example plugin creates (the example
 	// plugins of two hosts share no storage).
