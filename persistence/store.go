@@ -21,9 +21,9 @@ import (
 // SchemaVersion is the layout this build reads and writes. A file with a
 // newer version is refused with ErrSchemaTooNew; an older one is migrated
 // by Open.
-const SchemaVersion uint64 = 1
+const SchemaVersion uint64 = 2
 
-// Buckets and keys of schema version 1.
+// Buckets and keys of schema version 2 (version 1 had no bucketSnapshots).
 const (
 	// bucketMeta holds keySchemaVersion.
 	bucketMeta = "meta"
@@ -36,6 +36,8 @@ const (
 	// whose record needs a volume actor at start-up (see Volume.hasWork).
 	// It is written in the same transaction as the volume record.
 	bucketVolumesWithWork = "volumes_with_work"
+	// bucketSnapshots maps snapshot ID → JSON Snapshot (since version 2).
+	bucketSnapshots = "snapshots"
 	// keySchemaVersion is the schema version, 8 bytes big-endian.
 	keySchemaVersion = "schema_version"
 	// keyJournalApplied is the newest journal generation whose writes are
@@ -64,12 +66,11 @@ type schema struct {
 func currentSchema() schema {
 	return schema{
 		version: SchemaVersion,
-		buckets: []string{bucketMeta, bucketAllocations, bucketVolumes, bucketVolumesWithWork},
-		// Version 1 is the first; add "1: migrate1to2" here with version 2.
+		buckets: []string{bucketMeta, bucketAllocations, bucketVolumes, bucketVolumesWithWork, bucketSnapshots},
 		// Open replays the journal after migrating, with this build's
 		// layout: a migration that changes how volumes are stored must
 		// say how journal records of the older layout are applied.
-		migrations: map[uint64]func(tx *bolt.Tx) error{},
+		migrations: map[uint64]func(tx *bolt.Tx) error{1: migrate1to2},
 	}
 }
 
