@@ -9,6 +9,7 @@ import (
 
 	"github.com/csiactor/csiactor/actors/plugin"
 	"github.com/csiactor/csiactor/actors/registry"
+	"github.com/csiactor/csiactor/actors/snapshot"
 	"github.com/csiactor/csiactor/actors/volume"
 	"github.com/csiactor/csiactor/cluster"
 	"github.com/csiactor/csiactor/csi"
@@ -55,12 +56,12 @@ func mapErr(err error) error {
 		// Before ErrNotFound: a volume whose plugin is not registered (yet,
 		// or any more) exists; its plugin is what is missing.
 		kind = ErrPluginUnavailable
-	case errors.Is(err, volume.ErrNotFound), errors.Is(err, registry.ErrAllocationNotFound),
+	case errors.Is(err, volume.ErrNotFound), errors.Is(err, snapshot.ErrNotFound), errors.Is(err, registry.ErrAllocationNotFound),
 		errors.Is(err, registry.ErrPluginNotFound):
 		kind = ErrNotFound
 	case errors.Is(err, volume.ErrConflict), errors.Is(err, registry.ErrConflict), errors.Is(err, registry.ErrBusy):
 		kind = ErrConflict
-	case errors.Is(err, volume.ErrShutdown), errors.Is(err, registry.ErrStopped):
+	case errors.Is(err, volume.ErrShutdown), errors.Is(err, snapshot.ErrShutdown), errors.Is(err, registry.ErrStopped):
 		kind = ErrShutdown
 	default:
 		if kind = pluginCodeKind(csi.Code(err)); kind == nil {

@@ -97,7 +97,9 @@ csiactor_actor_restarts_total{kind="volume"} 0
 # TYPE csiactor_csi_retries_total counter
 csiactor_csi_retries_total{method="ControllerPublishVolume",plugin="fake"} 0
 csiactor_csi_retries_total{method="ControllerUnpublishVolume",plugin="fake"} 0
+csiactor_csi_retries_total{method="CreateSnapshot",plugin="fake"} 0
 csiactor_csi_retries_total{method="CreateVolume",plugin="fake"} 0
+csiactor_csi_retries_total{method="DeleteSnapshot",plugin="fake"} 0
 csiactor_csi_retries_total{method="DeleteVolume",plugin="fake"} 0
 csiactor_csi_retries_total{method="NodePublishVolume",plugin="fake"} 0
 csiactor_csi_retries_total{method="NodeStageVolume",plugin="fake"} 1

@@ -120,6 +120,8 @@ func (p *pluginsAdapter) resolve(ctx context.Context, k targetKey) (csi.Client, 
 		facts.CloneVolume = fp.Controller.CloneVolume
 		facts.ControllerCondition = fp.Controller.GetVolume && fp.Controller.VolumeCondition
 		facts.ControllerHealth = fp.Controller.GetVolumeHealth
+		facts.CreateDeleteSnapshot = fp.Controller.CreateDeleteSnapshot
+		facts.ListSnapshots = fp.Controller.ListSnapshots
 	}
 	if fp.NodeInfo == nil || fp.Node == nil {
 		if nt, err := p.reg.Client(ctx, k.plugin, plugin.Node); err == nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/csiactor/csiactor/actors/claim"
 	"github.com/csiactor/csiactor/actors/plugin"
 	"github.com/csiactor/csiactor/actors/registry"
+	"github.com/csiactor/csiactor/actors/snapshot"
 	"github.com/csiactor/csiactor/actors/volume"
 	"github.com/csiactor/csiactor/cluster"
 	"github.com/csiactor/csiactor/csi"
@@ -63,6 +64,7 @@ type Runtime struct {
 	system   *actor.ActorSystem
 	registry *registry.Handle
 	volumes  *volume.Manager
+	snaps    *snapshot.Manager
 	restarts *actorkit.RestartCounter
 	csiStats *csi.Metrics
 	plugins  *pluginsAdapter
@@ -259,12 +261,16 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 		Logger:               r.log.WithField("component", "volumes"),
 		Registerer:           r.reg,
 		OnEvent:              r.volumeEvent,
+		Snapshots:            snapshotHolder{r},
 	}, r.store, plugins)
 	if err != nil {
 		return fmt.Errorf("volume manager: %w", err)
 	}
 	if err := r.volumes.Start(ctx); err != nil {
 		return fmt.Errorf("resume volumes: %w", err)
+	}
+	if err := r.startSnapshots(ctx); err != nil {
+		return err
 	}
 	if r.cluster != nil {
 		if err := r.afterVolumesStarted(ctx); err != nil {
@@ -298,7 +304,7 @@ var retriedMethods = func() []string {
 	for m := claim.ControllerPublish; m <= claim.ControllerUnpublish; m++ {
 		ms = append(ms, m.String())
 	}
-	return append(ms, "CreateVolume", "DeleteVolume")
+	return append(ms, "CreateVolume", "DeleteVolume", "CreateSnapshot", "DeleteSnapshot")
 }()
 
 func actorBackoff(b BackoffConfig) actorkit.BackoffConfig {
@@ -340,6 +346,11 @@ func (r *Runtime) teardownLocked(ctx context.Context) error {
 		r.clusterCancel()
 	}
 	var errs []error
+	if r.snaps != nil {
+		if err := r.snaps.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop snapshots: %w", err))
+		}
+	}
 	if r.volumes != nil {
 		if err := r.volumes.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("stop volumes: %w", err))
@@ -545,6 +556,7 @@ func (r *Runtime) CreateVolume(ctx context.Context, spec CreateVolumeSpec) (Volu
 	vs.Topology = spec.Topology
 	if spec.ContentSource != nil {
 		vs.CloneOf = spec.ContentSource.Volume
+		vs.FromSnapshot = spec.ContentSource.Snapshot
 	}
 	v, err := r.volumes.Create(ctx, vs)
 	if err != nil {

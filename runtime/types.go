@@ -421,9 +421,10 @@ type CreateVolumeSpec struct {
 	ContentSource *ContentSource `json:"content_source,omitempty"`
 }
 
-// ContentSource is what a created volume starts as a copy of: a registered
-// volume of the same plugin (a clone). Snapshots are not available yet:
-// Snapshot is refused.
+// ContentSource is what a created volume starts as a copy of: a snapshot
+// taken through this agent (a restore; the plugin's controller needs
+// CREATE_DELETE_SNAPSHOT) or a registered volume (a clone; CLONE_VOLUME),
+// either of the same plugin. Give one of the two.
 type ContentSource struct {
 	Snapshot string `json:"snapshot,omitempty"`
 	Volume   string `json:"volume,omitempty"`
@@ -437,7 +438,7 @@ func (c *ContentSource) Validate() error {
 	case c.Snapshot != "" && c.Volume != "":
 		return fieldErr("content_source", "give snapshot or volume, not both")
 	case c.Snapshot != "":
-		return fieldErr("content_source.snapshot", "restoring snapshots is not available in this version of the agent")
+		return ValidateID("content_source.snapshot", c.Snapshot)
 	case c.Volume == "":
 		return fieldErr("content_source", "give snapshot or volume")
 	}
@@ -616,7 +617,10 @@ type Event struct {
 	Plugin  string `json:"plugin,omitempty"`
 	Alloc   string `json:"alloc,omitempty"`
 	Volume  string `json:"volume,omitempty"`
-	Message string `json:"message"`
+	// Snapshot is set on the snapshot events (the source volume is
+	// Volume).
+	Snapshot string `json:"snapshot,omitempty"`
+	Message  string `json:"message"`
 }
 
 // Validate checks e (for producers and decoders of events).

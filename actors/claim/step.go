@@ -63,6 +63,11 @@ type Facts struct {
 	NodeHealth          bool
 	ControllerCondition bool
 	ControllerHealth    bool
+	// CreateDeleteSnapshot and ListSnapshots: the controller (when the
+	// type asked for is the controller) has CREATE_DELETE_SNAPSHOT and
+	// LIST_SNAPSHOTS.
+	CreateDeleteSnapshot bool
+	ListSnapshots        bool
 }
 
 // Plugins gives a claim the CSI client of a plugin's current singleton.

@@ -89,6 +89,10 @@ type Config struct {
 	StatsInterval    time.Duration
 	StatsConcurrency int
 	StatsTimeout     time.Duration
+	// Snapshots, when set, is where Create finds the snapshot a volume is
+	// restored from (Spec.FromSnapshot); without it a restore is
+	// ErrInvalid.
+	Snapshots Snapshots
 	// Logger receives the manager's logs; nil discards them.
 	Logger *logrus.Entry
 	// Registerer receives csiactor_volume_claims,

@@ -651,6 +651,10 @@ func (a *volumeActor) register(ctx actor.Context, req *registerRequest) {
 		creq.VolumeContentSource = &csipb.VolumeContentSource{Type: &csipb.VolumeContentSource_Volume{
 			Volume: &csipb.VolumeContentSource_VolumeSource{VolumeId: spec.cloneSource}}}
 	}
+	if spec.snapshotSource != "" {
+		creq.VolumeContentSource = &csipb.VolumeContentSource{Type: &csipb.VolumeContentSource_Snapshot{
+			Snapshot: &csipb.VolumeContentSource_SnapshotSource{SnapshotId: spec.snapshotSource}}}
+	}
 	a.startOp(ctx, req, req.ctx, spec.Plugin, "CreateVolume", csi.PublishKind, true, func(ctx context.Context, c csi.Client) (any, error) {
 		resp, err := c.CreateVolume(ctx, creq)
 		return resp.GetVolume(), err

@@ -635,6 +635,11 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Volume, error) {
 	if spec, err = m.resolveClone(ctx, spec); err != nil {
 		return Volume{}, err
 	}
+	spec, release, err := m.resolveSnapshot(ctx, spec)
+	if err != nil {
+		return Volume{}, err
+	}
+	defer release()
 	return m.register(ctx, spec, true)
 }
 

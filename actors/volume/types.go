@@ -47,6 +47,12 @@ type Spec struct {
 	CloneOf string
 	// cloneSource is CloneOf's external ID, resolved by Create.
 	cloneSource string
+	// FromSnapshot is the ID of a snapshot (see Config.Snapshots) of the
+	// same plugin that Create restores (CreateVolume's
+	// volume_content_source); "" for none. Register ignores it.
+	FromSnapshot string
+	// snapshotSource is FromSnapshot's external ID, resolved by Create.
+	snapshotSource string
 }
 
 func (s Spec) validate(create bool) error {
