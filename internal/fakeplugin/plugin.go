@@ -111,6 +111,12 @@ type Config struct {
 	ListVolumes           bool
 	OfflineExpansion      bool
 	NodeExpansionRequired bool
+	// Snapshots: CREATE_DELETE_SNAPSHOT and LIST_SNAPSHOTS controller
+	// capabilities (it implies Controller): CreateSnapshot (idempotent by
+	// name), DeleteSnapshot and ListSnapshots keep snapshots in memory,
+	// and CreateVolume restores from one (NotFound for an unknown one).
+	// Without it the snapshot RPCs fail with Unimplemented.
+	Snapshots bool
 
 	// VolumeStats: GET_VOLUME_STATS node capability; NodeGetVolumeStats
 	// answers what SetUsage set for the volume (by default: its capacity,
@@ -233,6 +239,7 @@ type Plugin struct {
 	grown   map[string]int64          // target path → NodeExpandVolume's required bytes
 	usage   map[string]Usage          // volume → what NodeGetVolumeStats answers
 	conds   map[string]Condition      // volume → its condition
+	snaps   map[string]*Snapshot      // snapshot ID → snapshot
 }
 
 // New returns a Plugin with cfg; it does not listen until Serve.
@@ -246,7 +253,7 @@ func New(cfg Config) *Plugin {
 	if cfg.NodeID == "" {
 		cfg.NodeID = DefaultNodeID
 	}
-	if cfg.ControllerPublish || cfg.CreateDelete || cfg.ControllerExpand || cfg.GetCapacity || cfg.ListVolumes || cfg.GetVolume {
+	if cfg.ControllerPublish || cfg.CreateDelete || cfg.ControllerExpand || cfg.GetCapacity || cfg.ListVolumes || cfg.GetVolume || cfg.Snapshots {
 		cfg.Controller = true
 	}
 	cfg.Topology = maps.Clone(cfg.Topology)
@@ -272,6 +279,7 @@ func New(cfg Config) *Plugin {
 		grown:   map[string]int64{},
 		usage:   map[string]Usage{},
 		conds:   map[string]Condition{},
+		snaps:   map[string]*Snapshot{},
 	}
 }
 
@@ -586,6 +594,14 @@ func (c Config) lacking(method string) string {
 	case "NodeGetVolumeHealth", "ControllerGetVolumeHealth":
 		if !c.VolumeHealth {
 			return "GET_VOLUME_HEALTH"
+		}
+	case "CreateSnapshot", "DeleteSnapshot":
+		if !c.Snapshots {
+			return "CREATE_DELETE_SNAPSHOT"
+		}
+	case "ListSnapshots":
+		if !c.Snapshots {
+			return "LIST_SNAPSHOTS"
 		}
 	}
 	return ""

@@ -201,6 +201,11 @@ func (s *server) ControllerGetCapabilities(context.Context, *csipb.ControllerGet
 		resp.Capabilities = append(resp.Capabilities, controllerRPC(csipb.ControllerServiceCapability_RPC_LIST_VOLUMES))
 	}
 	resp.Capabilities = append(resp.Capabilities, s.p.cfg.controllerHealthCaps()...)
+	if s.p.cfg.Snapshots {
+		resp.Capabilities = append(resp.Capabilities,
+			controllerRPC(csipb.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT),
+			controllerRPC(csipb.ControllerServiceCapability_RPC_LIST_SNAPSHOTS))
+	}
 	return resp, nil
 }
 
@@ -227,6 +232,9 @@ func (s *server) CreateVolume(_ context.Context, req *csipb.CreateVolumeRequest)
 	p := s.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := p.checkContentSourceLocked(req.GetVolumeContentSource()); err != nil {
+		return nil, err
+	}
 	if v, ok := p.volumes[id]; ok {
 		if v.CapacityBytes != size {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists with capacity %d", req.GetName(), v.CapacityBytes)
