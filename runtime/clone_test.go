@@ -56,7 +56,7 @@ func TestRuntime_CreateVolume_Clone(t *testing.T) {
 		msg    string
 	}{
 		{"unknown volume", runtime.ContentSource{Volume: "nope"}, http.StatusNotFound, `content_source.volume: not found: volume "nope"`},
-		{"snapshot", runtime.ContentSource{Snapshot: "s1"}, http.StatusBadRequest, "content_source.snapshot: restoring snapshots is not available"},
+		{"unknown snapshot", runtime.ContentSource{Snapshot: "s1"}, http.StatusNotFound, `content_source.snapshot: snapshot "s1"`},
 		{"both", runtime.ContentSource{Snapshot: "s1", Volume: "src"}, http.StatusBadRequest, "give snapshot or volume, not both"},
 	} {
 		_, err := c.CreateVolume(ctx, runtime.CreateVolumeSpec{ID: "bad", VolumeSpec: spec, ContentSource: &b.cs})

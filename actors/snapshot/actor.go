@@ -51,7 +51,7 @@ func (a *snapActor) Receive(ctx actor.Context) {
 	case *progress:
 		a.progress(msg)
 	case *opDone:
-		a.opDone(ctx, msg)
+		a.opDone(msg)
 	case *actor.Restarting:
 		a.stopWork()
 	case *actor.Stopping:

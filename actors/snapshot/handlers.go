@@ -255,7 +255,7 @@ func applySnapshot(rec *persistence.Snapshot, s *csipb.Snapshot) {
 	}
 }
 
-func (a *snapActor) opDone(ctx actor.Context, msg *opDone) {
+func (a *snapActor) opDone(msg *opDone) {
 	if msg.owner != a {
 		return
 	}
@@ -271,14 +271,13 @@ func (a *snapActor) opDone(ctx actor.Context, msg *opDone) {
 	} else {
 		err = a.created(rec, msg)
 	}
-	for _, ch := range o.waiters {
-		if err != nil {
-			answer(ch, reply{err: err})
-		} else {
-			answer(ch, reply{snap: a.view(a.recs[msg.id])})
-		}
+	r := reply{err: err}
+	if cur := a.recs[msg.id]; err == nil && cur != nil {
+		r.snap = a.view(cur)
 	}
-	_ = ctx
+	for _, ch := range o.waiters {
+		answer(ch, r)
+	}
 }
 
 // created records the outcome of a create and returns the error to
