@@ -613,10 +613,10 @@ func (f VolumeFilter) Validate() error {
 type Event struct {
 	Time time.Time `json:"time"`
 	// Type is one of the Event* constants.
-	Type    string `json:"type"`
-	Plugin  string `json:"plugin,omitempty"`
-	Alloc   string `json:"alloc,omitempty"`
-	Volume  string `json:"volume,omitempty"`
+	Type   string `json:"type"`
+	Plugin string `json:"plugin,omitempty"`
+	Alloc  string `json:"alloc,omitempty"`
+	Volume string `json:"volume,omitempty"`
 	// Snapshot is set on the snapshot events (the source volume is
 	// Volume).
 	Snapshot string `json:"snapshot,omitempty"`

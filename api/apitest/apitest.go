@@ -48,6 +48,7 @@ type Backend struct {
 	pending  []string                            // what Ready says is pending
 	capacity map[string]int64                    // by plugin: what PluginCapacity answers
 	external map[string][]runtime.ExternalVolume // by plugin: volumes not registered here
+	snaps    map[string]runtime.Snapshot         // by ID; made on first use
 }
 
 type alloc struct {

@@ -24,6 +24,7 @@ var (
 	volumeFlagNames = flagNames{
 		"id": "ID", "plugin": "-plugin", "external_id": "-external-id",
 		"capacity_bytes": "-capacity", "topology": "-topology", "content_source.volume": "-clone-of",
+		"content_source.snapshot": "-from-snapshot", "content_source": "-clone-of/-from-snapshot",
 		"capabilities":  "-capability",
 		"mount_options": "-fs-type/-mount-flag", "mount_options.fs_type": "-fs-type",
 		"mount_options.mount_flags": "-mount-flag",

@@ -181,12 +181,18 @@ topology's segments each ("zone=a,rack=r1"); without it, a plugin with
 VOLUME_ACCESSIBILITY_CONSTRAINTS is asked for this host's node topology.
 ` + "`volume status`" + ` shows where the plugin placed it.
 
+-clone-of SOURCE creates a copy of the registered volume SOURCE (the
+plugin needs CLONE_VOLUME); -from-snapshot ID restores the snapshot ID
+taken with ` + "`csiactor snapshot create`" + ` (CREATE_DELETE_SNAPSHOT). Both
+must be of the same plugin; give one or the other.
+
 Example:
   csiactor volume create -plugin hostpath -capacity 1GiB -capability single-node-writer data2`,
 	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 		sf := addVolumeSpecFlags(fs)
 		capacity := fs.String("capacity", "", "requested `size`, like 1GiB (default: the plugin's choice)")
 		cloneOf := fs.String("clone-of", "", "create as a copy of the registered volume `source`")
+		fromSnapshot := fs.String("from-snapshot", "", "create from (restore) the snapshot `id`")
 		var topologies []map[string]string
 		fs.Func("topology", "where the volume must be reachable from, `k=v,...` (repeatable)", func(s string) error {
 			t, err := runtime.ParseTopology(s)
@@ -211,8 +217,8 @@ Example:
 				}
 			}
 			cs := runtime.CreateVolumeSpec{ID: args[0], VolumeSpec: spec, CapacityBytes: size, Topology: topologies}
-			if *cloneOf != "" {
-				cs.ContentSource = &runtime.ContentSource{Volume: *cloneOf}
+			if *cloneOf != "" || *fromSnapshot != "" {
+				cs.ContentSource = &runtime.ContentSource{Volume: *cloneOf, Snapshot: *fromSnapshot}
 			}
 			if err := usageFromField(cs.Validate(), volumeFlagNames); err != nil {
 				return err
