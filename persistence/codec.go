@@ -42,8 +42,8 @@ const volumeCodecShape = "Volume{ID string; Plugin string; ExternalID string; " 
 	"PastClaims []Claim; " +
 	"Stagings []Staging{Usage string; Path string; Users []string; Staged bool}; " +
 	"Revision uint64; CreatedAt time.Time; UpdatedAt time.Time; " +
-	"Expansion *Expansion{CapacityBytes int64; Controller bool; NodeCapable bool; Node bool; LastError string; Attempts int}; " +
-	"AccessibleTopology []map[string]string}"
+	"Expansion *Expansion{CapacityBytes int64; Controller bool; NodeCapable bool; Node bool; LastError string; Attempts int; NodeOffline bool}; " +
+	"AccessibleTopology []map[string]string; NodeExpandPending int64}"
 
 // volumeCodecCovers reports whether the binary codec covers every field of
 // Volume as compiled.
@@ -148,14 +148,15 @@ func appendVolume(dst []byte, v *Volume) []byte {
 			dst = appendBool(dst, x.NodeCapable)
 			dst = appendBool(dst, x.Node)
 			dst = appendString(dst, x.LastError)
-			return binary.AppendVarint(dst, int64(x.Attempts))
+			dst = binary.AppendVarint(dst, int64(x.Attempts))
+			return appendBool(dst, x.NodeOffline)
 		})
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(v.AccessibleTopology)))
 	for _, t := range v.AccessibleTopology {
 		dst = appendMap(dst, t)
 	}
-	return dst
+	return binary.AppendVarint(dst, v.NodeExpandPending)
 }
 
 func appendClaims(dst []byte, cs []Claim) []byte {
@@ -446,6 +447,7 @@ func decodeVolumeBinary(data []byte, v *Volume) error {
 			Node:          e.bool("expansion node"),
 			LastError:     e.string("expansion last_error"),
 			Attempts:      int(e.varint("expansion attempts")),
+			NodeOffline:   e.bool("expansion node_offline"),
 		}
 	} else if n > 1 {
 		r.fail("expansion")
@@ -456,5 +458,6 @@ func decodeVolumeBinary(data []byte, v *Volume) error {
 			v.AccessibleTopology[i] = r.stringMap("accessible_topology")
 		}
 	}
+	v.NodeExpandPending = r.varint("node_expand_pending")
 	return err
 }

@@ -90,6 +90,11 @@ type Volume struct {
 	// CreateVolume answered: each element is one topology's segments. Empty
 	// means everywhere (or unknown).
 	AccessibleTopology []map[string]string `json:"accessible_topology,omitempty"`
+	// NodeExpandPending is the capacity a NodeExpandVolume still owes the
+	// volume: the controller expanded it and asked for a node expansion
+	// that could not run then (no published claim, or a node plugin that
+	// expands only offline). The next publish runs it; 0 for none.
+	NodeExpandPending int64 `json:"node_expand_pending,omitempty"`
 }
 
 // Expansion is a volume's expansion in progress, as its steps left it.
@@ -107,6 +112,10 @@ type Expansion struct {
 	// LastError is the last failure of the current step, without secrets.
 	LastError string `json:"last_error,omitempty"`
 	Attempts  int    `json:"attempts,omitempty"`
+	// NodeOffline: the node plugin expands volumes only OFFLINE, so a
+	// node expansion the controller asks for while the volume is
+	// published waits for the next publish (Volume.NodeExpandPending).
+	NodeOffline bool `json:"node_offline,omitempty"`
 }
 
 // Claim is a current or past claim on a volume by one allocation.

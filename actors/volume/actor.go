@@ -38,8 +38,15 @@ type volumeActor struct {
 	// forgetting are the allocs whose past claims the next persist
 	// forgets without freeing them: no claim-freed event for them.
 	forgetting []string
-	idle       *time.Timer
-	idleGen    uint64
+	// expandRetry waits out the backoff of a failed expansion step,
+	// outside the slot; expandAttempts counts that step's failures.
+	expandRetry    *claim.Job
+	expandAttempts int
+	// pendingAttempts counts the failures of the NodeExpandVolume a
+	// publish owes (Volume.NodeExpandPending), by alloc.
+	pendingAttempts map[string]int
+	idle            *time.Timer
+	idleGen         uint64
 
 	stopping   bool // restarting or stopping: start nothing new
 	passivated bool // stopping because idle
@@ -56,6 +63,8 @@ func newVolumeActor(m *Manager, h *handle) *volumeActor {
 		waiters:  map[string][]chan<- reply{},
 		claimers: map[string]*actor.PID{},
 		respawns: map[string]*claim.Job{},
+
+		pendingAttempts: map[string]int{},
 	}
 }
 
@@ -98,6 +107,10 @@ func (a *volumeActor) Receive(ctx actor.Context) {
 		a.enqueue(ctx, msg)
 	case *statsFinished:
 		a.statsFinished(ctx, msg)
+	case *expandRetryDue:
+		a.expandRetryDue(ctx, msg)
+	case *pendingExpandFinished:
+		a.pendingExpandFinished(ctx, msg)
 	case *respawnClaimer:
 		a.respawnClaimer(ctx, msg)
 	case *actor.Terminated:

@@ -58,7 +58,13 @@ type expandFinished struct {
 	node  bool
 	res   claim.Result
 	resp  *csipb.ControllerExpandVolumeResponse
+	// retry: the step failed in a way that is retried (res says how).
+	retry bool
 }
+
+// expandRetryDue is sent to a volume actor when the backoff of a failed
+// expansion step has passed (and the plugin is healthy).
+type expandRetryDue struct{ owner *volumeActor }
 
 // Expand grows volume id to capacity bytes: ControllerExpandVolume when
 // the controller has EXPAND_VOLUME, then NodeExpandVolume on the target
@@ -167,6 +173,7 @@ func (a *volumeActor) expand(ctx actor.Context, req *expandRequest) {
 		Controller:    controller,
 		NodeCapable:   f.NodeExpand,
 		Node:          !controller,
+		NodeOffline:   f.OfflineExpansion && !f.OnlineExpansion,
 	}
 	if err := a.persist(v, "expand"); err != nil {
 		answer(req.reply, reply{err: err})
@@ -180,7 +187,7 @@ func (a *volumeActor) expand(ctx actor.Context, req *expandRequest) {
 // runExpansion starts the next step of the persisted expansion in the
 // slot, unless one runs. The slot is free or already the expansion's.
 func (a *volumeActor) runExpansion(ctx actor.Context) {
-	if a.rec == nil || a.rec.Expansion == nil || a.slot.kind != slotFree {
+	if a.rec == nil || a.rec.Expansion == nil || a.slot.kind != slotFree || a.expandRetry != nil {
 		return
 	}
 	x := a.rec.Expansion
@@ -204,7 +211,7 @@ func (a *volumeActor) runExpansion(ctx actor.Context) {
 			}
 			return res
 		}
-		a.startExpansionJob(ctx, "ControllerExpandVolume", claim.ControllerPlugin, call, func(res claim.Result) *expandFinished {
+		a.startExpansionJob(ctx, call, func(res claim.Result) *expandFinished {
 			return &expandFinished{owner: a, res: res, resp: resp}
 		})
 		return
@@ -232,36 +239,59 @@ func (a *volumeActor) runExpansion(ctx actor.Context) {
 		}
 		return claim.Result{Outcome: csi.Success}
 	}
-	a.startExpansionJob(ctx, "NodeExpandVolume", claim.NodePlugin, call, func(res claim.Result) *expandFinished {
+	a.startExpansionJob(ctx, call, func(res claim.Result) *expandFinished {
 		return &expandFinished{owner: a, node: true, res: res}
 	})
 }
 
-// startExpansionJob runs call in the slot, retrying retryable failures
-// with backoff (waiting for the plugin to be healthy) until it succeeds,
-// fails for good, or the actor stops.
-func (a *volumeActor) startExpansionJob(ctx actor.Context, method string, typ claim.PluginType,
-	call func(context.Context, *claim.Runner) claim.Result, done func(claim.Result) *expandFinished) {
+// startExpansionJob runs one attempt of call in the slot. A failure that
+// is retried gives the slot back: the backoff (waiting for the plugin to
+// be healthy) runs outside it, so claims and releases of the volume go on
+// meanwhile (see expansionFinished).
+func (a *volumeActor) startExpansionJob(ctx actor.Context, call func(context.Context, *claim.Runner) claim.Result,
+	done func(claim.Result) *expandFinished) {
 	a.slot = slot{kind: slotOp}
-	runner, backoff, plugin, log := a.m.runner, a.m.cfg.Backoff, a.rec.Plugin, a.log
+	runner := a.m.runner
 	a.job = claim.StartJob(a.m.pool.pool, ctx.ActorSystem().Root, ctx.Self(), func(jctx context.Context) any {
-		for attempt := 0; ; attempt++ {
-			res := call(jctx, runner)
-			if res.OK() || res.Outcome == csi.Final || jctx.Err() != nil {
-				if jctx.Err() != nil && !res.OK() {
-					return nil // stopping: the next incarnation resumes
-				}
-				return done(res)
-			}
-			runner.Retrying(plugin, method)
-			delay := backoff.Delay(attempt)
-			log.WithError(res.Err).WithFields(logrus.Fields{"method": method, "attempt": attempt + 1, "delay": delay}).
-				Info("expansion step failed; retrying with backoff")
-			if runner.Pause(jctx, plugin, typ, delay) != nil {
-				return nil
-			}
+		res := call(jctx, runner)
+		if jctx.Err() != nil && !res.OK() {
+			return nil // stopping: the next incarnation resumes
 		}
+		msg := done(res)
+		msg.retry = !res.OK() && res.Outcome != csi.Final
+		return msg
 	})
+}
+
+// retryExpansion schedules the next attempt of the expansion's current
+// step after a backoff. The slot is free.
+func (a *volumeActor) retryExpansion(ctx actor.Context, msg *expandFinished) {
+	a.expandAttempts++
+	method, typ := "ControllerExpandVolume", claim.ControllerPlugin
+	if msg.node {
+		method, typ = "NodeExpandVolume", claim.NodePlugin
+	}
+	runner, plugin, delay := a.m.runner, a.rec.Plugin, a.m.cfg.Backoff.Delay(a.expandAttempts-1)
+	runner.Retrying(plugin, method)
+	a.log.WithError(msg.res.Err).WithFields(logrus.Fields{"method": method, "attempt": a.expandAttempts, "delay": delay}).
+		Info("expansion step failed; retrying with backoff")
+	self := ctx.Self()
+	a.expandRetry = claim.StartJob(a.m.pool.pool, ctx.ActorSystem().Root, self, func(jctx context.Context) any {
+		if runner.Pause(jctx, plugin, typ, delay) != nil {
+			return nil
+		}
+		return &expandRetryDue{owner: a}
+	})
+}
+
+func (a *volumeActor) expandRetryDue(ctx actor.Context, msg *expandRetryDue) {
+	if msg.owner != a || a.expandRetry == nil {
+		return
+	}
+	a.expandRetry.Stop()
+	a.expandRetry = nil
+	a.queue = append(a.queue, &expandWork{})
+	a.settle(ctx)
 }
 
 func (a *volumeActor) expansionFinished(ctx actor.Context, msg *expandFinished) {
@@ -276,6 +306,12 @@ func (a *volumeActor) expansionFinished(ctx actor.Context, msg *expandFinished) 
 		a.settle(ctx)
 		return
 	}
+	if msg.retry {
+		a.retryExpansion(ctx, msg)
+		a.settle(ctx)
+		return
+	}
+	a.expandAttempts = 0
 	v := claim.CloneVolume(a.rec)
 	if !msg.res.OK() {
 		v.Expansion = nil
@@ -295,7 +331,8 @@ func (a *volumeActor) expansionFinished(ctx actor.Context, msg *expandFinished) 
 		v.CapacityBytes = max(msg.resp.GetCapacityBytes(), x.CapacityBytes)
 		next := *x
 		next.Controller = false
-		next.Node = msg.resp.GetNodeExpansionRequired() && x.NodeCapable && hasPublished(v)
+		required := msg.resp.GetNodeExpansionRequired() && x.NodeCapable
+		next.Node = required && hasPublished(v) && !x.NodeOffline
 		if next.Node {
 			v.Expansion = &next
 			a.mustPersist(v, "expand-controller")
@@ -304,6 +341,13 @@ func (a *volumeActor) expansionFinished(ctx actor.Context, msg *expandFinished) 
 			return
 		}
 		v.Expansion = nil
+		if required {
+			// No published claim to expand on, or a node that expands
+			// only while the volume is not published: the next publish
+			// runs NodeExpandVolume (see expandOnPublish).
+			v.NodeExpandPending = max(v.NodeExpandPending, x.CapacityBytes)
+			a.log.WithField("capacity_bytes", x.CapacityBytes).Info("controller expanded the volume; the node expands it on its next publish")
+		}
 		a.mustPersist(v, "expand-controller")
 	} else {
 		v.CapacityBytes = max(v.CapacityBytes, x.CapacityBytes)

@@ -181,7 +181,7 @@ func (a *volumeActor) settle(ctx actor.Context) {
 func (a *volumeActor) isIdle() bool {
 	return a.slot.kind == slotFree && len(a.queue) == 0 && a.job == nil &&
 		len(a.lookups) == 0 && len(a.retries) == 0 && len(a.waiters) == 0 &&
-		len(a.claimers) == 0 && len(a.respawns) == 0 && len(a.expandWaiters) == 0 && len(a.forcing) == 0 &&
+		len(a.claimers) == 0 && len(a.respawns) == 0 && len(a.expandWaiters) == 0 && len(a.forcing) == 0 && a.expandRetry == nil &&
 		(a.rec == nil || !claim.Unfinished(a.rec))
 }
 
@@ -333,6 +333,9 @@ func (a *volumeActor) advance(ctx actor.Context, alloc string) {
 	}
 	step, ok := claim.NextPublish(a.rec, alloc)
 	if !ok {
+		if a.rec.NodeExpandPending > 0 && a.expandOnPublish(ctx, alloc) {
+			return
+		}
 		a.answerPublished(alloc)
 		return
 	}
@@ -837,6 +840,8 @@ func (a *volumeActor) stopWork() {
 	}
 	a.job.Stop()
 	a.job = nil
+	a.expandRetry.Stop()
+	a.expandRetry = nil
 	for k, l := range a.lookups {
 		l.job.Stop()
 		delete(a.lookups, k)
