@@ -207,6 +207,22 @@ func answersRealBackend(t *testing.T, sc *specChecker) {
 		{name: "volume unknown", method: "GET", path: "/v1/volumes/nope", status: 404},
 		{name: "plugin volumes", method: "GET", path: "/v1/plugins/example/volumes?max_entries=10", status: 200},
 		{name: "plugin volumes bad max", method: "GET", path: "/v1/plugins/example/volumes?max_entries=x", status: 400},
+
+		{name: "create snapshot", method: "POST", path: "/v1/snapshots", body: `{"id":"snap1","plugin":"example","source_volume":"data1","secrets":{"k":"v"}}`, status: 201},
+		{name: "create snapshot again", method: "POST", path: "/v1/snapshots", body: `{"id":"snap1","plugin":"example","source_volume":"data1","secrets":{"k":"v"}}`, status: 201},
+		{name: "create snapshot differently", method: "POST", path: "/v1/snapshots", body: `{"id":"snap1","plugin":"example","source_volume":"data1"}`, status: 409},
+		{name: "create snapshot unknown volume", method: "POST", path: "/v1/snapshots", body: `{"id":"snap2","plugin":"example","source_volume":"nope"}`, status: 404},
+		{name: "create snapshot bad id", method: "POST", path: "/v1/snapshots", body: `{"id":"-x","plugin":"example","source_volume":"data1"}`, status: 400},
+		{name: "snapshots", method: "GET", path: "/v1/snapshots", status: 200},
+		{name: "snapshots of volume", method: "GET", path: "/v1/snapshots?volume=data1&plugin=example", status: 200},
+		{name: "snapshots unknown volume", method: "GET", path: "/v1/snapshots?volume=nope", status: 404},
+		{name: "snapshots bad plugin", method: "GET", path: "/v1/snapshots?plugin=a/b", status: 400},
+		{name: "snapshot", method: "GET", path: "/v1/snapshots/snap1", status: 200},
+		{name: "snapshot unknown", method: "GET", path: "/v1/snapshots/nope", status: 404},
+		{name: "restore unknown snapshot", method: "POST", path: "/v1/volumes",
+			body: strings.Replace(create, `"id":"data1"`, `"id":"data3","content_source":{"snapshot":"nope"}`, 1), status: 404},
+		{name: "delete snapshot", method: "DELETE", path: "/v1/snapshots/snap1", status: 204},
+		{name: "delete snapshot again", method: "DELETE", path: "/v1/snapshots/snap1", status: 404},
 	})
 
 	sc.stream(e.rc.hc, e.rc.base, "/v1/allocations/example/logs?follow=true&tail=2", 2, specWait)
