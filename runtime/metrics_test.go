@@ -92,6 +92,7 @@ func TestRuntime_Metrics_Contract(t *testing.T) {
 csiactor_actor_restarts_total{kind="claim"} 0
 csiactor_actor_restarts_total{kind="plugin"} 0
 csiactor_actor_restarts_total{kind="registry"} 0
+csiactor_actor_restarts_total{kind="snapshot"} 0
 csiactor_actor_restarts_total{kind="volume"} 0
 # HELP csiactor_csi_retries_total Retries of CSI RPCs after a transient or uncertain failure, by plugin and method.
 # TYPE csiactor_csi_retries_total counter
