@@ -24,6 +24,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/csiactor/csiactor/api"
 	"github.com/csiactor/csiactor/runtime"
@@ -142,10 +143,14 @@ func usagef(format string, a ...any) error { return &usageError{msg: fmt.Sprintf
 func (e *env) dispatch(ctx context.Context, c *command, path []string, args []string) int {
 	path = append(path, c.name)
 	if c.subs != nil {
-		if len(args) == 0 {
+		if len(args) == 0 && len(path) == 1 {
+			// Plain "csiactor": the full usage is the most useful answer.
 			fmt.Fprintf(e.stderr, "%s: missing command\n\n", strings.Join(path, " "))
 			e.printUsage(e.stderr, c)
 			return ExitUsage
+		}
+		if len(args) == 0 {
+			return e.usageMistake(path, "missing command")
 		}
 		switch args[0] {
 		case "-h", "-help", "--help", "help":
@@ -157,9 +162,7 @@ func (e *env) dispatch(ctx context.Context, c *command, path []string, args []st
 				return e.dispatch(ctx, s, path, args[1:])
 			}
 		}
-		fmt.Fprintf(e.stderr, "%s: unknown command %q\n\n", strings.Join(path, " "), args[0])
-		e.printUsage(e.stderr, c)
-		return ExitUsage
+		return e.usageMistake(path, fmt.Sprintf("unknown command %q", args[0]))
 	}
 	fs := flag.NewFlagSet(strings.Join(path, " "), flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -177,12 +180,19 @@ func (e *env) dispatch(ctx context.Context, c *command, path []string, args []st
 	case err == nil:
 		return ExitOK
 	case errors.As(err, &ue), isFlagError(err):
-		fmt.Fprintf(e.stderr, "%s: %s\n\n", strings.Join(path, " "), err.Error())
-		e.printUsage(e.stderr, c, fs)
-		return ExitUsage
+		return e.usageMistake(path, err.Error())
 	}
 	fmt.Fprintf(e.stderr, "csiactor: %s\n", err.Error())
 	return ExitError
+}
+
+// usageMistake reports a command line mistake of the command at path: the
+// error, then one line that says where the full help is (not the help
+// itself, which would bury the error). It returns ExitUsage.
+func (e *env) usageMistake(path []string, msg string) int {
+	cmd := strings.Join(path, " ")
+	fmt.Fprintf(e.stderr, "%s: %s\nrun '%s -h' for usage\n", cmd, msg, cmd)
+	return ExitUsage
 }
 
 // flagError marks errors from the flag package (unknown flag, bad value).
@@ -190,6 +200,42 @@ type flagError struct{ err error }
 
 func (f *flagError) Error() string { return f.err.Error() }
 func (f *flagError) Unwrap() error { return f.err }
+
+// explainFlagError replaces the flag package's "parse error" (a value
+// that is not a number or duration) with what the flag wants.
+func explainFlagError(fs *flag.FlagSet, err error) error {
+	msg, ok := strings.CutSuffix(err.Error(), ": parse error")
+	if !ok {
+		return err
+	}
+	// msg is `invalid value "x" for flag -name`.
+	i := strings.LastIndex(msg, " -")
+	if i < 0 {
+		return err
+	}
+	f := fs.Lookup(msg[i+2:])
+	if f == nil {
+		return err
+	}
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return err
+	}
+	var want string
+	switch g.Get().(type) {
+	case int, int64, uint, uint64:
+		want = "want a whole number"
+	case float64:
+		want = "want a number"
+	case time.Duration:
+		want = "want a duration like 30s, 5m or 1h"
+	case bool:
+		want = "want true or false"
+	default:
+		return err
+	}
+	return fmt.Errorf("%s: %s", msg, want)
+}
 
 func isFlagError(err error) bool {
 	var fe *flagError
@@ -211,7 +257,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 			if errors.Is(err, flag.ErrHelp) {
 				return nil, err
 			}
-			return nil, &flagError{err}
+			return nil, &flagError{explainFlagError(fs, err)}
 		}
 		args = fs.Args()
 		if len(args) == 0 {

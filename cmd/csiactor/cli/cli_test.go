@@ -135,12 +135,13 @@ func TestRun_Usage_ExitCodes(t *testing.T) {
 		{"no args", nil, 2, "stderr", []string{"csiactor: missing command", "Usage: csiactor <command>", "volume ", "agent "}},
 		{"help", []string{"-h"}, 0, "stdout", []string{"Usage: csiactor <command>", "Commands:"}},
 		{"help word", []string{"help"}, 0, "stdout", []string{"Commands:"}},
-		{"unknown command", []string{"volumes"}, 2, "stderr", []string{`csiactor: unknown command "volumes"`}},
-		{"unknown subcommand", []string{"volume", "attach"}, 2, "stderr", []string{`csiactor volume: unknown command "attach"`, "claim "}},
-		{"missing subcommand", []string{"plugin"}, 2, "stderr", []string{"csiactor plugin: missing command", "list "}},
-		{"unknown flag", []string{"volume", "list", "-verbose"}, 2, "stderr", []string{"csiactor volume list: flag provided but not defined: -verbose", "Usage: csiactor volume list"}},
-		{"missing arg", []string{"volume", "status"}, 2, "stderr", []string{"csiactor volume status: missing ID", "Usage: csiactor volume status [flags] ID"}},
-		{"extra arg", []string{"plugin", "list", "x"}, 2, "stderr", []string{`unexpected argument "x"`}},
+		{"unknown command", []string{"volumes"}, 2, "stderr", []string{"csiactor: unknown command \"volumes\"\nrun 'csiactor -h' for usage\n"}},
+		{"unknown subcommand", []string{"volume", "attach"}, 2, "stderr", []string{"csiactor volume: unknown command \"attach\"\nrun 'csiactor volume -h' for usage\n"}},
+		{"missing subcommand", []string{"plugin"}, 2, "stderr", []string{"csiactor plugin: missing command\nrun 'csiactor plugin -h' for usage\n"}},
+		{"unknown flag", []string{"volume", "list", "-verbose"}, 2, "stderr", []string{"csiactor volume list: flag provided but not defined: -verbose\nrun 'csiactor volume list -h' for usage\n"}},
+		{"bad flag value", []string{"alloc", "logs", "-tail", "x", "a1"}, 2, "stderr", []string{"csiactor alloc logs: invalid value \"x\" for flag -tail: want a whole number\nrun 'csiactor alloc logs -h' for usage\n"}},
+		{"missing arg", []string{"volume", "status"}, 2, "stderr", []string{"csiactor volume status: missing ID\nrun 'csiactor volume status -h' for usage\n"}},
+		{"extra arg", []string{"plugin", "list", "x"}, 2, "stderr", []string{"csiactor plugin list: unexpected argument \"x\"\nrun 'csiactor plugin list -h' for usage\n"}},
 		{"leaf help", []string{"volume", "create", "-h"}, 0, "stdout", []string{"Usage: csiactor volume create [flags] ID", "-capacity size", "-secrets-file file", "1GiB, 500M, 4096"}},
 		{"hidden command not listed", []string{"-h"}, 0, "stdout", []string{"version "}},
 	} {
@@ -148,6 +149,12 @@ func TestRun_Usage_ExitCodes(t *testing.T) {
 			r := runCLI(t, nil, tc.args...)
 			r.want(t, tc.code, "")
 			r.contains(t, tc.stream, tc.want...)
+			if tc.code == 2 && tc.args != nil {
+				// A mistake gets the error and one hint line, never the help.
+				if r.stderr != tc.want[0] || strings.Contains(r.stderr, "Usage:") {
+					t.Errorf("stderr = %q, want exactly %q", r.stderr, tc.want[0])
+				}
+			}
 			if tc.name == "hidden command not listed" && strings.Contains(r.stdout, "example-plugin") {
 				t.Error("usage lists the hidden example-plugin command")
 			}
