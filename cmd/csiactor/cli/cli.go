@@ -115,6 +115,7 @@ Exit codes: 0 success, 1 error (the agent refused, or is unreachable),
 			eventsCommand(),
 			nodeCommand(),
 			versionCommand(),
+			completionCommand(),
 			examplePluginCommand(),
 		},
 	}
