@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/csiactor/csiactor/internal/kinderr"
 )
 
 // AccessMode is how a volume may be used across nodes and writers. Its zero
@@ -55,8 +57,8 @@ func ParseAccessMode(s string) (AccessMode, error) {
 			return m, nil
 		}
 	}
-	return AccessModeUnknown, fmt.Errorf("%w: access mode %q (want one of %s)",
-		ErrInvalidCapability, s, strings.Join(accessModeNames[1:], ", "))
+	return AccessModeUnknown, kinderr.Errorf(ErrInvalidCapability,
+		"unknown access mode %q (want one of %s)", s, strings.Join(accessModeNames[1:], ", "))
 }
 
 // String returns the kebab-case name of m.
@@ -94,7 +96,7 @@ func AccessModeFromCSI(pm csipb.VolumeCapability_AccessMode_Mode) (AccessMode, e
 			return m, nil
 		}
 	}
-	return AccessModeUnknown, fmt.Errorf("%w: CSI access mode %d", ErrInvalidCapability, int32(pm))
+	return AccessModeUnknown, kinderr.Errorf(ErrInvalidCapability, "unknown CSI access mode %d", int32(pm))
 }
 
 // AttachmentMode is how a volume is presented to its user: a raw block device
@@ -122,8 +124,8 @@ func ParseAttachmentMode(s string) (AttachmentMode, error) {
 	case "file-system":
 		return AttachmentModeFileSystem, nil
 	}
-	return AttachmentModeUnknown, fmt.Errorf("%w: attachment mode %q (want block-device or file-system)",
-		ErrInvalidCapability, s)
+	return AttachmentModeUnknown, kinderr.Errorf(ErrInvalidCapability,
+		"unknown attachment mode %q (want block-device or file-system)", s)
 }
 
 // String returns the kebab-case name of m.
@@ -241,14 +243,14 @@ func ParseVolumeCapability(accessMode, attachmentMode string) (VolumeCapability,
 // come only with file-system attachment.
 func (c VolumeCapability) Validate() error {
 	if !c.AccessMode.Valid() {
-		return fmt.Errorf("%w: access mode %s", ErrInvalidCapability, c.AccessMode)
+		return kinderr.Errorf(ErrInvalidCapability, "unknown access mode %s", c.AccessMode)
 	}
 	if !c.AttachmentMode.Valid() {
-		return fmt.Errorf("%w: attachment mode %s", ErrInvalidCapability, c.AttachmentMode)
+		return kinderr.Errorf(ErrInvalidCapability, "unknown attachment mode %s", c.AttachmentMode)
 	}
 	if c.AttachmentMode == AttachmentModeBlockDevice && c.MountOptions != nil &&
 		(c.MountOptions.FSType != "" || len(c.MountOptions.MountFlags) > 0) {
-		return fmt.Errorf("%w: mount options are only valid with file-system attachment", ErrInvalidCapability)
+		return kinderr.Errorf(ErrInvalidCapability, "mount options are only valid with file-system attachment")
 	}
 	return nil
 }
@@ -299,10 +301,10 @@ func (c VolumeCapability) ToCSI() *csipb.VolumeCapability {
 // mode or access type is an error.
 func VolumeCapabilityFromCSI(vc *csipb.VolumeCapability) (VolumeCapability, error) {
 	if vc == nil {
-		return VolumeCapability{}, fmt.Errorf("%w: missing volume capability", ErrInvalidCapability)
+		return VolumeCapability{}, kinderr.Errorf(ErrInvalidCapability, "missing volume capability")
 	}
 	if vc.GetAccessMode() == nil {
-		return VolumeCapability{}, fmt.Errorf("%w: missing access mode", ErrInvalidCapability)
+		return VolumeCapability{}, kinderr.Errorf(ErrInvalidCapability, "missing access mode")
 	}
 	am, err := AccessModeFromCSI(vc.GetAccessMode().GetMode())
 	if err != nil {
@@ -318,7 +320,7 @@ func VolumeCapabilityFromCSI(vc *csipb.VolumeCapability) (VolumeCapability, erro
 			c.MountOptions = &MountOptions{FSType: m.GetFsType(), MountFlags: append([]string(nil), m.GetMountFlags()...)}
 		}
 	default:
-		return VolumeCapability{}, fmt.Errorf("%w: missing access type", ErrInvalidCapability)
+		return VolumeCapability{}, kinderr.Errorf(ErrInvalidCapability, "missing access type")
 	}
 	return c, nil
 }

@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/csiactor/csiactor/internal/kinderr"
 )
 
 const (
@@ -104,20 +106,20 @@ func ParseEndpoint(endpoint string) (string, error) {
 	path := endpoint
 	if scheme, rest, ok := strings.Cut(endpoint, "://"); ok {
 		if scheme != "unix" {
-			return "", fmt.Errorf("%w: %q: scheme %q is not supported (want unix://)", ErrInvalidEndpoint, endpoint, scheme)
+			return "", kinderr.Errorf(ErrInvalidEndpoint, "%q: scheme %q is not supported (want unix://)", endpoint, scheme)
 		}
 		path = rest
 	}
 	switch {
 	case path == "":
-		return "", fmt.Errorf("%w: %q: empty socket path", ErrInvalidEndpoint, endpoint)
+		return "", kinderr.Errorf(ErrInvalidEndpoint, "%q: empty socket path", endpoint)
 	case !filepath.IsAbs(path):
-		return "", fmt.Errorf("%w: %q: socket path %q is not absolute", ErrInvalidEndpoint, endpoint, path)
+		return "", kinderr.Errorf(ErrInvalidEndpoint, "%q: socket path %q is not absolute", endpoint, path)
 	}
 	path = filepath.Clean(path)
 	if len(path) > MaxSocketPathLen {
-		return "", fmt.Errorf("%w: socket path is %d bytes, longer than the %d-byte unix socket limit: %q",
-			ErrInvalidEndpoint, len(path), MaxSocketPathLen, path)
+		return "", kinderr.Errorf(ErrInvalidEndpoint,
+			"socket path is %d bytes, longer than the %d-byte unix socket limit: %q", len(path), MaxSocketPathLen, path)
 	}
 	return path, nil
 }
@@ -193,7 +195,7 @@ func waitForSocket(ctx context.Context, path string) error {
 		case err == nil && fi.Mode()&os.ModeSocket != 0:
 			return nil
 		case err == nil:
-			return fmt.Errorf("%w: %q is not a socket (mode %s)", ErrInvalidEndpoint, path, fi.Mode())
+			return kinderr.Errorf(ErrInvalidEndpoint, "%q is not a socket (mode %s)", path, fi.Mode())
 		case !os.IsNotExist(err):
 			return fmt.Errorf("stat socket: %w", err)
 		}

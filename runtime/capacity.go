@@ -11,6 +11,7 @@ import (
 
 	"github.com/csiactor/csiactor/actors/plugin"
 	"github.com/csiactor/csiactor/actors/registry"
+	"github.com/csiactor/csiactor/internal/kinderr"
 )
 
 // MaxListEntries is the largest page ListExternalVolumes asks a plugin for.
@@ -147,7 +148,7 @@ func (r *Runtime) controllerWith(ctx context.Context, name, capName string, has 
 		return registry.Target{}, mapErr(err)
 	}
 	if t.Fingerprint.Controller == nil || !has(t) {
-		return registry.Target{}, fmt.Errorf("%w: plugin %s: its controller (allocation %s) has no %s capability", ErrInvalid, name, t.Alloc, capName)
+		return registry.Target{}, kinderr.Errorf(ErrInvalid, "plugin %s: its controller (allocation %s) has no %s capability", name, t.Alloc, capName)
 	}
 	return t, nil
 }

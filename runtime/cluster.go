@@ -20,6 +20,7 @@ import (
 	"github.com/csiactor/csiactor/actors/volume"
 	"github.com/csiactor/csiactor/cluster"
 	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/internal/kinderr"
 	"github.com/csiactor/csiactor/persistence"
 )
 
@@ -378,7 +379,7 @@ func (r *Runtime) Nodes(ctx context.Context) ([]Node, error) {
 		return nil, err
 	}
 	if r.cluster == nil {
-		return nil, fmt.Errorf("%w: not in cluster mode (the agent has no cluster section)", ErrNotFound)
+		return nil, kinderr.Errorf(ErrNotFound, "not in cluster mode (the agent has no cluster section)")
 	}
 	hs, err := r.cluster.Hosts(ctx)
 	if err != nil {
@@ -406,7 +407,7 @@ func (r *Runtime) Node(ctx context.Context, id string) (Node, error) {
 			return n, nil
 		}
 	}
-	return Node{}, fmt.Errorf("%w: node %q", ErrNotFound, id)
+	return Node{}, kinderr.Errorf(ErrNotFound, "node %q is not in the cluster", id)
 }
 
 // withHosts sets the host of v's claims (this host's) and, with remote,

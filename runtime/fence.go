@@ -15,6 +15,7 @@ import (
 	"github.com/csiactor/csiactor/actors/volume"
 	"github.com/csiactor/csiactor/cluster"
 	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/internal/kinderr"
 )
 
 // FencedClaim is a claim a fence took from a down host.
@@ -58,10 +59,10 @@ func (r *Runtime) FenceNode(ctx context.Context, id string) (FenceResult, error)
 		return FenceResult{}, err
 	}
 	if r.cluster == nil {
-		return FenceResult{}, fmt.Errorf("%w: not in cluster mode (the agent has no cluster section)", ErrNotFound)
+		return FenceResult{}, kinderr.Errorf(ErrNotFound, "not in cluster mode (the agent has no cluster section)")
 	}
 	if id == r.cluster.NodeID() {
-		return FenceResult{}, fmt.Errorf("%w: %q is this agent's own host", ErrConflict, id)
+		return FenceResult{}, kinderr.Errorf(ErrConflict, "%q is this agent's own host", id)
 	}
 	return r.fenceHost(ctx, id, "")
 }

@@ -1,9 +1,8 @@
 package claim
 
 import (
-	"fmt"
-
 	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/internal/kinderr"
 	"github.com/csiactor/csiactor/persistence"
 )
 
@@ -28,8 +27,8 @@ func AdmitHosts(host string, r Request, held []persistence.Claim) error {
 			continue
 		}
 		if c.AccessMode != r.Capability.AccessMode.String() || c.AttachmentMode != r.Capability.AttachmentMode.String() {
-			return fmt.Errorf("%w: volume is claimed with %s/%s by alloc %q on host %q",
-				ErrConflict, c.AccessMode, c.AttachmentMode, c.Alloc, c.NodeID)
+			return kinderr.Errorf(ErrConflict,
+				"volume is claimed with %s/%s by alloc %q on host %q", c.AccessMode, c.AttachmentMode, c.Alloc, c.NodeID)
 		}
 		if c.Mode == string(ModeWrite) {
 			writers++
@@ -46,19 +45,19 @@ func AdmitHosts(host string, r Request, held []persistence.Claim) error {
 	switch am {
 	case csi.AccessModeSingleNodeReaderOnly:
 		if readers > 0 {
-			return fmt.Errorf("%w: access mode %s allows one reader and alloc %q on host %q holds it", ErrClaimLimit, am, holder.Alloc, holder.NodeID)
+			return kinderr.Errorf(ErrClaimLimit, "access mode %s allows one reader and alloc %q on host %q holds it", am, holder.Alloc, holder.NodeID)
 		}
 	case csi.AccessModeSingleNodeWriter, csi.AccessModeSingleNodeSingleWriter:
 		if readers+writers > 0 {
-			return fmt.Errorf("%w: access mode %s allows one claim and alloc %q on host %q holds it", ErrClaimLimit, am, holder.Alloc, holder.NodeID)
+			return kinderr.Errorf(ErrClaimLimit, "access mode %s allows one claim and alloc %q on host %q holds it", am, holder.Alloc, holder.NodeID)
 		}
 	case csi.AccessModeSingleNodeMultiWriter:
 		if elsewhere != nil {
-			return fmt.Errorf("%w: access mode %s keeps every claim on one host and alloc %q on host %q holds one", ErrClaimLimit, am, elsewhere.Alloc, elsewhere.NodeID)
+			return kinderr.Errorf(ErrClaimLimit, "access mode %s keeps every claim on one host and alloc %q on host %q holds one", am, elsewhere.Alloc, elsewhere.NodeID)
 		}
 	case csi.AccessModeMultiNodeSingleWriter:
 		if r.Mode == ModeWrite && writers > 0 {
-			return fmt.Errorf("%w: access mode %s allows one writer in the cluster and alloc %q on host %q holds it", ErrClaimLimit, am, writer.Alloc, writer.NodeID)
+			return kinderr.Errorf(ErrClaimLimit, "access mode %s allows one writer in the cluster and alloc %q on host %q holds it", am, writer.Alloc, writer.NodeID)
 		}
 	}
 	return nil

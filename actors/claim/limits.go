@@ -1,9 +1,8 @@
 package claim
 
 import (
-	"fmt"
-
 	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/internal/kinderr"
 	"github.com/csiactor/csiactor/persistence"
 )
 
@@ -25,13 +24,13 @@ func (r Request) Validate() error {
 		return err
 	}
 	if !r.Capability.AccessMode.Valid() {
-		return fmt.Errorf("%w: access_mode %s", ErrInvalid, r.Capability.AccessMode)
+		return kinderr.Errorf(ErrInvalid, "unknown access_mode %s", r.Capability.AccessMode)
 	}
 	if !r.Capability.AttachmentMode.Valid() {
-		return fmt.Errorf("%w: attachment_mode %s", ErrInvalid, r.Capability.AttachmentMode)
+		return kinderr.Errorf(ErrInvalid, "unknown attachment_mode %s", r.Capability.AttachmentMode)
 	}
 	if r.Mode == ModeWrite && r.Capability.AccessMode.ReadOnly() {
-		return fmt.Errorf("%w: mode write is not allowed with access_mode %s", ErrInvalid, r.Capability.AccessMode)
+		return kinderr.Errorf(ErrInvalid, "mode write is not allowed with access_mode %s", r.Capability.AccessMode)
 	}
 	return nil
 }
@@ -68,7 +67,7 @@ func Admit(v *persistence.Volume, r Request) (int, error) {
 		return -1, err
 	}
 	if !hasCapability(v, r.Capability) {
-		return -1, fmt.Errorf("%w: volume %q has no capability %s/%s", ErrInvalid,
+		return -1, kinderr.Errorf(ErrInvalid, "volume %q has no capability %s/%s",
 			v.ID, r.Capability.AccessMode, r.Capability.AttachmentMode)
 	}
 	if i := FindClaim(v.Claims, r.Alloc); i >= 0 {
@@ -76,20 +75,20 @@ func Admit(v *persistence.Volume, r Request) (int, error) {
 		if r.same(c) {
 			return i, nil
 		}
-		return -1, fmt.Errorf("%w: alloc %q already holds a %s claim with %s/%s on volume %q",
-			ErrConflict, r.Alloc, c.Mode, c.AccessMode, c.AttachmentMode, v.ID)
+		return -1, kinderr.Errorf(ErrConflict,
+			"alloc %q already holds a %s claim with %s/%s on volume %q", r.Alloc, c.Mode, c.AccessMode, c.AttachmentMode, v.ID)
 	}
 	if i := FindClaim(v.PastClaims, r.Alloc); i >= 0 {
-		return -1, fmt.Errorf("%w: the previous claim of alloc %q on volume %q is still being released (state %s)",
-			ErrInUse, r.Alloc, v.ID, v.PastClaims[i].State)
+		return -1, kinderr.Errorf(ErrInUse,
+			"the previous claim of alloc %q on volume %q is still being released (state %s)", r.Alloc, v.ID, v.PastClaims[i].State)
 	}
 
 	var readers, writers int
 	var holder, writer string // an alloc holding a place; the writer's
 	count := func(c *persistence.Claim) error {
 		if c.AccessMode != r.Capability.AccessMode.String() || c.AttachmentMode != r.Capability.AttachmentMode.String() {
-			return fmt.Errorf("%w: volume %q is claimed with %s/%s by alloc %q",
-				ErrConflict, v.ID, c.AccessMode, c.AttachmentMode, c.Alloc)
+			return kinderr.Errorf(ErrConflict,
+				"volume %q is claimed with %s/%s by alloc %q", v.ID, c.AccessMode, c.AttachmentMode, c.Alloc)
 		}
 		if c.Mode == string(ModeWrite) {
 			writers++
@@ -117,15 +116,15 @@ func Admit(v *persistence.Volume, r Request) (int, error) {
 	switch am {
 	case csi.AccessModeSingleNodeReaderOnly:
 		if readers > 0 {
-			return -1, fmt.Errorf("%w: access mode %s allows one reader and alloc %q holds it", ErrClaimLimit, am, holder)
+			return -1, kinderr.Errorf(ErrClaimLimit, "access mode %s allows one reader and alloc %q holds it", am, holder)
 		}
 	case csi.AccessModeSingleNodeWriter, csi.AccessModeSingleNodeSingleWriter:
 		if readers+writers > 0 {
-			return -1, fmt.Errorf("%w: access mode %s allows one claim and alloc %q holds it", ErrClaimLimit, am, holder)
+			return -1, kinderr.Errorf(ErrClaimLimit, "access mode %s allows one claim and alloc %q holds it", am, holder)
 		}
 	case csi.AccessModeMultiNodeSingleWriter:
 		if r.Mode == ModeWrite && writers > 0 {
-			return -1, fmt.Errorf("%w: access mode %s allows one writer and alloc %q holds it", ErrClaimLimit, am, writer)
+			return -1, kinderr.Errorf(ErrClaimLimit, "access mode %s allows one writer and alloc %q holds it", am, writer)
 		}
 	}
 	return -1, nil

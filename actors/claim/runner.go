@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/internal/kinderr"
 )
 
 // DefaultMaxInFlightPerPlugin is the default bound on RPCs in flight to one
@@ -107,7 +108,7 @@ func (r *Runner) holding(ctx context.Context, plugin string, fn func() Result) R
 func (r *Runner) call(ctx context.Context, plugin string, typ PluginType, kind csi.RPCKind, fn func(context.Context, csi.Client) error) Result {
 	client, _, err := r.plugins.Client(ctx, plugin, typ)
 	if err != nil {
-		return Result{Err: fmt.Errorf("%w: %s %s: %w", ErrPluginUnavailable, plugin, typ, err), Outcome: csi.Retry, Unavailable: true}
+		return Result{Err: kinderr.Errorf(ErrPluginUnavailable, "%w", err), Outcome: csi.Retry, Unavailable: true}
 	}
 	if r.inflight != nil {
 		r.inflight.Inc()

@@ -1,11 +1,11 @@
 package claim
 
 import (
-	"fmt"
 	"path/filepath"
 	"strings"
 
 	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/internal/kinderr"
 )
 
 // The states of a current claim, in order. A claim's state is the last step
@@ -60,7 +60,7 @@ func ParseMode(s string) (Mode, error) {
 	case ModeRead, ModeWrite:
 		return Mode(s), nil
 	}
-	return "", fmt.Errorf("%w: mode %q (want read or write)", ErrInvalid, s)
+	return "", kinderr.Errorf(ErrInvalid, "mode %q: want read or write", s)
 }
 
 // Usage names one way of using a volume on the host: read-only or
@@ -96,17 +96,17 @@ const MaxNameLen = 128
 func CheckName(field, s string) error {
 	switch {
 	case s == "":
-		return fmt.Errorf("%w: %s is empty", ErrInvalid, field)
+		return kinderr.Errorf(ErrInvalid, "%s is empty", field)
 	case len(s) > MaxNameLen:
-		return fmt.Errorf("%w: %s is %d bytes long (at most %d)", ErrInvalid, field, len(s), MaxNameLen)
+		return kinderr.Errorf(ErrInvalid, "%s is %d bytes long (at most %d)", field, len(s), MaxNameLen)
 	case s == "." || s == "..":
-		return fmt.Errorf("%w: %s %q is not a usable name", ErrInvalid, field, s)
+		return kinderr.Errorf(ErrInvalid, "%s %q is not a usable name", field, s)
 	case strings.ContainsAny(s, "/\\"):
-		return fmt.Errorf("%w: %s %q contains a path separator", ErrInvalid, field, s)
+		return kinderr.Errorf(ErrInvalid, "%s %q contains a path separator", field, s)
 	}
 	for _, r := range s {
 		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("%w: %s %q contains a control character", ErrInvalid, field, s)
+			return kinderr.Errorf(ErrInvalid, "%s %q contains a control character", field, s)
 		}
 	}
 	return nil

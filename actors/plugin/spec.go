@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"errors"
-	"fmt"
 	"maps"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/internal/kinderr"
 )
 
 // Type is the kind of an allocation: what services of the plugin it runs.
@@ -52,7 +52,7 @@ func ParseType(s string) (Type, error) {
 	case Controller, Node, Monolith:
 		return t, nil
 	}
-	return "", fmt.Errorf("%w: type %q: want controller, node or monolith", ErrInvalidSpec, s)
+	return "", kinderr.Errorf(ErrInvalidSpec, "type %q: want controller, node or monolith", s)
 }
 
 // Spec is what an allocation is: registered through the config file, the
@@ -109,17 +109,17 @@ func (s Spec) WithSocket(dataDir string) (Spec, error) {
 	}
 	if s.ExecManaged() {
 		if !filepath.IsAbs(dataDir) {
-			return s, fmt.Errorf("%w: data dir %q is not absolute", ErrInvalidSpec, dataDir)
+			return s, kinderr.Errorf(ErrInvalidSpec, "data dir %q is not absolute", dataDir)
 		}
 		want := SocketPath(dataDir, s.ID)
 		if s.Socket != "" && s.Socket != want && s.Socket != "unix://"+want {
-			return s, fmt.Errorf("%w: socket and command are both set: give socket for an attached plugin, command for one the agent runs", ErrInvalidSpec)
+			return s, kinderr.Errorf(ErrInvalidSpec, "socket and command are both set: give socket for an attached plugin, command for one the agent runs")
 		}
 		s.Socket = want
 	}
 	path, err := csi.ParseEndpoint(s.Socket)
 	if err != nil {
-		return s, fmt.Errorf("%w: socket: %w", ErrInvalidSpec, err)
+		return s, kinderr.Errorf(ErrInvalidSpec, "socket: %w", err)
 	}
 	s.Socket = path
 	return s, nil
@@ -141,9 +141,9 @@ func (s Spec) Validate() error {
 	name := s.Command[0]
 	if _, err := exec.LookPath(name); err != nil {
 		if errors.Is(err, exec.ErrNotFound) {
-			return fmt.Errorf("%w: command[0] %q is not found in the agent's PATH; give its absolute path", ErrInvalidSpec, name)
+			return kinderr.Errorf(ErrInvalidSpec, "command[0] %q is not found in the agent's PATH; give its absolute path", name)
 		}
-		return fmt.Errorf("%w: command[0] %q: %w", ErrInvalidSpec, name, err)
+		return kinderr.Errorf(ErrInvalidSpec, "command[0] %q: %w", name, err)
 	}
 	return nil
 }
@@ -162,37 +162,37 @@ func (s Spec) validate() error {
 	}
 	switch {
 	case s.Socket == "" && !s.ExecManaged():
-		return fmt.Errorf("%w: socket or command is required", ErrInvalidSpec)
+		return kinderr.Errorf(ErrInvalidSpec, "socket or command is required")
 	case s.Socket != "":
 		if _, err := csi.ParseEndpoint(s.Socket); err != nil {
-			return fmt.Errorf("%w: socket: %w", ErrInvalidSpec, err)
+			return kinderr.Errorf(ErrInvalidSpec, "socket: %w", err)
 		}
 	}
 	if s.ExecManaged() {
 		name := s.Command[0]
 		switch {
 		case strings.TrimSpace(name) == "":
-			return fmt.Errorf("%w: command[0] is empty", ErrInvalidSpec)
+			return kinderr.Errorf(ErrInvalidSpec, "command[0] is empty")
 		case !filepath.IsAbs(name) && strings.ContainsRune(name, '/'):
-			return fmt.Errorf("%w: command[0] %q is a relative path; give an absolute path, or a bare name found in the agent's PATH", ErrInvalidSpec, name)
+			return kinderr.Errorf(ErrInvalidSpec, "command[0] %q is a relative path; give an absolute path, or a bare name found in the agent's PATH", name)
 		}
 	}
 	for i, a := range s.Command {
 		if strings.ContainsRune(a, 0) {
-			return fmt.Errorf("%w: command[%d] contains a NUL byte", ErrInvalidSpec, i)
+			return kinderr.Errorf(ErrInvalidSpec, "command[%d] contains a NUL byte", i)
 		}
 	}
 	if len(s.Env) > 0 && !s.ExecManaged() {
-		return fmt.Errorf("%w: env is only for an allocation with a command", ErrInvalidSpec)
+		return kinderr.Errorf(ErrInvalidSpec, "env is only for an allocation with a command")
 	}
 	for k, v := range s.Env {
 		switch {
 		case k == "" || strings.ContainsAny(k, "=\x00"):
-			return fmt.Errorf("%w: env: bad variable name %q", ErrInvalidSpec, k)
+			return kinderr.Errorf(ErrInvalidSpec, "env: bad variable name %q", k)
 		case k == "CSI_ENDPOINT":
-			return fmt.Errorf("%w: env: CSI_ENDPOINT is set by the agent", ErrInvalidSpec)
+			return kinderr.Errorf(ErrInvalidSpec, "env: CSI_ENDPOINT is set by the agent")
 		case strings.ContainsRune(v, 0):
-			return fmt.Errorf("%w: env: %s contains a NUL byte", ErrInvalidSpec, k)
+			return kinderr.Errorf(ErrInvalidSpec, "env: %s contains a NUL byte", k)
 		}
 	}
 	return nil
@@ -201,15 +201,15 @@ func (s Spec) validate() error {
 func validName(field, v string, max int) error {
 	switch {
 	case v == "":
-		return fmt.Errorf("%w: %s is required", ErrInvalidSpec, field)
+		return kinderr.Errorf(ErrInvalidSpec, "%s is required", field)
 	case len(v) > max:
-		return fmt.Errorf("%w: %s is %d bytes, at most %d", ErrInvalidSpec, field, len(v), max)
+		return kinderr.Errorf(ErrInvalidSpec, "%s is %d bytes, at most %d", field, len(v), max)
 	case v == "." || v == "..":
-		return fmt.Errorf("%w: %s %q is not a valid name", ErrInvalidSpec, field, v)
+		return kinderr.Errorf(ErrInvalidSpec, "%s %q is not a valid name", field, v)
 	}
 	for _, r := range v {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
-			return fmt.Errorf("%w: %s %q: only letters, digits, '.', '_' and '-' are allowed", ErrInvalidSpec, field, v)
+			return kinderr.Errorf(ErrInvalidSpec, "%s %q: only letters, digits, '.', '_' and '-' are allowed", field, v)
 		}
 	}
 	return nil

@@ -5,24 +5,24 @@ import "errors"
 var (
 	// ErrPluginNotFound is returned when no allocation of the plugin (or of
 	// the plugin in the asked role) is registered.
-	ErrPluginNotFound = errors.New("registry: plugin not found")
+	ErrPluginNotFound = errors.New("plugin not found")
 	// ErrNoHealthyPlugin is returned by Client when the plugin has
 	// allocations in the role but none is healthy.
-	ErrNoHealthyPlugin = errors.New("registry: no healthy plugin allocation")
+	ErrNoHealthyPlugin = errors.New("no healthy plugin allocation")
 	// ErrAllocationNotFound is returned for an unknown allocation ID.
-	ErrAllocationNotFound = errors.New("registry: allocation not found")
+	ErrAllocationNotFound = errors.New("allocation not found")
 	// ErrConflict is returned by Register for an ID already registered
 	// with a different spec, or a socket already used by another
 	// allocation.
-	ErrConflict = errors.New("registry: conflicting allocation")
+	ErrConflict = errors.New("conflicting allocation")
 	// ErrBusy is returned by Register for an ID that is being
 	// deregistered.
-	ErrBusy = errors.New("registry: allocation is being deregistered")
+	ErrBusy = errors.New("allocation is being deregistered")
 	// ErrStopped is returned after Shutdown.
-	ErrStopped = errors.New("registry: stopped")
+	ErrStopped = errors.New("plugin registry stopped")
 	// ErrInvalidConfig is returned by Config.Validate; the message names
 	// the field.
-	ErrInvalidConfig = errors.New("registry: invalid config")
+	ErrInvalidConfig = errors.New("invalid registry config")
 	// ErrStore wraps a failure of the store.
-	ErrStore = errors.New("registry: store failed")
+	ErrStore = errors.New("store failed")
 )

@@ -13,6 +13,7 @@ import (
 	"github.com/csiactor/csiactor/actors/plugin"
 	"github.com/csiactor/csiactor/actors/plugin/proc"
 	"github.com/csiactor/csiactor/internal/actorkit"
+	"github.com/csiactor/csiactor/internal/kinderr"
 )
 
 // Handle is the registry as seen from outside the actor system. Its
@@ -211,7 +212,7 @@ func (h *Handle) Allocation(ctx context.Context, id string) (AllocationInfo, err
 			return a, nil
 		}
 	}
-	return AllocationInfo{}, fmt.Errorf("%w: %q", ErrAllocationNotFound, id)
+	return AllocationInfo{}, kinderr.Errorf(ErrAllocationNotFound, "allocation %q is not registered", id)
 }
 
 // Plugins summarizes every plugin, by name.

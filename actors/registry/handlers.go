@@ -10,6 +10,7 @@ import (
 
 	"github.com/csiactor/csiactor/actors/plugin"
 	"github.com/csiactor/csiactor/internal/actorkit"
+	"github.com/csiactor/csiactor/internal/kinderr"
 	"github.com/csiactor/csiactor/persistence"
 )
 
@@ -104,16 +105,16 @@ func (r *Actor) onRegister(ctx actor.Context, m *Register) *RegisterResult {
 	if e := r.allocs[spec.ID]; e != nil {
 		switch {
 		case e.stopping:
-			return &RegisterResult{Err: fmt.Errorf("%w: %s", ErrBusy, spec.ID)}
+			return &RegisterResult{Err: kinderr.Errorf(ErrBusy, "allocation %q is being deregistered; register it again when that is done", spec.ID)}
 		case src == SourceRegistration && sourceOf(e.rec.Source) != SourceRegistration:
-			return &RegisterResult{Err: fmt.Errorf("%w: allocation %q was registered from the %s; deregister it first",
-				ErrConflict, spec.ID, sourceText(e.rec))}
+			return &RegisterResult{Err: kinderr.Errorf(ErrConflict, "allocation %q was registered from the %s; deregister it first",
+				spec.ID, sourceText(e.rec))}
 		case !e.spec.Equal(spec) && sourceOf(e.rec.Source) == SourceConfig:
-			return &RegisterResult{Err: fmt.Errorf("%w: allocation %q comes from the config file, with a different %s; change it there",
-				ErrConflict, spec.ID, specDiff(e.spec, spec))}
+			return &RegisterResult{Err: kinderr.Errorf(ErrConflict,
+				"allocation %q comes from the config file, with a different %s; change it there", spec.ID, specDiff(e.spec, spec))}
 		case !e.spec.Equal(spec):
-			return &RegisterResult{Err: fmt.Errorf("%w: allocation %q is registered with a different %s; deregister it first",
-				ErrConflict, spec.ID, specDiff(e.spec, spec))}
+			return &RegisterResult{Err: kinderr.Errorf(ErrConflict,
+				"allocation %q is registered with a different %s; deregister it first", spec.ID, specDiff(e.spec, spec))}
 		case e.pid == nil:
 			r.spawn(ctx, e, plugin.StaleProcess{})
 			r.emit(Event{Type: EventRegistered, Plugin: spec.Plugin, Alloc: spec.ID,
@@ -125,7 +126,7 @@ func (r *Actor) onRegister(ctx actor.Context, m *Register) *RegisterResult {
 	}
 	for _, o := range r.allocs {
 		if o.spec.Socket == spec.Socket && !o.stopping {
-			return &RegisterResult{Err: fmt.Errorf("%w: socket %q is already used by allocation %q", ErrConflict, spec.Socket, o.spec.ID)}
+			return &RegisterResult{Err: kinderr.Errorf(ErrConflict, "socket %q is already used by allocation %q", spec.Socket, o.spec.ID)}
 		}
 	}
 	now := time.Now()
@@ -137,7 +138,7 @@ func (r *Actor) onRegister(ctx actor.Context, m *Register) *RegisterResult {
 	rec, err = r.cfg.Store.PutAllocation(sctx, rec)
 	cancel()
 	if err != nil {
-		return &RegisterResult{Err: fmt.Errorf("%w: register %s: %w", ErrStore, spec.ID, err)}
+		return &RegisterResult{Err: kinderr.Errorf(ErrStore, "cannot record allocation %q: %w", spec.ID, err)}
 	}
 	e := &entry{rec: rec, spec: spec}
 	r.allocs[spec.ID] = e
@@ -171,7 +172,7 @@ func specDiff(a, b plugin.Spec) string {
 func (r *Actor) onDeregister(ctx actor.Context, m *Deregister) {
 	e := r.allocs[m.ID]
 	if e == nil {
-		ctx.Respond(&DeregisterResult{Err: fmt.Errorf("%w: %q", ErrAllocationNotFound, m.ID)})
+		ctx.Respond(&DeregisterResult{Err: kinderr.Errorf(ErrAllocationNotFound, "allocation %q is not registered", m.ID)})
 		return
 	}
 	if e.stopping {
@@ -182,7 +183,7 @@ func (r *Actor) onDeregister(ctx actor.Context, m *Deregister) {
 	err := r.cfg.Store.DeleteAllocation(sctx, m.ID)
 	cancel()
 	if err != nil && !errors.Is(err, persistence.ErrNotFound) {
-		ctx.Respond(&DeregisterResult{Err: fmt.Errorf("%w: deregister %s: %w", ErrStore, m.ID, err)})
+		ctx.Respond(&DeregisterResult{Err: kinderr.Errorf(ErrStore, "cannot record the deregistration of allocation %q: %w", m.ID, err)})
 		return
 	}
 	e.stopping = true
@@ -388,19 +389,19 @@ func (r *Actor) onGetPlugins(m *GetPlugins) *PluginsResult {
 			return &PluginsResult{Plugins: []PluginSummary{s}}
 		}
 	}
-	return &PluginsResult{Err: fmt.Errorf("%w: %q", ErrPluginNotFound, m.Name)}
+	return &PluginsResult{Err: kinderr.Errorf(ErrPluginNotFound, "plugin %q has no allocation", m.Name)}
 }
 
 func (r *Actor) onGetClient(m *GetClient) *ClientResult {
 	k := key{m.Plugin, m.Role}
 	c, ok := r.elected[k]
 	if !ok || c.singleton == "" {
-		return &ClientResult{Err: fmt.Errorf("%w: no %s allocation of plugin %q", ErrPluginNotFound, m.Role, m.Plugin)}
+		return &ClientResult{Err: kinderr.Errorf(ErrPluginNotFound, "plugin %q has no %s allocation", m.Plugin, m.Role)}
 	}
 	if c.active == "" {
 		s := r.allocs[c.singleton]
-		return &ClientResult{Err: fmt.Errorf("%w: plugin %q has no healthy %s allocation (newest, %s: %s)",
-			ErrNoHealthyPlugin, m.Plugin, m.Role, c.singleton, s.status.Description)}
+		return &ClientResult{Err: kinderr.Errorf(ErrNoHealthyPlugin,
+			"plugin %q has no healthy %s allocation (newest, %s: %s)", m.Plugin, m.Role, c.singleton, s.status.Description)}
 	}
 	e := r.allocs[c.active]
 	return &ClientResult{Target: Target{

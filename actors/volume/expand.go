@@ -2,7 +2,6 @@ package volume
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/csiactor/csiactor/actors/claim"
 	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/internal/kinderr"
 	"github.com/csiactor/csiactor/persistence"
 )
 
@@ -85,7 +85,7 @@ func (m *Manager) Expand(ctx context.Context, id string, capacity int64) (Volume
 		return Volume{}, err
 	}
 	if capacity <= 0 {
-		return Volume{}, fmt.Errorf("%w: capacity_bytes must be positive, not %d", ErrInvalid, capacity)
+		return Volume{}, kinderr.Errorf(ErrInvalid, "capacity_bytes must be positive, not %d", capacity)
 	}
 	v, err := m.Get(ctx, id)
 	if err != nil {
@@ -118,9 +118,9 @@ func (m *Manager) expansionFacts(ctx context.Context, plugin string) (claim.Fact
 	_, cf, cerr := m.plugins.Client(ctx, plugin, claim.ControllerPlugin)
 	switch {
 	case cerr != nil && nerr != nil:
-		return claim.Facts{}, fmt.Errorf("%w: plugin %q: %w", ErrPluginUnavailable, plugin, nerr)
+		return claim.Facts{}, kinderr.Errorf(ErrPluginUnavailable, "plugin %q: %w", plugin, nerr)
 	case cerr != nil:
-		return claim.Facts{}, fmt.Errorf("%w: plugin %q (controller): %w", ErrPluginUnavailable, plugin, cerr)
+		return claim.Facts{}, kinderr.Errorf(ErrPluginUnavailable, "plugin %q (controller): %w", plugin, cerr)
 	case nerr != nil:
 		// No node plugin here: the controller expands alone.
 		cf.NodeExpand = false
@@ -138,8 +138,8 @@ func (a *volumeActor) expand(ctx actor.Context, req *expandRequest) {
 	}
 	if x := a.rec.Expansion; x != nil {
 		if x.CapacityBytes != req.capacity {
-			answer(req.reply, reply{err: fmt.Errorf("%w: volume %q is being expanded to %d bytes; ask again when that is done",
-				ErrConflict, a.h.id, x.CapacityBytes)})
+			answer(req.reply, reply{err: kinderr.Errorf(ErrConflict,
+				"volume %q is being expanded to %d bytes; ask again when that is done", a.h.id, x.CapacityBytes)})
 			return
 		}
 		a.expandWaiters = append(a.expandWaiters, req.reply)
@@ -148,8 +148,8 @@ func (a *volumeActor) expand(ctx actor.Context, req *expandRequest) {
 	}
 	switch {
 	case req.capacity < a.rec.CapacityBytes:
-		answer(req.reply, reply{err: fmt.Errorf("%w: capacity_bytes %d is less than volume %q's %d bytes: volumes cannot shrink",
-			ErrInvalid, req.capacity, a.h.id, a.rec.CapacityBytes)})
+		answer(req.reply, reply{err: kinderr.Errorf(ErrInvalid,
+			"capacity_bytes %d is less than volume %q's %d bytes: volumes cannot shrink", req.capacity, a.h.id, a.rec.CapacityBytes)})
 		return
 	case req.capacity == a.rec.CapacityBytes:
 		answer(req.reply, reply{vol: a.rec})
@@ -158,13 +158,13 @@ func (a *volumeActor) expand(ctx actor.Context, req *expandRequest) {
 	f := req.facts
 	controller := f.ControllerService && f.ControllerExpand
 	if !controller && !f.NodeExpand {
-		answer(req.reply, reply{err: fmt.Errorf("%w: volume %q cannot be expanded: plugin %q has no EXPAND_VOLUME capability (controller or node)",
-			ErrInvalid, a.h.id, a.rec.Plugin)})
+		answer(req.reply, reply{err: kinderr.Errorf(ErrInvalid,
+			"volume %q cannot be expanded: plugin %q has no EXPAND_VOLUME capability (controller or node)", a.h.id, a.rec.Plugin)})
 		return
 	}
 	if n := len(a.rec.Claims) + len(a.rec.PastClaims); n > 0 && f.OfflineExpansion && !f.OnlineExpansion {
-		answer(req.reply, reply{err: fmt.Errorf("%w: volume %q has %s and plugin %q expands volumes only offline (EXPANSION_OFFLINE): release them first",
-			ErrInUse, a.h.id, claimsHeld(len(a.rec.Claims), len(a.rec.PastClaims)), a.rec.Plugin)})
+		answer(req.reply, reply{err: kinderr.Errorf(ErrInUse,
+			"volume %q has %s and plugin %q expands volumes only offline (EXPANSION_OFFLINE): release them first", a.h.id, claimsHeld(len(a.rec.Claims), len(a.rec.PastClaims)), a.rec.Plugin)})
 		return
 	}
 	v := claim.CloneVolume(a.rec)
@@ -320,7 +320,7 @@ func (a *volumeActor) expansionFinished(ctx actor.Context, msg *expandFinished) 
 		if msg.node {
 			method = "NodeExpandVolume"
 		}
-		err := fmt.Errorf("%w: %s %q to %d bytes: %w", ErrPluginCall, method, a.h.id, x.CapacityBytes, msg.res.Err)
+		err := kinderr.Errorf(ErrPluginCall, "%s %q to %d bytes: %w", method, a.h.id, x.CapacityBytes, msg.res.Err)
 		a.log.WithError(msg.res.Err).WithField("method", method).Error("expansion failed")
 		a.m.recordExpandFailed(a.rec, err)
 		a.answerExpansion(reply{err: err})

@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/csiactor/csiactor/actors/claim"
+	"github.com/csiactor/csiactor/internal/kinderr"
 	"github.com/csiactor/csiactor/persistence"
 )
 
@@ -121,12 +122,12 @@ func (a *volumeActor) forceRelease(ctx actor.Context, msg *forceReleaseRequest) 
 			delete(a.retries, alloc)
 		}
 		for _, ch := range a.waiters[alloc] {
-			answer(ch, reply{err: fmt.Errorf("%w: alloc %q on volume %q", ErrReleased, alloc, a.h.id)})
+			answer(ch, reply{err: kinderr.Errorf(ErrReleased, "the claim of alloc %q on volume %q was released before it was published", alloc, a.h.id)})
 		}
 		delete(a.waiters, alloc)
 	}
 	if claim.FindClaim(a.rec.PastClaims, alloc) < 0 {
-		answer(msg.reply, reply{err: fmt.Errorf("%w: alloc %q holds no claim on volume %q", ErrNotFound, alloc, a.h.id)})
+		answer(msg.reply, reply{err: kinderr.Errorf(ErrNotFound, "alloc %q holds no claim on volume %q", alloc, a.h.id)})
 		return
 	}
 	if a.forcing == nil {

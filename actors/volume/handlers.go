@@ -14,6 +14,7 @@ import (
 	"github.com/csiactor/csiactor/actors/claim"
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/actorkit"
+	"github.com/csiactor/csiactor/internal/kinderr"
 	"github.com/csiactor/csiactor/persistence"
 )
 
@@ -199,7 +200,7 @@ func (a *volumeActor) idleTimeout(ctx actor.Context, msg *idleTimeout) {
 }
 
 func (a *volumeActor) notFound() error {
-	return fmt.Errorf("%w: volume %q", ErrNotFound, a.h.id)
+	return kinderr.Errorf(ErrNotFound, "volume %q is not registered", a.h.id)
 }
 
 // claim handles a new claim request: an idempotent repeat joins (or is
@@ -285,7 +286,7 @@ func (a *volumeActor) reserveAll(ctx actor.Context, alloc string, reqs []*claimR
 			continue
 		}
 		if lookupErr != nil {
-			answer(req.reply, reply{err: fmt.Errorf("%w: plugin %q (node): %w", ErrPluginUnavailable, a.rec.Plugin, lookupErr)})
+			answer(req.reply, reply{err: kinderr.Errorf(ErrPluginUnavailable, "%w", lookupErr)})
 			continue
 		}
 		i, err := claim.Admit(a.rec, req.req)
@@ -440,7 +441,7 @@ func (a *volumeActor) failClaim(ctx actor.Context, step claim.Step, cause error)
 		return
 	}
 	a.mustPersist(v, "fail")
-	err := fmt.Errorf("%w: %s on volume %q for alloc %q: %w", ErrClaimFailed, step.Method, a.h.id, alloc, cause)
+	err := kinderr.Errorf(ErrClaimFailed, "claim of alloc %q on volume %q failed at %s: %w", alloc, a.h.id, step.Method, cause)
 	a.log.WithError(cause).WithFields(logrus.Fields{"alloc": alloc, "method": step.Method.String()}).
 		Error("claim failed; tearing it down")
 	for _, ch := range a.waiters[alloc] {
@@ -469,7 +470,7 @@ func (a *volumeActor) release(ctx actor.Context, msg *releaseRequest) {
 			delete(a.retries, msg.alloc)
 		}
 		for _, ch := range a.waiters[msg.alloc] {
-			answer(ch, reply{err: fmt.Errorf("%w: alloc %q on volume %q", ErrReleased, msg.alloc, a.h.id)})
+			answer(ch, reply{err: kinderr.Errorf(ErrReleased, "the claim of alloc %q on volume %q was released before it was published", msg.alloc, a.h.id)})
 		}
 		delete(a.waiters, msg.alloc)
 		a.spawnClaimer(ctx, msg.alloc)
@@ -481,7 +482,7 @@ func (a *volumeActor) release(ctx actor.Context, msg *releaseRequest) {
 		answer(msg.reply, reply{vol: a.rec, claim: a.rec.PastClaims[i]})
 		return
 	}
-	answer(msg.reply, reply{err: fmt.Errorf("%w: alloc %q holds no claim on volume %q", ErrNotFound, msg.alloc, a.h.id)})
+	answer(msg.reply, reply{err: kinderr.Errorf(ErrNotFound, "alloc %q holds no claim on volume %q", msg.alloc, a.h.id)})
 }
 
 func (a *volumeActor) spawnClaimer(ctx actor.Context, alloc string) {
@@ -625,7 +626,7 @@ func (a *volumeActor) register(ctx actor.Context, req *registerRequest) {
 		case !req.create:
 			a.update(req)
 		default:
-			answer(req.reply, reply{err: fmt.Errorf("%w: volume %q is already registered with a different definition", ErrConflict, a.h.id)})
+			answer(req.reply, reply{err: kinderr.Errorf(ErrConflict, "volume %q is already registered with a different definition", a.h.id)})
 		}
 		return
 	}
@@ -696,10 +697,10 @@ func (a *volumeActor) deregister(ctx actor.Context, req *deregisterRequest) {
 	}
 	switch n, p := len(a.rec.Claims), len(a.rec.PastClaims); {
 	case n > 0:
-		answer(req.reply, reply{err: fmt.Errorf("%w: volume %q has %s%s", ErrInUse, a.h.id, claimsHeld(n, p), inUseHint(n, p, req.force))})
+		answer(req.reply, reply{err: kinderr.Errorf(ErrInUse, "volume %q is in use: it has %s%s", a.h.id, claimsHeld(n, p), inUseHint(n, p, req.force))})
 		return
 	case p > 0 && !req.force:
-		answer(req.reply, reply{err: fmt.Errorf("%w: volume %q has %s%s", ErrInUse, a.h.id, claimsHeld(n, p), inUseHint(n, p, req.force))})
+		answer(req.reply, reply{err: kinderr.Errorf(ErrInUse, "volume %q is in use: it has %s%s", a.h.id, claimsHeld(n, p), inUseHint(n, p, req.force))})
 		return
 	case p > 0:
 		a.forceDeregister(ctx, req)
@@ -779,7 +780,7 @@ func (a *volumeActor) created(req *registerRequest, msg *opFinished) {
 	}
 	created, _ := msg.out.(*csipb.Volume)
 	if created.GetVolumeId() == "" {
-		answer(req.reply, reply{err: fmt.Errorf("%w: CreateVolume %q: %w: no volume id", ErrPluginCall, a.h.id, csi.ErrInvalidResponse)})
+		answer(req.reply, reply{err: kinderr.Errorf(ErrPluginCall, "CreateVolume of volume %q: %w: no volume id", a.h.id, csi.ErrInvalidResponse)})
 		return
 	}
 	v := req.spec.record(time.Now())
@@ -810,7 +811,7 @@ func opError(method, id string, res claim.Result) error {
 	case res.Unavailable:
 		return fmt.Errorf("%s %q: %w", method, id, res.Err)
 	}
-	return fmt.Errorf("%w: %s %q: %w", ErrPluginCall, method, id, res.Err)
+	return kinderr.Errorf(ErrPluginCall, "%s of volume %q failed: %w", method, id, res.Err)
 }
 
 // remove deletes the record, answers, and stops the actor.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/csiactor/csiactor/actors/claim"
 	"github.com/csiactor/csiactor/internal/actorkit"
+	"github.com/csiactor/csiactor/internal/kinderr"
 	"github.com/csiactor/csiactor/persistence"
 )
 
@@ -387,7 +388,7 @@ func (m *Manager) acquire(id string, create bool) (*handle, error) {
 	h := m.live[id]
 	if h == nil {
 		if _, ok := m.index[id]; !ok && !create {
-			return nil, fmt.Errorf("%w: volume %q", ErrNotFound, id)
+			return nil, kinderr.Errorf(ErrNotFound, "volume %q is not registered", id)
 		}
 		h = m.spawnLocked(id)
 	}
@@ -428,7 +429,7 @@ func (m *Manager) ask(ctx context.Context, id string, create bool, mk func(chan<
 			default:
 			}
 			if attempt >= maxResends {
-				return reply{}, fmt.Errorf("%w: volume %q", ErrVolumeFailed, id)
+				return reply{}, kinderr.Errorf(ErrVolumeFailed, "the actor of volume %q kept failing; its state is intact, try again", id)
 			}
 			m.log.WithField("volume", id).Debug("volume actor restarted or stopped before answering; sending the request again")
 		}
@@ -469,7 +470,7 @@ func (m *Manager) extConflict(k extKey, id string) error {
 
 func (m *Manager) extConflictLocked(k extKey, id string) error {
 	if other, ok := m.byExt[k]; ok && other != id {
-		return fmt.Errorf("%w: external_id %q of plugin %q is already registered as volume %q", ErrConflict, k.ext, k.plugin, other)
+		return kinderr.Errorf(ErrConflict, "external_id %q of plugin %q is already registered as volume %q", k.ext, k.plugin, other)
 	}
 	return nil
 }
@@ -748,17 +749,17 @@ func (m *Manager) Get(ctx context.Context, id string) (Volume, error) {
 	if h != nil {
 		if s := h.snap.Load(); s != nil {
 			if s.rec == nil {
-				return Volume{}, fmt.Errorf("%w: volume %q", ErrNotFound, id)
+				return Volume{}, kinderr.Errorf(ErrNotFound, "volume %q is not registered", id)
 			}
 			return m.withStats(viewOf(s.rec)), nil
 		}
 	}
 	if !known {
-		return Volume{}, fmt.Errorf("%w: volume %q", ErrNotFound, id)
+		return Volume{}, kinderr.Errorf(ErrNotFound, "volume %q is not registered", id)
 	}
 	v, err := m.store.Volume(ctx, id)
 	if errors.Is(err, persistence.ErrNotFound) {
-		return Volume{}, fmt.Errorf("%w: volume %q", ErrNotFound, id)
+		return Volume{}, kinderr.Errorf(ErrNotFound, "volume %q is not registered", id)
 	}
 	if err != nil {
 		return Volume{}, fmt.Errorf("read volume %q: %w", id, err)

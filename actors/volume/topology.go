@@ -10,6 +10,7 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/csiactor/csiactor/actors/claim"
+	"github.com/csiactor/csiactor/internal/kinderr"
 	"github.com/csiactor/csiactor/persistence"
 )
 
@@ -29,8 +30,8 @@ func (m *Manager) placeCreate(ctx context.Context, spec Spec) (Spec, error) {
 	}
 	if !f.AccessibilityConstraints {
 		if len(spec.Topology) > 0 {
-			return spec, fmt.Errorf("%w: topology: plugin %q does not constrain where volumes are reachable (no VOLUME_ACCESSIBILITY_CONSTRAINTS capability)",
-				ErrInvalid, spec.Plugin)
+			return spec, kinderr.Errorf(ErrInvalid,
+				"topology: plugin %q does not constrain where volumes are reachable (no VOLUME_ACCESSIBILITY_CONSTRAINTS capability)", spec.Plugin)
 		}
 		return spec, nil
 	}
@@ -57,8 +58,8 @@ func checkTopology(v *persistence.Volume, f claim.Facts) error {
 	for i, t := range v.AccessibleTopology {
 		parts[i] = formatSegments(t)
 	}
-	return fmt.Errorf("%w: volume %q is reachable from topology %s, and this host's node topology is %s",
-		ErrOutsideTopology, v.ID, strings.Join(parts, " or "), formatSegments(f.Topology))
+	return kinderr.Errorf(ErrOutsideTopology,
+		"volume %q is reachable from topology %s, and this host's node topology is %s", v.ID, strings.Join(parts, " or "), formatSegments(f.Topology))
 }
 
 // within reports whether every segment of t is in node.
@@ -92,8 +93,8 @@ func (m *Manager) takeNodeSlot(v *persistence.Volume, f claim.Facts) error {
 		return nil
 	}
 	if limit := f.MaxVolumesPerNode; limit > 0 && int64(len(set)) >= limit {
-		return fmt.Errorf("%w: plugin %q has %d volumes in use on this host, its max_volumes_per_node of %d: volume %q cannot be staged here until one is released",
-			ErrNodeVolumeLimit, v.Plugin, len(set), limit, v.ID)
+		return kinderr.Errorf(ErrNodeVolumeLimit,
+			"plugin %q has %d volumes in use on this host, its max_volumes_per_node of %d: volume %q cannot be staged here until one is released", v.Plugin, len(set), limit, v.ID)
 	}
 	if set == nil {
 		set = map[string]struct{}{}
@@ -170,14 +171,14 @@ func (m *Manager) resolveClone(ctx context.Context, spec Spec) (Spec, error) {
 		return spec, fmt.Errorf("content_source.volume: %w", err)
 	}
 	if src.Plugin != spec.Plugin {
-		return spec, fmt.Errorf("%w: content_source.volume: volume %q is of plugin %q, not %q", ErrInvalid, src.ID, src.Plugin, spec.Plugin)
+		return spec, kinderr.Errorf(ErrInvalid, "content_source.volume: volume %q is of plugin %q, not %q", src.ID, src.Plugin, spec.Plugin)
 	}
 	_, f, err := m.plugins.Client(ctx, spec.Plugin, claim.ControllerPlugin)
 	if err != nil {
-		return spec, fmt.Errorf("%w: plugin %q (controller): %w", ErrPluginUnavailable, spec.Plugin, err)
+		return spec, kinderr.Errorf(ErrPluginUnavailable, "plugin %q (controller): %w", spec.Plugin, err)
 	}
 	if !f.CloneVolume {
-		return spec, fmt.Errorf("%w: content_source.volume: plugin %q cannot clone volumes (no CLONE_VOLUME capability)", ErrInvalid, spec.Plugin)
+		return spec, kinderr.Errorf(ErrInvalid, "content_source.volume: plugin %q cannot clone volumes (no CLONE_VOLUME capability)", spec.Plugin)
 	}
 	spec.cloneSource = src.ExternalID
 	return spec, nil

@@ -1,13 +1,13 @@
 package volume
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 	"time"
 
 	"github.com/csiactor/csiactor/actors/claim"
 	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/internal/kinderr"
 	"github.com/csiactor/csiactor/persistence"
 )
 
@@ -64,24 +64,24 @@ func (s Spec) validate(create bool) error {
 	}
 	switch {
 	case !create && s.ExternalID == "":
-		return fmt.Errorf("%w: external_id is empty", ErrInvalid)
+		return kinderr.Errorf(ErrInvalid, "external_id is empty")
 	case create && s.ExternalID != "":
-		return fmt.Errorf("%w: external_id is set by the plugin on create; leave it empty", ErrInvalid)
+		return kinderr.Errorf(ErrInvalid, "external_id is set by the plugin on create; leave it empty")
 	case len(s.Capabilities) == 0:
-		return fmt.Errorf("%w: capabilities is empty", ErrInvalid)
+		return kinderr.Errorf(ErrInvalid, "capabilities is empty")
 	case s.CapacityBytes < 0:
-		return fmt.Errorf("%w: capacity_bytes %d is negative", ErrInvalid, s.CapacityBytes)
+		return kinderr.Errorf(ErrInvalid, "capacity_bytes %d is negative", s.CapacityBytes)
 	}
 	fs := false
 	for i, c := range s.Capabilities {
 		c.MountOptions = nil
 		if err := c.Validate(); err != nil {
-			return fmt.Errorf("%w: capabilities[%d]: %w", ErrInvalid, i, err)
+			return kinderr.Errorf(ErrInvalid, "capabilities[%d]: %w", i, err)
 		}
 		fs = fs || c.AttachmentMode == csi.AttachmentModeFileSystem
 	}
 	if mo := s.MountOptions; mo != nil && (mo.FSType != "" || len(mo.MountFlags) > 0) && !fs {
-		return fmt.Errorf("%w: mount_options need a file-system capability", ErrInvalid)
+		return kinderr.Errorf(ErrInvalid, "mount_options need a file-system capability")
 	}
 	return nil
 }

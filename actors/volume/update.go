@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/csiactor/csiactor/actors/claim"
+	"github.com/csiactor/csiactor/internal/kinderr"
 	"github.com/csiactor/csiactor/persistence"
 )
 
@@ -77,12 +78,12 @@ func (a *volumeActor) update(req *registerRequest) {
 	for _, f := range changed {
 		switch f {
 		case FieldPlugin:
-			answer(req.reply, reply{err: fmt.Errorf("%w: plugin: volume %q is registered with plugin %q; the plugin of a volume cannot change (deregister it and register it again)",
-				ErrInvalid, a.h.id, a.rec.Plugin)})
+			answer(req.reply, reply{err: kinderr.Errorf(ErrInvalid,
+				"plugin: volume %q is registered with plugin %q; the plugin of a volume cannot change (deregister it and register it again)", a.h.id, a.rec.Plugin)})
 			return
 		case FieldExternalID:
-			answer(req.reply, reply{err: fmt.Errorf("%w: external_id: volume %q is registered with external_id %q; the external ID of a volume cannot change (deregister it and register it again)",
-				ErrInvalid, a.h.id, a.rec.ExternalID)})
+			answer(req.reply, reply{err: kinderr.Errorf(ErrInvalid,
+				"external_id: volume %q is registered with external_id %q; the external ID of a volume cannot change (deregister it and register it again)", a.h.id, a.rec.ExternalID)})
 			return
 		}
 	}
@@ -91,8 +92,8 @@ func (a *volumeActor) update(req *registerRequest) {
 		for i := range a.rec.Claims {
 			allocs[i] = fmt.Sprintf("%q", a.rec.Claims[i].Alloc)
 		}
-		answer(req.reply, reply{err: fmt.Errorf("%w: volume %q is claimed by alloc %s: %s cannot change while it has claims (only secrets can); release them first",
-			ErrInUse, a.h.id, strings.Join(allocs, ", "), strings.Join(held, ", "))})
+		answer(req.reply, reply{err: kinderr.Errorf(ErrInUse,
+			"volume %q is claimed by alloc %s: %s cannot change while it has claims (only secrets can); release them first", a.h.id, strings.Join(allocs, ", "), strings.Join(held, ", "))})
 		return
 	}
 	spec := req.spec

@@ -2,7 +2,6 @@ package volume
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/internal/kinderr"
 )
 
 // validation is the answer of ValidateVolumeCapabilities.
@@ -107,18 +107,18 @@ func (a *volumeActor) validated(req *registerRequest, msg *opFinished) {
 	case code == codes.Unimplemented:
 		log.Info("the plugin does not implement ValidateVolumeCapabilities; registering the volume without validating it")
 	case code == codes.NotFound:
-		answer(req.reply, reply{err: fmt.Errorf("%w: plugin %q says volume %q (external_id) does not exist: %w",
-			ErrNotFound, spec.Plugin, spec.ExternalID, res.Err)})
+		answer(req.reply, reply{err: kinderr.Errorf(ErrNotFound,
+			"plugin %q says volume %q (external_id) does not exist: %w", spec.Plugin, spec.ExternalID, res.Err)})
 		return
 	case code == codes.InvalidArgument:
-		answer(req.reply, reply{err: fmt.Errorf("%w: plugin %q refused ValidateVolumeCapabilities of volume %q: %w",
-			ErrInvalid, spec.Plugin, spec.ExternalID, res.Err)})
+		answer(req.reply, reply{err: kinderr.Errorf(ErrInvalid,
+			"plugin %q refused ValidateVolumeCapabilities of volume %q: %w", spec.Plugin, spec.ExternalID, res.Err)})
 		return
 	case res.Outcome.Retryable():
 		log.WithError(res.Err).Info("ValidateVolumeCapabilities did not answer now; registering the volume without validating it")
 	default:
-		answer(req.reply, reply{err: fmt.Errorf("%w: ValidateVolumeCapabilities of volume %q of plugin %q: %w",
-			ErrPluginCall, spec.ExternalID, spec.Plugin, res.Err)})
+		answer(req.reply, reply{err: kinderr.Errorf(ErrPluginCall,
+			"ValidateVolumeCapabilities of volume %q of plugin %q: %w", spec.ExternalID, spec.Plugin, res.Err)})
 		return
 	}
 	a.record(req, spec.record(time.Now()), "register")
@@ -147,9 +147,9 @@ func (a *volumeActor) notConfirmed(spec Spec, v *validation) error {
 	case len(refused) > 1:
 		what = "did not confirm capabilities " + strings.Join(refused, ", ")
 	}
-	err := fmt.Errorf("%w: plugin %q %s for volume %q", ErrInvalid, spec.Plugin, what, spec.ExternalID)
+	err := kinderr.Errorf(ErrInvalid, "plugin %q %s for volume %q", spec.Plugin, what, spec.ExternalID)
 	if v != nil && v.message != "" {
-		err = fmt.Errorf("%w: %s", err, scrub(v.message, spec))
+		err = kinderr.Errorf(err, "%s", scrub(v.message, spec))
 	}
 	return err
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/csiactor/csiactor/internal/kinderr"
 )
 
 // MaxClaimWait is the longest ClaimWait waits for a conflicting claim to
@@ -110,7 +112,7 @@ func waitable(err error) bool {
 // manager shuts down. Waiting costs no goroutine: the caller's own waits.
 func (m *Manager) ClaimWait(ctx context.Context, req ClaimRequest, wait time.Duration) (Claim, error) {
 	if wait <= 0 || wait > MaxClaimWait {
-		return Claim{}, fmt.Errorf("%w: wait %s: want more than 0 and at most %s", ErrInvalid, wait, MaxClaimWait)
+		return Claim{}, kinderr.Errorf(ErrInvalid, "wait %s: want more than 0 and at most %s", wait, MaxClaimWait)
 	}
 	if err := req.validate(); err != nil {
 		return Claim{}, err

@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csiactor/csiactor/internal/kinderr"
 	"github.com/csiactor/csiactor/api"
 	"github.com/csiactor/csiactor/runtime"
 )
@@ -167,11 +168,11 @@ func (b *Backend) PluginCapacity(_ context.Context, name string, q runtime.Capac
 		return runtime.Capacity{}, err
 	}
 	if len(b.allocationsLocked(name)) == 0 {
-		return runtime.Capacity{}, fmt.Errorf("%w: plugin %s", runtime.ErrNotFound, name)
+		return runtime.Capacity{}, kinderr.Errorf(runtime.ErrNotFound, "plugin %q has no allocation", name)
 	}
 	avail, ok := b.capacity[name]
 	if !ok {
-		return runtime.Capacity{}, fmt.Errorf("%w: plugin %s: its controller has no GET_CAPACITY capability", runtime.ErrInvalid, name)
+		return runtime.Capacity{}, kinderr.Errorf(runtime.ErrInvalid, "plugin %s: its controller has no GET_CAPACITY capability", name)
 	}
 	return runtime.Capacity{Plugin: name, Alloc: b.allocationsLocked(name)[0].ID, Topology: q.Topology, AvailableCapacityBytes: avail}, nil
 }
@@ -189,7 +190,7 @@ func (b *Backend) ListExternalVolumes(_ context.Context, name string, q runtime.
 		return runtime.ExternalVolumes{}, err
 	}
 	if len(b.allocationsLocked(name)) == 0 {
-		return runtime.ExternalVolumes{}, fmt.Errorf("%w: plugin %s", runtime.ErrNotFound, name)
+		return runtime.ExternalVolumes{}, kinderr.Errorf(runtime.ErrNotFound, "plugin %q has no allocation", name)
 	}
 	var all []runtime.ExternalVolume
 	for _, v := range b.volumes {
@@ -280,7 +281,7 @@ func (b *Backend) RegisterAllocation(_ context.Context, id string, spec runtime.
 	}
 	if old, ok := b.allocs[id]; ok {
 		if !reflect.DeepEqual(old.spec, spec) {
-			return runtime.Allocation{}, fmt.Errorf("%w: allocation %s is registered with a different definition", runtime.ErrConflict, id)
+			return runtime.Allocation{}, kinderr.Errorf(runtime.ErrConflict, "allocation %q is registered with a different definition", id)
 		}
 		return b.viewLocked(old), nil
 	}
@@ -339,10 +340,10 @@ func (b *Backend) AllocationLogs(ctx context.Context, id string, q runtime.LogsQ
 		}
 		a, ok := b.allocs[id]
 		if !ok {
-			return 0, fmt.Errorf("%w: allocation %s", runtime.ErrNotFound, id)
+			return 0, kinderr.Errorf(runtime.ErrNotFound, "allocation %q is not registered", id)
 		}
 		if len(a.spec.Command) == 0 {
-			return 0, fmt.Errorf("%w: allocation %q has no logs: it is attached", runtime.ErrNotFound, id)
+			return 0, kinderr.Errorf(runtime.ErrNotFound, "allocation %q has no logs: it is attached", id)
 		}
 		n := len(b.logs[id])
 		if q.Tail >= 0 && n > q.Tail {
@@ -384,7 +385,7 @@ func (b *Backend) DeregisterAllocation(_ context.Context, id string) error {
 	}
 	a, ok := b.allocs[id]
 	if !ok {
-		return fmt.Errorf("%w: allocation %s", runtime.ErrNotFound, id)
+		return kinderr.Errorf(runtime.ErrNotFound, "allocation %q is not registered", id)
 	}
 	delete(b.allocs, id)
 	b.publishLocked(runtime.Event{Type: runtime.EventAllocationDeregistered, Plugin: a.spec.Plugin, Alloc: id, Message: "deregistered"})
@@ -451,7 +452,7 @@ func (b *Backend) Plugin(_ context.Context, name string) (runtime.Plugin, error)
 	}
 	p := b.pluginLocked(name)
 	if len(p.Allocations) == 0 {
-		return runtime.Plugin{}, fmt.Errorf("%w: plugin %s", runtime.ErrNotFound, name)
+		return runtime.Plugin{}, kinderr.Errorf(runtime.ErrNotFound, "plugin %q has no allocation", name)
 	}
 	return p, nil
 }
@@ -499,12 +500,12 @@ func (b *Backend) RegisterVolume(_ context.Context, id string, spec runtime.Volu
 	}
 	if old, ok := b.volumes[id]; ok {
 		if !reflect.DeepEqual(old.spec, spec) {
-			return runtime.Volume{}, fmt.Errorf("%w: volume %s is registered with a different definition", runtime.ErrConflict, id)
+			return runtime.Volume{}, kinderr.Errorf(runtime.ErrConflict, "volume %q is already registered with a different definition", id)
 		}
 		return copyVolume(old.v), nil
 	}
 	if !b.hasAllocLocked(spec.Plugin, false) {
-		return runtime.Volume{}, fmt.Errorf("%w: no healthy allocation of plugin %s", runtime.ErrPluginUnavailable, spec.Plugin)
+		return runtime.Volume{}, kinderr.Errorf(runtime.ErrPluginUnavailable, "plugin %q has no healthy allocation", spec.Plugin)
 	}
 	v := &volume{spec: spec, v: runtime.Volume{
 		ID: id, Plugin: spec.Plugin, ExternalID: spec.ExternalID, Capabilities: spec.Capabilities,
@@ -527,10 +528,10 @@ func (b *Backend) CreateVolume(_ context.Context, spec runtime.CreateVolumeSpec)
 		return runtime.Volume{}, err
 	}
 	if _, ok := b.volumes[spec.ID]; ok {
-		return runtime.Volume{}, fmt.Errorf("%w: volume %s exists", runtime.ErrConflict, spec.ID)
+		return runtime.Volume{}, kinderr.Errorf(runtime.ErrConflict, "volume %q is already registered", spec.ID)
 	}
 	if !b.hasAllocLocked(spec.Plugin, true) {
-		return runtime.Volume{}, fmt.Errorf("%w: no healthy controller of plugin %s", runtime.ErrPluginUnavailable, spec.Plugin)
+		return runtime.Volume{}, kinderr.Errorf(runtime.ErrPluginUnavailable, "plugin %q has no healthy controller allocation", spec.Plugin)
 	}
 	s := spec.VolumeSpec
 	s.ExternalID = "ext-" + spec.ID
@@ -553,10 +554,10 @@ func (b *Backend) DeleteVolume(_ context.Context, id string, deleteToo bool) err
 	}
 	v, ok := b.volumes[id]
 	if !ok {
-		return fmt.Errorf("%w: volume %s", runtime.ErrNotFound, id)
+		return kinderr.Errorf(runtime.ErrNotFound, "volume %q is not registered", id)
 	}
 	if n := len(v.v.Claims) + len(v.v.PastClaims); n > 0 {
-		return fmt.Errorf("%w: volume %s has %d claims and past claims", runtime.ErrConflict, id, n)
+		return kinderr.Errorf(runtime.ErrConflict, "volume %q is in use: it has %d claims and past claims", id, n)
 	}
 	delete(b.volumes, id)
 	typ, msg := runtime.EventVolumeDeregistered, "deregistered"
@@ -601,7 +602,7 @@ func (b *Backend) Volume(_ context.Context, id string) (runtime.Volume, error) {
 	}
 	v, ok := b.volumes[id]
 	if !ok {
-		return runtime.Volume{}, fmt.Errorf("%w: volume %s", runtime.ErrNotFound, id)
+		return runtime.Volume{}, kinderr.Errorf(runtime.ErrNotFound, "volume %q is not registered", id)
 	}
 	return copyVolume(v.v), nil
 }
@@ -619,11 +620,11 @@ func (b *Backend) ExpandVolume(_ context.Context, id string, req runtime.ExpandR
 	}
 	v, ok := b.volumes[id]
 	if !ok {
-		return runtime.Volume{}, fmt.Errorf("%w: volume %s", runtime.ErrNotFound, id)
+		return runtime.Volume{}, kinderr.Errorf(runtime.ErrNotFound, "volume %q is not registered", id)
 	}
 	if req.CapacityBytes < v.v.CapacityBytes {
-		return runtime.Volume{}, fmt.Errorf("%w: capacity_bytes %d is less than volume %s's %d bytes: volumes cannot shrink",
-			runtime.ErrInvalid, req.CapacityBytes, id, v.v.CapacityBytes)
+		return runtime.Volume{}, kinderr.Errorf(runtime.ErrInvalid, "capacity_bytes %d is less than volume %q's %d bytes: volumes cannot shrink",
+			req.CapacityBytes, id, v.v.CapacityBytes)
 	}
 	if req.CapacityBytes > v.v.CapacityBytes {
 		v.v.CapacityBytes = req.CapacityBytes
@@ -645,14 +646,14 @@ func (b *Backend) Claim(_ context.Context, volumeID string, req runtime.ClaimReq
 	}
 	v, ok := b.volumes[volumeID]
 	if !ok {
-		return runtime.Claim{}, fmt.Errorf("%w: volume %s", runtime.ErrNotFound, volumeID)
+		return runtime.Claim{}, kinderr.Errorf(runtime.ErrNotFound, "volume %q is not registered", volumeID)
 	}
 	capOK := false
 	for _, c := range v.v.Capabilities {
 		capOK = capOK || (c.AccessMode == req.AccessMode && c.AttachmentMode == req.AttachmentMode)
 	}
 	if !capOK {
-		return runtime.Claim{}, fmt.Errorf("%w: volume %s has no capability %s/%s", runtime.ErrInvalid, volumeID, req.AccessMode, req.AttachmentMode)
+		return runtime.Claim{}, kinderr.Errorf(runtime.ErrInvalid, "volume %q has no capability %s/%s", volumeID, req.AccessMode, req.AttachmentMode)
 	}
 	readers, writers := 0, 0
 	for _, c := range v.v.Claims {
@@ -660,7 +661,7 @@ func (b *Backend) Claim(_ context.Context, volumeID string, req runtime.ClaimReq
 			if c.Mode == req.Mode && c.AccessMode == req.AccessMode && c.AttachmentMode == req.AttachmentMode {
 				return c, nil // the same claim again
 			}
-			return runtime.Claim{}, fmt.Errorf("%w: alloc %s already claims volume %s for %s", runtime.ErrConflict, req.Alloc, volumeID, c.Mode)
+			return runtime.Claim{}, kinderr.Errorf(runtime.ErrConflict, "alloc %q already claims volume %q for %s", req.Alloc, volumeID, c.Mode)
 		}
 		if c.Mode == runtime.ModeWrite {
 			writers++
@@ -669,7 +670,7 @@ func (b *Backend) Claim(_ context.Context, volumeID string, req runtime.ClaimReq
 		}
 	}
 	if err := claimLimit(req, readers, writers); err != nil {
-		return runtime.Claim{}, fmt.Errorf("%w: volume %s: %s", runtime.ErrConflict, volumeID, err.Error())
+		return runtime.Claim{}, kinderr.Errorf(runtime.ErrConflict, "volume %q: %s", volumeID, err.Error())
 	}
 	rw := "rw"
 	if req.Mode == runtime.ModeRead {
@@ -716,7 +717,7 @@ func (b *Backend) Release(_ context.Context, volumeID, allocID string) (runtime.
 	}
 	v, ok := b.volumes[volumeID]
 	if !ok {
-		return runtime.Claim{}, fmt.Errorf("%w: volume %s", runtime.ErrNotFound, volumeID)
+		return runtime.Claim{}, kinderr.Errorf(runtime.ErrNotFound, "volume %q is not registered", volumeID)
 	}
 	for i, c := range v.v.Claims {
 		if c.Alloc == allocID {
@@ -732,7 +733,7 @@ func (b *Backend) Release(_ context.Context, volumeID, allocID string) (runtime.
 			return c, nil // released already: the same past claim
 		}
 	}
-	return runtime.Claim{}, fmt.Errorf("%w: alloc %s has no claim on volume %s", runtime.ErrNotFound, allocID, volumeID)
+	return runtime.Claim{}, kinderr.Errorf(runtime.ErrNotFound, "alloc %q holds no claim on volume %q", allocID, volumeID)
 }
 
 // Events implements api.Backend.
