@@ -24,8 +24,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/csiactor/csiactor/internal/kinderr"
 	"github.com/csiactor/csiactor/api"
+	"github.com/csiactor/csiactor/internal/kinderr"
 	"github.com/csiactor/csiactor/runtime"
 )
 
