@@ -131,7 +131,7 @@ func TestClient_Errors_Sentinels(t *testing.T) {
 
 	_, err := c.Volume(ctx, "nope")
 	var ae *api.Error
-	if !errors.As(err, &ae) || ae.Status != 404 || ae.Message != "not found: volume nope" || !errors.Is(err, runtime.ErrNotFound) {
+	if !errors.As(err, &ae) || ae.Status != 404 || ae.Message != `volume "nope" not found` || !errors.Is(err, runtime.ErrNotFound) {
 		t.Errorf("Volume(unknown) = %v (%#v)", err, ae)
 	}
 	_, err = c.RegisterAllocation(ctx, "a", runtime.AllocationSpec{Plugin: "p", Type: "bogus", Socket: "/s"})

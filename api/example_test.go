@@ -71,6 +71,6 @@ func ExampleClient() {
 	fmt.Println("released:", past.State)
 	// Output:
 	// published at /var/lib/csiactor/volumes/hostpath/per-alloc/web-1/data1/rw-file-system-single-node-writer
-	// second writer: conflict: volume data1: single-node-writer allows one claim in all
+	// second writer: volume "data1": single-node-writer allows one claim in all
 	// released: taken
 }

@@ -43,13 +43,13 @@ func TestHandler_AllocationLogs_Cases(t *testing.T) {
 				`{"time":"2026-01-02T03:04:07Z","stream":"stdout","line":"three"}` + "\n"},
 		{"tail", "/v1/allocations/e1/logs?tail=1", 200, `{"time":"2026-01-02T03:04:07Z","stream":"stdout","line":"three"}` + "\n"},
 		{"tail 0", "/v1/allocations/e1/logs?tail=0", 200, ""},
-		{"unknown allocation", "/v1/allocations/nope/logs", 404, `{"error":"not found: allocation nope"}` + "\n"},
-		{"attached allocation", "/v1/allocations/a1/logs", 404, `{"error":"not found: allocation \"a1\" has no logs: it is attached"}` + "\n"},
+		{"unknown allocation", "/v1/allocations/nope/logs", 404, `{"error":"allocation \"nope\" not found"}` + "\n"},
+		{"attached allocation", "/v1/allocations/a1/logs", 404, `{"error":"allocation \"a1\" has no logs: it is attached"}` + "\n"},
 		{"negative tail", "/v1/allocations/e1/logs?tail=-1", 400, `{"error":"tail: \"-1\": want a whole number of lines, 0 or more"}` + "\n"},
 		{"bad tail", "/v1/allocations/e1/logs?tail=x", 400, `{"error":"tail: \"x\": want a whole number of lines, 0 or more"}` + "\n"},
 		{"bad follow", "/v1/allocations/e1/logs?follow=maybe", 400, `{"error":"follow: \"maybe\": want true or false"}` + "\n"},
 		{"unknown parameter", "/v1/allocations/e1/logs?lines=3", 400, `{"error":"unknown query parameter \"lines\" (known: follow, tail)"}` + "\n"},
-		{"follow unknown allocation", "/v1/allocations/nope/logs?follow=true", 404, `{"error":"not found: allocation nope"}` + "\n"},
+		{"follow unknown allocation", "/v1/allocations/nope/logs?follow=true", 404, `{"error":"allocation \"nope\" not found"}` + "\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := c.do("GET", tc.path, "")

@@ -186,12 +186,12 @@ func TestClient_InvalidResponse_Garbage(t *testing.T) {
 		call   func() error
 		want   string
 	}{
-		{"GetPluginInfo", func() error { _, err := c.PluginInfo(ctx); return err }, "GetPluginInfo: csi: invalid response from plugin: name is empty"},
-		{"NodeGetInfo", func() error { _, err := c.NodeInfo(ctx); return err }, "NodeGetInfo: csi: invalid response from plugin: node_id is empty"},
+		{"GetPluginInfo", func() error { _, err := c.PluginInfo(ctx); return err }, "GetPluginInfo: invalid response from the plugin: name is empty"},
+		{"NodeGetInfo", func() error { _, err := c.NodeInfo(ctx); return err }, "NodeGetInfo: invalid response from the plugin: node_id is empty"},
 		{"CreateVolume", func() error {
 			_, err := c.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: "x", VolumeCapabilities: []*csipb.VolumeCapability{mountCap()}})
 			return err
-		}, "CreateVolume: csi: invalid response from plugin: volume.volume_id is empty"},
+		}, "CreateVolume: invalid response from the plugin: volume.volume_id is empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.method, func(t *testing.T) {

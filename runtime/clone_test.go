@@ -55,7 +55,7 @@ func TestRuntime_CreateVolume_Clone(t *testing.T) {
 		status int
 		msg    string
 	}{
-		{"unknown volume", runtime.ContentSource{Volume: "nope"}, http.StatusNotFound, `content_source.volume: not found: volume "nope"`},
+		{"unknown volume", runtime.ContentSource{Volume: "nope"}, http.StatusNotFound, `content_source.volume: volume "nope" not found`},
 		{"unknown snapshot", runtime.ContentSource{Snapshot: "s1"}, http.StatusNotFound, `content_source.snapshot: snapshot "s1"`},
 		{"both", runtime.ContentSource{Snapshot: "s1", Volume: "src"}, http.StatusBadRequest, "give snapshot or volume, not both"},
 	} {

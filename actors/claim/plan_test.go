@@ -470,16 +470,16 @@ func TestAdmit_Messages(t *testing.T) {
 	}{
 		{"single writer", held(snw, claimOf("web1", ModeWrite, snw)), Request{"web2", ModeRead, snw},
 			[]error{ErrClaimLimit, ErrConflict},
-			`claim limit reached: access mode single-node-writer allows one claim and alloc "web1" holds it`},
+			`access mode single-node-writer allows one claim and alloc "web1" holds it`},
 		{"single reader", held(snro, claimOf("r1", ModeRead, snro)), Request{"r2", ModeRead, snro},
 			[]error{ErrClaimLimit, ErrConflict},
-			`claim limit reached: access mode single-node-reader-only allows one reader and alloc "r1" holds it`},
+			`access mode single-node-reader-only allows one reader and alloc "r1" holds it`},
 		{"one writer of many", held(mnsw, claimOf("r1", ModeRead, mnsw), claimOf("w1", ModeWrite, mnsw)), Request{"w2", ModeWrite, mnsw},
 			[]error{ErrClaimLimit, ErrConflict},
-			`claim limit reached: access mode multi-node-single-writer allows one writer and alloc "w1" holds it`},
+			`access mode multi-node-single-writer allows one writer and alloc "w1" holds it`},
 		{"other mode held", held(snw, claimOf("web1", ModeWrite, snw)), Request{"web1", ModeRead, snw},
 			[]error{ErrConflict},
-			`conflict: alloc "web1" already holds a write claim with single-node-writer/file-system on volume "data"`},
+			`alloc "web1" already holds a write claim with single-node-writer/file-system on volume "data"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -212,7 +212,7 @@ func (h *Handle) Allocation(ctx context.Context, id string) (AllocationInfo, err
 			return a, nil
 		}
 	}
-	return AllocationInfo{}, kinderr.Errorf(ErrAllocationNotFound, "allocation %q is not registered", id)
+	return AllocationInfo{}, kinderr.Errorf(ErrAllocationNotFound, "allocation %q not found", id)
 }
 
 // Plugins summarizes every plugin, by name.

@@ -172,7 +172,7 @@ func specDiff(a, b plugin.Spec) string {
 func (r *Actor) onDeregister(ctx actor.Context, m *Deregister) {
 	e := r.allocs[m.ID]
 	if e == nil {
-		ctx.Respond(&DeregisterResult{Err: kinderr.Errorf(ErrAllocationNotFound, "allocation %q is not registered", m.ID)})
+		ctx.Respond(&DeregisterResult{Err: kinderr.Errorf(ErrAllocationNotFound, "allocation %q not found", m.ID)})
 		return
 	}
 	if e.stopping {
@@ -389,7 +389,7 @@ func (r *Actor) onGetPlugins(m *GetPlugins) *PluginsResult {
 			return &PluginsResult{Plugins: []PluginSummary{s}}
 		}
 	}
-	return &PluginsResult{Err: kinderr.Errorf(ErrPluginNotFound, "plugin %q has no allocation", m.Name)}
+	return &PluginsResult{Err: kinderr.Errorf(ErrPluginNotFound, "plugin %q not found", m.Name)}
 }
 
 func (r *Actor) onGetClient(m *GetClient) *ClientResult {

@@ -101,6 +101,6 @@ func Example() {
 	fmt.Println(past.State)
 	// Output:
 	// published volumes/example/per-alloc/web-1/data/rw-file-system-single-node-writer
-	// claim limit reached: access mode single-node-writer allows one claim and alloc "web-1" holds it
+	// access mode single-node-writer allows one claim and alloc "web-1" holds it
 	// taken
 }

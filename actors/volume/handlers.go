@@ -200,7 +200,7 @@ func (a *volumeActor) idleTimeout(ctx actor.Context, msg *idleTimeout) {
 }
 
 func (a *volumeActor) notFound() error {
-	return kinderr.Errorf(ErrNotFound, "volume %q is not registered", a.h.id)
+	return kinderr.Errorf(ErrNotFound, "volume %q not found", a.h.id)
 }
 
 // claim handles a new claim request: an idempotent repeat joins (or is

@@ -388,7 +388,7 @@ func (m *Manager) acquire(id string, create bool) (*handle, error) {
 	h := m.live[id]
 	if h == nil {
 		if _, ok := m.index[id]; !ok && !create {
-			return nil, kinderr.Errorf(ErrNotFound, "volume %q is not registered", id)
+			return nil, kinderr.Errorf(ErrNotFound, "volume %q not found", id)
 		}
 		h = m.spawnLocked(id)
 	}
@@ -749,17 +749,17 @@ func (m *Manager) Get(ctx context.Context, id string) (Volume, error) {
 	if h != nil {
 		if s := h.snap.Load(); s != nil {
 			if s.rec == nil {
-				return Volume{}, kinderr.Errorf(ErrNotFound, "volume %q is not registered", id)
+				return Volume{}, kinderr.Errorf(ErrNotFound, "volume %q not found", id)
 			}
 			return m.withStats(viewOf(s.rec)), nil
 		}
 	}
 	if !known {
-		return Volume{}, kinderr.Errorf(ErrNotFound, "volume %q is not registered", id)
+		return Volume{}, kinderr.Errorf(ErrNotFound, "volume %q not found", id)
 	}
 	v, err := m.store.Volume(ctx, id)
 	if errors.Is(err, persistence.ErrNotFound) {
-		return Volume{}, kinderr.Errorf(ErrNotFound, "volume %q is not registered", id)
+		return Volume{}, kinderr.Errorf(ErrNotFound, "volume %q not found", id)
 	}
 	if err != nil {
 		return Volume{}, fmt.Errorf("read volume %q: %w", id, err)

@@ -44,7 +44,7 @@ func TestManager_Register_SamePluginVolumeConflicts(t *testing.T) {
 		if !errors.Is(err, ErrConflict) || errors.Is(err, ErrClaimLimit) || errors.Is(err, ErrInUse) {
 			t.Fatalf("%s: register alias: %v, want ErrConflict", when, err)
 		}
-		want := fmt.Sprintf(`conflict: external_id %q of plugin %q is already registered as volume "ro"`, v.ExternalID, testPlugin)
+		want := fmt.Sprintf(`external_id %q of plugin %q is already registered as volume "ro"`, v.ExternalID, testPlugin)
 		if err.Error() != want {
 			t.Errorf("%s: error %q, want %q", when, err, want)
 		}
@@ -346,11 +346,11 @@ func TestManager_Register_UnsupportedCapability(t *testing.T) {
 		want string // "" registers
 	}{
 		{"block", []csi.VolumeCapability{block},
-			`invalid argument: plugin "fake" does not support capability single-node-writer/block-device for volume "` + ext + `": `},
+			`plugin "fake" does not support capability single-node-writer/block-device for volume "` + ext + `": `},
 		{"file system and block", []csi.VolumeCapability{fs, block},
-			`invalid argument: plugin "fake" does not support capability single-node-writer/block-device for volume "` + ext + `": `},
+			`plugin "fake" does not support capability single-node-writer/block-device for volume "` + ext + `": `},
 		{"two blocks", []csi.VolumeCapability{block, blockRO, fs},
-			`invalid argument: plugin "fake" does not support capabilities single-node-writer/block-device, multi-node-reader-only/block-device for volume "` + ext + `": `},
+			`plugin "fake" does not support capabilities single-node-writer/block-device, multi-node-reader-only/block-device for volume "` + ext + `": `},
 		{"file system", []csi.VolumeCapability{fs}, ""},
 	}
 	for i, tt := range tests {
@@ -479,16 +479,16 @@ func TestManager_Errors_ReadWell(t *testing.T) {
 		is   error
 		want string
 	}{
-		{regErr, ErrInUse, `in use: volume "vol1" is claimed by alloc "web1": context cannot change while it has claims (only secrets can); release them first`},
-		{limitErr, ErrClaimLimit, `claim limit reached: access mode single-node-writer allows one claim and alloc "web1" holds it`},
-		{inUseErr, ErrInUse, `in use: volume "vol1" has 1 claim; release them first`},
-		{pastErr, ErrInUse, `in use: volume "vol1" has 1 past claim not yet freed; wait for them to be freed, or deregister with force to forget them`},
+		{regErr, ErrInUse, `volume "vol1" is claimed by alloc "web1": context cannot change while it has claims (only secrets can); release them first`},
+		{limitErr, ErrClaimLimit, `access mode single-node-writer allows one claim and alloc "web1" holds it`},
+		{inUseErr, ErrInUse, `volume "vol1" is in use: it has 1 claim; release them first`},
+		{pastErr, ErrInUse, `volume "vol1" is in use: it has 1 past claim not yet freed; wait for them to be freed, or deregister with force to forget them`},
 	} {
 		if tt.err == nil || tt.err.Error() != tt.want || !errors.Is(tt.err, tt.is) || !errors.Is(tt.err, ErrConflict) {
 			t.Errorf("error %v, want %q matching %v and ErrConflict", tt.err, tt.want, tt.is)
 		}
 	}
-	if err := e.m.Deregister(ctx, "nope"); err == nil || err.Error() != `not found: volume "nope"` {
+	if err := e.m.Deregister(ctx, "nope"); err == nil || err.Error() != `volume "nope" not found` {
 		t.Errorf("deregister unknown: %v", err)
 	}
 }

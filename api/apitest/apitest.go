@@ -168,7 +168,7 @@ func (b *Backend) PluginCapacity(_ context.Context, name string, q runtime.Capac
 		return runtime.Capacity{}, err
 	}
 	if len(b.allocationsLocked(name)) == 0 {
-		return runtime.Capacity{}, kinderr.Errorf(runtime.ErrNotFound, "plugin %q has no allocation", name)
+		return runtime.Capacity{}, kinderr.Errorf(runtime.ErrNotFound, "plugin %q has no controller allocation", name)
 	}
 	avail, ok := b.capacity[name]
 	if !ok {
@@ -190,7 +190,7 @@ func (b *Backend) ListExternalVolumes(_ context.Context, name string, q runtime.
 		return runtime.ExternalVolumes{}, err
 	}
 	if len(b.allocationsLocked(name)) == 0 {
-		return runtime.ExternalVolumes{}, kinderr.Errorf(runtime.ErrNotFound, "plugin %q has no allocation", name)
+		return runtime.ExternalVolumes{}, kinderr.Errorf(runtime.ErrNotFound, "plugin %q has no controller allocation", name)
 	}
 	var all []runtime.ExternalVolume
 	for _, v := range b.volumes {
@@ -340,7 +340,7 @@ func (b *Backend) AllocationLogs(ctx context.Context, id string, q runtime.LogsQ
 		}
 		a, ok := b.allocs[id]
 		if !ok {
-			return 0, kinderr.Errorf(runtime.ErrNotFound, "allocation %q is not registered", id)
+			return 0, kinderr.Errorf(runtime.ErrNotFound, "allocation %q not found", id)
 		}
 		if len(a.spec.Command) == 0 {
 			return 0, kinderr.Errorf(runtime.ErrNotFound, "allocation %q has no logs: it is attached", id)
@@ -385,7 +385,7 @@ func (b *Backend) DeregisterAllocation(_ context.Context, id string) error {
 	}
 	a, ok := b.allocs[id]
 	if !ok {
-		return kinderr.Errorf(runtime.ErrNotFound, "allocation %q is not registered", id)
+		return kinderr.Errorf(runtime.ErrNotFound, "allocation %q not found", id)
 	}
 	delete(b.allocs, id)
 	b.publishLocked(runtime.Event{Type: runtime.EventAllocationDeregistered, Plugin: a.spec.Plugin, Alloc: id, Message: "deregistered"})
@@ -452,7 +452,7 @@ func (b *Backend) Plugin(_ context.Context, name string) (runtime.Plugin, error)
 	}
 	p := b.pluginLocked(name)
 	if len(p.Allocations) == 0 {
-		return runtime.Plugin{}, kinderr.Errorf(runtime.ErrNotFound, "plugin %q has no allocation", name)
+		return runtime.Plugin{}, kinderr.Errorf(runtime.ErrNotFound, "plugin %q not found", name)
 	}
 	return p, nil
 }
@@ -554,7 +554,7 @@ func (b *Backend) DeleteVolume(_ context.Context, id string, deleteToo bool) err
 	}
 	v, ok := b.volumes[id]
 	if !ok {
-		return kinderr.Errorf(runtime.ErrNotFound, "volume %q is not registered", id)
+		return kinderr.Errorf(runtime.ErrNotFound, "volume %q not found", id)
 	}
 	if n := len(v.v.Claims) + len(v.v.PastClaims); n > 0 {
 		return kinderr.Errorf(runtime.ErrConflict, "volume %q is in use: it has %d claims and past claims", id, n)
@@ -602,7 +602,7 @@ func (b *Backend) Volume(_ context.Context, id string) (runtime.Volume, error) {
 	}
 	v, ok := b.volumes[id]
 	if !ok {
-		return runtime.Volume{}, kinderr.Errorf(runtime.ErrNotFound, "volume %q is not registered", id)
+		return runtime.Volume{}, kinderr.Errorf(runtime.ErrNotFound, "volume %q not found", id)
 	}
 	return copyVolume(v.v), nil
 }
@@ -620,7 +620,7 @@ func (b *Backend) ExpandVolume(_ context.Context, id string, req runtime.ExpandR
 	}
 	v, ok := b.volumes[id]
 	if !ok {
-		return runtime.Volume{}, kinderr.Errorf(runtime.ErrNotFound, "volume %q is not registered", id)
+		return runtime.Volume{}, kinderr.Errorf(runtime.ErrNotFound, "volume %q not found", id)
 	}
 	if req.CapacityBytes < v.v.CapacityBytes {
 		return runtime.Volume{}, kinderr.Errorf(runtime.ErrInvalid, "capacity_bytes %d is less than volume %q's %d bytes: volumes cannot shrink",
@@ -646,7 +646,7 @@ func (b *Backend) Claim(_ context.Context, volumeID string, req runtime.ClaimReq
 	}
 	v, ok := b.volumes[volumeID]
 	if !ok {
-		return runtime.Claim{}, kinderr.Errorf(runtime.ErrNotFound, "volume %q is not registered", volumeID)
+		return runtime.Claim{}, kinderr.Errorf(runtime.ErrNotFound, "volume %q not found", volumeID)
 	}
 	capOK := false
 	for _, c := range v.v.Capabilities {
@@ -717,7 +717,7 @@ func (b *Backend) Release(_ context.Context, volumeID, allocID string) (runtime.
 	}
 	v, ok := b.volumes[volumeID]
 	if !ok {
-		return runtime.Claim{}, kinderr.Errorf(runtime.ErrNotFound, "volume %q is not registered", volumeID)
+		return runtime.Claim{}, kinderr.Errorf(runtime.ErrNotFound, "volume %q not found", volumeID)
 	}
 	for i, c := range v.v.Claims {
 		if c.Alloc == allocID {

@@ -112,7 +112,7 @@ func TestAgent_Dev_OperatorTour(t *testing.T) {
 	a.fails(1, "limit", claim("r-2", "read", "single-node-reader-only", "ro1")...)
 
 	// --- release and delete ---------------------------------------------------
-	a.fails(1, "not found", "volume", "release", "-alloc", "nobody", "data1")
+	a.fails(1, `alloc "nobody" holds no claim on volume "data1"`, "volume", "release", "-alloc", "nobody", "data1")
 	var past runtime.Claim
 	a.okJSON(&past, "volume", "release", "-alloc", "web-1", "data1")
 	if past.Alloc != "web-1" || past.State == "" {

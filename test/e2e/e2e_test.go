@@ -71,10 +71,10 @@ func TestAgent_KillAndRestart_KeepsClaimsAndMounts(t *testing.T) {
 		t.Errorf("claiming again printed %q, want the first target %q", again, t1)
 	}
 	// Over the access mode's limit, and usage mistakes: exit codes 1 and 2.
-	h.fails(1, `claim limit reached: access mode single-node-writer allows one claim and alloc "web1" holds it`, claimW("web2", "data1", "single-node-writer")...)
+	h.fails(1, `access mode single-node-writer allows one claim and alloc "web1" holds it`, claimW("web2", "data1", "single-node-writer")...)
 	h.fails(2, "-mode is required", "volume", "claim", "-alloc", "web2", "data1")
 	h.fails(1, "not found", "volume", "status", "nosuch")
-	h.fails(1, `in use: volume "data1" has 1 claim`, "volume", "deregister", "data1")
+	h.fails(1, `volume "data1" is in use: it has 1 claim`, "volume", "deregister", "data1")
 
 	t2 := strings.TrimSpace(h.ok(claimW("web2", "logs", "multi-node-multi-writer")...))
 	if err := os.WriteFile(filepath.Join(t2, "log.txt"), []byte("log line\n"), 0o644); err != nil {

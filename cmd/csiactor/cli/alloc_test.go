@@ -95,7 +95,7 @@ func TestAllocDeregister_Cases(t *testing.T) {
 	}
 	r := runCLI(t, env, "alloc", "deregister", "hp1")
 	r.want(t, 1, "")
-	r.contains(t, "stderr", "csiactor: not found: allocation hp1")
+	r.contains(t, "stderr", `csiactor: allocation "hp1" not found`)
 }
 
 func TestAllocLogs_Cases(t *testing.T) {
@@ -116,10 +116,10 @@ func TestAllocLogs_Cases(t *testing.T) {
 
 	r = runCLI(t, env, "alloc", "logs", "hp1")
 	r.want(t, 1, "")
-	r.contains(t, "stderr", `csiactor: not found: allocation "hp1" has no logs: it is attached`)
+	r.contains(t, "stderr", `csiactor: allocation "hp1" has no logs: it is attached`)
 	r = runCLI(t, env, "alloc", "logs", "nope")
 	r.want(t, 1, "")
-	r.contains(t, "stderr", "csiactor: not found: allocation nope")
+	r.contains(t, "stderr", `csiactor: allocation "nope" not found`)
 	r = runCLI(t, env, "alloc", "logs", "-tail", "-2", "nfs-node")
 	r.want(t, 2, "")
 	r.contains(t, "stderr", "-tail -2: want 0 or more lines")

@@ -202,7 +202,7 @@ func TestRun_AgentError_Exit1(t *testing.T) {
 	_, env := populated(t)
 	r := runCLI(t, env, "volume", "status", "nope")
 	r.want(t, 1, "")
-	if r.stderr != "csiactor: not found: volume nope\n" {
+	if r.stderr != "csiactor: volume \"nope\" not found\n" {
 		t.Errorf("stderr = %q", r.stderr)
 	}
 }

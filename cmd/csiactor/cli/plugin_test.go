@@ -51,7 +51,7 @@ func TestPluginStatus_Cases(t *testing.T) {
 	}
 	r = runCLI(t, env, "plugin", "status", "ceph")
 	r.want(t, 1, "")
-	r.contains(t, "stderr", "csiactor: not found: plugin ceph")
+	r.contains(t, "stderr", `csiactor: plugin "ceph" not found`)
 	r = runCLI(t, env, "plugin", "status")
 	r.want(t, 2, "")
 	r.contains(t, "stderr", "missing NAME")

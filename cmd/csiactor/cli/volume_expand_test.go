@@ -28,7 +28,7 @@ func TestVolumeExpand_Cases(t *testing.T) {
 
 	r = runCLI(t, env, "volume", "expand", "-capacity", "1GiB", "vol2")
 	r.want(t, 1, "")
-	r.contains(t, "stderr", "invalid argument: capacity_bytes 1073741824 is less than volume vol2's 22548578304 bytes: volumes cannot shrink")
+	r.contains(t, "stderr", `capacity_bytes 1073741824 is less than volume "vol2"'s 22548578304 bytes: volumes cannot shrink`)
 	r = runCLI(t, env, "volume", "expand", "vol2")
 	r.want(t, 2, "")
 	r.contains(t, "stderr", "-capacity is required")
@@ -37,7 +37,7 @@ func TestVolumeExpand_Cases(t *testing.T) {
 	r.contains(t, "stderr", `-capacity "lots": want a size like 1GiB`)
 	r = runCLI(t, env, "volume", "expand", "-capacity", "1GiB", "nope")
 	r.want(t, 1, "")
-	r.contains(t, "stderr", "not found: volume nope")
+	r.contains(t, "stderr", `volume "nope" not found`)
 }
 
 func TestVolumeListExternal_Cases(t *testing.T) {
@@ -63,7 +63,7 @@ func TestVolumeListExternal_Cases(t *testing.T) {
 	r.contains(t, "stderr", "-external needs -plugin")
 	r = runCLI(t, env, "volume", "list", "-external", "-plugin", "ceph")
 	r.want(t, 1, "")
-	r.contains(t, "stderr", "not found: plugin ceph")
+	r.contains(t, "stderr", `plugin "ceph" has no controller allocation`)
 }
 
 func TestVolumeCreate_Topology(t *testing.T) {

@@ -127,8 +127,8 @@ func TestVolumeRegister_Errors(t *testing.T) {
 		{"bad secrets file", append(base, "-secrets-file", badSecrets, "v"), 1, "line 2: want KEY=VALUE"},
 		{"missing secrets file", append(base, "-secrets-file", filepath.Join(dir, "none"), "v"), 1, "no such file"},
 		{"bad parameter", append(base, "-parameter", "x", "v"), 2, `invalid value "x" for flag -parameter`},
-		{"bad access mode", []string{"volume", "register", "-plugin", "hostpath", "-external-id", "e", "-capability", "single-writer", "v"}, 2, `-capability #1: csi: invalid volume capability: access mode "single-writer"`},
-		{"bad attachment mode", append(base, "-capability", "multi-node-multi-writer:disk", "v"), 2, `-capability #2: csi: invalid volume capability: attachment mode "disk"`},
+		{"bad access mode", []string{"volume", "register", "-plugin", "hostpath", "-external-id", "e", "-capability", "single-writer", "v"}, 2, `-capability #1: unknown access mode "single-writer"`},
+		{"bad attachment mode", append(base, "-capability", "multi-node-multi-writer:disk", "v"), 2, `-capability #2: unknown attachment mode "disk"`},
 		{"duplicate capability", append(base, "-capability", "single-node-writer:file-system", "v"), 2, "-capability #2: duplicate"},
 		{"mount flags on block", []string{"volume", "register", "-plugin", "hostpath", "-external-id", "e", "-capability", "single-node-writer:block-device", "-mount-flag", "topsecret", "v"}, 2, "-fs-type/-mount-flag: only valid with a file-system capability"},
 		{"bad fs type", append(base, "-fs-type", "ext4;rm", "v"), 2, `-fs-type: "ext4;rm" is not a file-system type name`},
@@ -162,7 +162,7 @@ func TestVolumeCreate_Cases(t *testing.T) {
 	r.contains(t, "stderr", `-capacity "10X": want a size like 1GiB, 500MB or 4096`)
 	r = runCLI(t, env, "volume", "create", "-plugin", "nfs", "-capability", "single-node-writer", "vol4")
 	r.want(t, 1, "")
-	r.contains(t, "stderr", "plugin unavailable: no healthy controller of plugin nfs")
+	r.contains(t, "stderr", `plugin "nfs" has no healthy controller allocation`)
 	r = runCLI(t, env, "volume", "create", "-plugin", "hostpath", "-capability", "single-node-writer", "-json", "vol5")
 	r.want(t, 0, "")
 	var cv runtime.Volume
@@ -175,10 +175,10 @@ func TestVolumeDelete_Cases(t *testing.T) {
 	b, env := populated(t)
 	r := runCLI(t, env, "volume", "deregister", "vol1")
 	r.want(t, 1, "")
-	r.contains(t, "stderr", "conflict: volume vol1 has 1 claims")
+	r.contains(t, "stderr", `volume "vol1" is in use: it has 1 claims`)
 	r = runCLI(t, env, "volume", "delete", "vol1")
 	r.want(t, 1, "")
-	r.contains(t, "stderr", "conflict: volume vol1 has 1 claims")
+	r.contains(t, "stderr", `volume "vol1" is in use: it has 1 claims`)
 	// The old flag says what changed rather than deleting or failing
 	// obscurely.
 	r = runCLI(t, env, "volume", "delete", "-purge", "vol2")
@@ -200,7 +200,7 @@ func TestVolumeDelete_Cases(t *testing.T) {
 	r.contains(t, "stderr", "not found: volume nope")
 	r = runCLI(t, env, "volume", "delete", "nope")
 	r.want(t, 1, "")
-	r.contains(t, "stderr", "not found: volume nope")
+	r.contains(t, "stderr", `volume "nope" not found`)
 
 	if _, err := b.RegisterVolume(context.Background(), "vol3", runtime.VolumeSpec{Plugin: "hostpath", ExternalID: "ext-3",
 		Capabilities: []runtime.Capability{{AccessMode: "single-node-writer", AttachmentMode: "file-system"}}}); err != nil {
@@ -240,15 +240,15 @@ func TestVolumeClaim_Errors(t *testing.T) {
 		{"no mode", []string{"-alloc", "a", "-access-mode", "single-node-writer", "vol1"}, 2, "-mode is required"},
 		{"no access mode", []string{"-alloc", "a", "-mode", "write", "vol1"}, 2, "-access-mode is required"},
 		{"no volume", []string{"-alloc", "a", "-mode", "write", "-access-mode", "single-node-writer"}, 2, "missing VOLUME"},
-		{"over the limit", []string{"-alloc", "web-2", "-mode", "write", "-access-mode", "single-node-writer", "vol1"}, 1, "conflict: volume vol1: single-node-writer allows one claim in all"},
+		{"over the limit", []string{"-alloc", "web-2", "-mode", "write", "-access-mode", "single-node-writer", "vol1"}, 1, `volume "vol1": single-node-writer allows one claim in all`},
 		{"bad mode", []string{"-alloc", "a", "-mode", "rw", "-access-mode", "single-node-writer", "vol1"}, 2, `csiactor volume claim: -mode: "rw": want read or write`},
 		{"write on read-only", []string{"-alloc", "a", "-mode", "write", "-access-mode", "multi-node-reader-only", "vol1"}, 2, "-mode: write is not allowed with access mode multi-node-reader-only"},
-		{"bad access mode", []string{"-alloc", "a", "-mode", "read", "-access-mode", "reader", "vol1"}, 2, `-access-mode: csi: invalid volume capability: access mode "reader"`},
-		{"bad attachment mode", []string{"-alloc", "a", "-mode", "read", "-access-mode", "multi-node-reader-only", "-attachment-mode", "disk", "vol1"}, 2, `-attachment-mode: csi: invalid volume capability: attachment mode "disk"`},
+		{"bad access mode", []string{"-alloc", "a", "-mode", "read", "-access-mode", "reader", "vol1"}, 2, `-access-mode: unknown access mode "reader"`},
+		{"bad attachment mode", []string{"-alloc", "a", "-mode", "read", "-access-mode", "multi-node-reader-only", "-attachment-mode", "disk", "vol1"}, 2, `-attachment-mode: unknown attachment mode "disk"`},
 		{"bad alloc", []string{"-alloc", "a b", "-mode", "read", "-access-mode", "multi-node-reader-only", "vol1"}, 2, `-alloc: "a b": use letters`},
 		{"bad volume", []string{"-alloc", "a", "-mode", "read", "-access-mode", "multi-node-reader-only", "../x"}, 2, `VOLUME: "../x": use letters`},
-		{"unknown volume", []string{"-alloc", "a", "-mode", "read", "-access-mode", "multi-node-reader-only", "nope"}, 1, "not found: volume nope"},
-		{"capability not offered", []string{"-alloc", "a", "-mode", "read", "-access-mode", "multi-node-reader-only", "vol1"}, 1, "volume vol1 has no capability"},
+		{"unknown volume", []string{"-alloc", "a", "-mode", "read", "-access-mode", "multi-node-reader-only", "nope"}, 1, `volume "nope" not found`},
+		{"capability not offered", []string{"-alloc", "a", "-mode", "read", "-access-mode", "multi-node-reader-only", "vol1"}, 1, `volume "vol1" has no capability`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runCLI(t, env, append([]string{"volume", "claim"}, tc.args...)...)
@@ -269,7 +269,7 @@ func TestVolumeRelease_Cases(t *testing.T) {
 	runCLI(t, env, "volume", "status", "vol1").contains(t, "stdout", "Claims: none", "Past claims\n", "web-1  write  single-node-writer  file-system  taken")
 	r = runCLI(t, env, "volume", "release", "-alloc", "web-9", "vol1")
 	r.want(t, 1, "")
-	r.contains(t, "stderr", "not found: alloc web-9 has no claim on volume vol1")
+	r.contains(t, "stderr", `alloc "web-9" holds no claim on volume "vol1"`)
 	runCLI(t, env, "volume", "release", "vol1").want(t, 2, "")
 }
 
