@@ -78,6 +78,13 @@ const (
 	// directory was not registered; Message is the reason, also told to
 	// its registrar.
 	EventRegistrationRefused = "registration-refused"
+	// EventClaimStep: a claim reached a step short of published: reserved
+	// (Message "write claim reserved (ACCESS/ATTACHMENT)"),
+	// controller-published or staged (Message the state).
+	EventClaimStep = "claim-step"
+	// EventClaimRetrying: a claim's step failed and is retried with
+	// backoff; Message has the state, the attempt and the error.
+	EventClaimRetrying = "claim-retrying"
 	// EventsDropped tells a subscriber that it fell behind and lost events;
 	// Message says how many.
 	EventsDropped = "events-dropped"

@@ -23,6 +23,12 @@ const (
 	EventClaimReleased  = "claim-released"
 	EventClaimFreed     = "claim-freed"
 	EventClaimFailed    = "claim-failed"
+	// EventClaimStep: a claim reached a step short of published (reserved,
+	// controller-published, staged); the message names the step.
+	EventClaimStep = "claim-step"
+	// EventClaimRetrying: a claim's step failed and is retried with
+	// backoff; the message has the attempt and the error.
+	EventClaimRetrying = "claim-retrying"
 	// EventClaimRepaired replaces EventClaimPublished when a claim is
 	// published again because the host was missing its volume; the
 	// message names what was missing.
@@ -73,10 +79,11 @@ func (m *Manager) recordEvents(old, cur *persistence.Volume, forgotten ...string
 	}
 	oldClaims, oldPast, curPast := indexClaims(old.Claims), indexClaims(old.PastClaims), indexClaims(cur.PastClaims)
 	for _, c := range cur.Claims {
+		i := oldClaims.find(c.Alloc)
 		if c.State != claim.StatePublished {
+			recordStep(c, oldClaims, i, ev)
 			continue
 		}
-		i := oldClaims.find(c.Alloc)
 		switch {
 		case i >= 0 && oldClaims.claims[i].State == claim.StatePublished:
 		case i >= 0 && oldClaims.claims[i].Repair != "":
@@ -103,6 +110,20 @@ func (m *Manager) recordEvents(old, cur *persistence.Volume, forgotten ...string
 		if curPast.find(c.Alloc) < 0 && !slices.Contains(forgotten, c.Alloc) {
 			ev(EventClaimFreed, c.Alloc, "past claim freed")
 		}
+	}
+}
+
+// recordStep reports a claim short of published that reached a new step
+// (or was just reserved), or whose step failed again; i is its index in
+// old, or -1.
+func recordStep(c persistence.Claim, old claimIndex, i int, ev func(typ, alloc, msg string)) {
+	switch {
+	case i < 0:
+		ev(EventClaimStep, c.Alloc, fmt.Sprintf("%s claim %s (%s/%s)", c.Mode, c.State, c.AccessMode, c.AttachmentMode))
+	case old.claims[i].State != c.State:
+		ev(EventClaimStep, c.Alloc, c.State)
+	case c.Attempts > old.claims[i].Attempts && c.LastError != "":
+		ev(EventClaimRetrying, c.Alloc, fmt.Sprintf("%s: attempt %d failed, retrying: %s", c.State, c.Attempts, c.LastError))
 	}
 }
 

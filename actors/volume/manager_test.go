@@ -393,7 +393,7 @@ func TestManager_Release_WaitsForHealthyPlugin(t *testing.T) {
 	}
 	waitFor(t, "the release to fail on the down plugin", func() bool {
 		v, _ := e.m.Get(ctx, "vol1")
-		return len(v.PastClaims) == 1 && strings.Contains(v.PastClaims[0].LastError, "plugin unavailable")
+		return len(v.PastClaims) == 1 && strings.Contains(v.PastClaims[0].LastError, errDown.Error())
 	})
 	// With a 1 ms backoff, a loop that did not wait for health would ask
 	// for the client hundreds of times in this pause.

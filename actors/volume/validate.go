@@ -2,6 +2,7 @@ package volume
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -149,7 +150,7 @@ func (a *volumeActor) notConfirmed(spec Spec, v *validation) error {
 	}
 	err := kinderr.Errorf(ErrInvalid, "plugin %q %s for volume %q", spec.Plugin, what, spec.ExternalID)
 	if v != nil && v.message != "" {
-		err = kinderr.Errorf(err, "%s", scrub(v.message, spec))
+		err = fmt.Errorf("%w: %s", err, scrub(v.message, spec))
 	}
 	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"time"
 
 	"github.com/csiactor/csiactor/api"
 	"github.com/csiactor/csiactor/runtime"
@@ -23,6 +24,14 @@ or the alloc's previous claim still being released) waits up to that long
 for them to be released and freed instead of failing at once
 (POST /v1/volumes/VOLUME/claims?wait=DURATION; at most 10m).
 
+On a terminal it shows each step as it happens (reserved,
+controller-published, staged, retries with their errors, published), from
+the agent's events. -timeout bounds the wait for the claim to be published
+(after any -wait): when it passes, the command fails and says so, and the
+agent goes on with the claim (as it does when the command is interrupted);
+follow it with "csiactor volume status VOLUME" or give it up with
+"csiactor volume release -alloc ALLOC VOLUME".
+
 Example:
   csiactor volume claim -alloc web-1 -mode write -access-mode single-node-writer data1`,
 	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
@@ -31,6 +40,7 @@ Example:
 		access := fs.String("access-mode", "", "access `mode`, one of the volume's capabilities (required)")
 		attach := fs.String("attachment-mode", "file-system", "attachment `mode`: file-system or block-device")
 		wait := fs.String("wait", "", "wait up to `duration` (like 30s) for conflicting claims to go")
+		timeout := fs.Duration("timeout", defaultClaimTimeout, "how long to wait for the claim to be published, after any -wait; the agent goes on after it")
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
 			if err := wantArgs(args, "VOLUME"); err != nil {
 				return err
@@ -50,17 +60,17 @@ Example:
 			if err := usageFromField(req.Validate(), claimFlagNames); err != nil {
 				return err
 			}
-			var c runtime.Claim
-			var err error
+			var d time.Duration
 			if *wait != "" {
-				d, werr := runtime.ParseClaimWait(*wait)
-				if werr != nil {
+				var werr error
+				if d, werr = runtime.ParseClaimWait(*wait); werr != nil {
 					return usageFromField(werr, flagNames{"wait": "-wait"})
 				}
-				c, err = cl.ClaimWait(ctx, args[0], req, d)
-			} else {
-				c, err = cl.Claim(ctx, args[0], req)
 			}
+			if *timeout <= 0 {
+				return usagef("-timeout must be positive")
+			}
+			c, err := claimWithProgress(ctx, e, cl, args[0], req, d, *timeout, !cf.json && isTerminal(e.stdout))
 			if err != nil {
 				return err
 			}
