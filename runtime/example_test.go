@@ -182,6 +182,9 @@ func Example_claim() {
 	// claim by web-1: published at <data_dir>/volumes/example/per-alloc/web-1/data-1/rw-file-system-single-node-writer
 	// second writer refused: true
 	// released: taken
+	// event: claim-step web-1
+	// event: claim-step web-1
+	// event: claim-step web-1
 	// event: claim-published web-1
 	// event: claim-released web-1
 	// event: claim-freed web-1

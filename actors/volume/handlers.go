@@ -809,7 +809,7 @@ func opError(method, id string, res claim.Result) error {
 	case res.OK():
 		return nil
 	case res.Unavailable:
-		return fmt.Errorf("%s %q: %w", method, id, res.Err)
+		return fmt.Errorf("%s of volume %q: %w", method, id, res.Err)
 	}
 	return kinderr.Errorf(ErrPluginCall, "%s of volume %q failed: %w", method, id, res.Err)
 }

@@ -84,6 +84,15 @@ func (e *env) waitPublished(id, alloc string) Claim {
 	return c
 }
 
+// awaitRepaired waits for alloc's claim-repaired event and returns every
+// one. The volume's snapshot shows the claim published just before the
+// event is recorded, so a test that saw it published waits for the event.
+func (l *eventLog) awaitRepaired(t *testing.T, alloc string) []Event {
+	t.Helper()
+	waitFor(t, alloc+"'s claim-repaired event", func() bool { return len(l.find(EventClaimRepaired, alloc)) > 0 })
+	return l.find(EventClaimRepaired, alloc)
+}
+
 func (l *eventLog) find(typ, alloc string) []Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -114,7 +123,7 @@ func TestManager_Start_TargetMissing_PublishesAgain(t *testing.T) {
 	if want := [3]int{before[0], before[1], before[2] + 1}; after != want {
 		t.Errorf("ControllerPublish, NodeStage, NodePublish calls = %v, want %v (NodePublishVolume once more)", after, want)
 	}
-	evs := events.find(EventClaimRepaired, "a")
+	evs := events.awaitRepaired(t, "a")
 	if len(evs) != 1 || !strings.Contains(evs[0].Message, "target path was not mounted") {
 		t.Errorf("claim-repaired events = %+v, want one naming the target path", evs)
 	}
@@ -147,7 +156,7 @@ func TestManager_Reconcile_StagingMissing_StagesAndPublishesAgain(t *testing.T) 
 	if after, want := calls(e.plugin), [3]int{before[0], before[1] + 1, before[2] + 1}; after != want {
 		t.Errorf("calls = %v, want %v (NodeStage and NodePublish once more)", after, want)
 	}
-	if evs := events.find(EventClaimRepaired, "a"); len(evs) != 1 || !strings.Contains(evs[0].Message, "staging path") {
+	if evs := events.awaitRepaired(t, "a"); len(evs) != 1 || !strings.Contains(evs[0].Message, "staging path") {
 		t.Errorf("claim-repaired events = %+v", evs)
 	}
 	// Another plugin's check leaves this one alone.
@@ -166,7 +175,7 @@ func TestManager_Start_HostRebooted_RedoesEveryStep(t *testing.T) {
 	if after, want := calls(e.plugin), [3]int{before[0] + 1, before[1] + 1, before[2] + 1}; after != want {
 		t.Errorf("calls = %v, want %v (every publish step once more)", after, want)
 	}
-	if evs := events.find(EventClaimRepaired, "a"); len(evs) != 1 || !strings.Contains(evs[0].Message, "rebooted") {
+	if evs := events.awaitRepaired(t, "a"); len(evs) != 1 || !strings.Contains(evs[0].Message, "rebooted") {
 		t.Errorf("claim-repaired events = %+v", evs)
 	}
 	if evs := events.find(EventClaimPublished, "a"); len(evs) != 1 {
@@ -196,7 +205,7 @@ func TestManager_Claim_RepeatedChecksTheHostFirst(t *testing.T) {
 	if got := calls(e.plugin); got[2] != before[2]+1 {
 		t.Errorf("NodePublishVolume calls = %d, want %d", got[2], before[2]+1)
 	}
-	if evs := events.find(EventClaimRepaired, "a"); len(evs) != 1 {
+	if evs := events.awaitRepaired(t, "a"); len(evs) != 1 {
 		t.Errorf("claim-repaired events = %+v", evs)
 	}
 }
@@ -354,7 +363,7 @@ func TestManager_Claim_RepeatedWhileAStepRuns(t *testing.T) {
 	if got := e.plugin.Calls("NodePublishVolume"); got != before+2 {
 		t.Errorf("NodePublishVolume calls = %d, want %d (b's, then a's repair)", got, before+2)
 	}
-	if evs := events.find(EventClaimRepaired, "a"); len(evs) != 1 || evs[0].Volume != "shared" {
+	if evs := events.awaitRepaired(t, "a"); len(evs) != 1 || evs[0].Volume != "shared" {
 		t.Errorf("claim-repaired events of a = %+v", evs)
 	}
 }
