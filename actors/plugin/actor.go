@@ -95,7 +95,13 @@ type Actor struct {
 
 	hung           *timer    // fires HealthTimeout after unhealthySince
 	unhealthySince time.Time // zero while healthy
-	overdue        bool      // an attached allocation passed HealthTimeout
+	// The socket has not answered since dialSince (zero once connected);
+	// the next warning about it is due at dialWarnAt, the one after
+	// dialWarnEvery later.
+	dialSince     time.Time
+	dialWarnAt    time.Time
+	dialWarnEvery time.Duration
+	overdue       bool // an attached allocation passed HealthTimeout
 }
 
 // Receive handles one message.

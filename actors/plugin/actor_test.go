@@ -13,6 +13,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/csiactor/csiactor/actors/plugin/proc"
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/actorkit"
@@ -587,4 +589,76 @@ func TestActor_Exec_KillsUnrecordedListener(t *testing.T) {
 		t.Errorf("the orphan ended with %s, want SIGKILL", orphan.ProcessState)
 	}
 	h.shutdown(ReasonDeregistered)
+}
+
+// An attached allocation whose socket never appears is a warning, repeated
+// after doubling intervals, not a silent or one-time line; once the socket
+// answers, that is said too.
+func TestActor_SocketNeverAppears_WarnsWithBackoff(t *testing.T) {
+	defer leakcheck.Check(t)()
+	dir := shortDir(t)
+	sock := dir + "/late.sock"
+	const after, max = 100 * time.Millisecond, 400 * time.Millisecond
+	h := newHarness(t, attached("late", Node, sock), StaleProcess{}, func(c *Config) {
+		c.SocketWarnAfter, c.SocketWarnMax = after, max
+	})
+	defer h.close()
+	warnings := func() []*logrus.Entry {
+		var out []*logrus.Entry
+		for _, e := range h.hook.AllEntries() {
+			if e.Level == logrus.WarnLevel && e.Message == "plugin socket does not answer; still trying" {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(warnings()) < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d socket warnings after 30s, want 4", len(warnings()))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ws := warnings()
+	// Lower bounds only: each warning comes no sooner than its interval
+	// (100ms, 200ms, 400ms, then capped at 400ms).
+	for i, want := range []time.Duration{2 * after, 4 * after, max} {
+		if gap := ws[i+1].Time.Sub(ws[i].Time); gap < want {
+			t.Errorf("warning %d came %s after the one before, want at least %s", i+2, gap, want)
+		}
+	}
+	if ws[0].Data["socket"] != sock || ws[0].Data[logrus.ErrorKey] == nil {
+		t.Errorf("warning fields = %v, want the socket and the error", ws[0].Data)
+	}
+
+	fake := fakeplugin.New(fakeplugin.Config{Name: "late.csi"})
+	if err := fake.Serve(sock); err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Stop()
+	h.waitHealthy()
+	found := false
+	for _, e := range h.hook.AllEntries() {
+		found = found || (e.Level == logrus.InfoLevel && e.Message == "plugin socket answers now")
+	}
+	if !found {
+		t.Error("no info line saying the socket answers now")
+	}
+	h.shutdown("")
+}
+
+// Stopping an allocation is an expected end: it logs no warning.
+func TestActor_Shutdown_NoWarning(t *testing.T) {
+	defer leakcheck.Check(t)()
+	fake, ep := startFake(t, fakeplugin.Config{Name: "quiet.csi"})
+	defer fake.Stop()
+	h := newHarness(t, attached("q1", Node, ep), StaleProcess{}, nil)
+	defer h.close()
+	h.waitHealthy()
+	h.shutdown("")
+	for _, e := range h.hook.AllEntries() {
+		if e.Level <= logrus.WarnLevel {
+			t.Errorf("shutdown logged %s %q %v", e.Level, e.Message, e.Data)
+		}
+	}
 }

@@ -36,6 +36,12 @@ type Config struct {
 	// DialTimeout bounds each attempt to connect to the socket; attempts
 	// repeat until the allocation stops. Default 5 s.
 	DialTimeout time.Duration
+	// SocketWarnAfter is how long the socket may not answer (it does not
+	// exist yet, or nothing listens) before a warning is logged; the
+	// warning repeats after doubling intervals up to SocketWarnMax while
+	// it still does not answer. Defaults 5 s and 5 minutes.
+	SocketWarnAfter time.Duration
+	SocketWarnMax   time.Duration
 
 	// Launcher starts exec-managed plugin processes. Required for
 	// exec-managed allocations.
@@ -87,6 +93,8 @@ func DefaultConfig() Config {
 		RPCTimeout:         time.Minute,
 		FingerprintTimeout: 10 * time.Second,
 		DialTimeout:        5 * time.Second,
+		SocketWarnAfter:    5 * time.Second,
+		SocketWarnMax:      5 * time.Minute,
 		RestartBackoff: actorkit.BackoffConfig{
 			Initial:    200 * time.Millisecond,
 			Max:        time.Minute,
@@ -115,6 +123,8 @@ func (c Config) withDefaults() Config {
 	set(&c.RPCTimeout, d.RPCTimeout)
 	set(&c.FingerprintTimeout, d.FingerprintTimeout)
 	set(&c.DialTimeout, d.DialTimeout)
+	set(&c.SocketWarnAfter, d.SocketWarnAfter)
+	set(&c.SocketWarnMax, d.SocketWarnMax)
 	set(&c.StopGrace, d.StopGrace)
 	set(&c.HealthTimeout, d.HealthTimeout)
 	rb := c.RestartBackoff
@@ -152,6 +162,8 @@ func (c Config) Validate() error {
 		{"rpc_timeout", c.RPCTimeout},
 		{"fingerprint_timeout", c.FingerprintTimeout},
 		{"dial_timeout", c.DialTimeout},
+		{"socket_warn_after", c.SocketWarnAfter},
+		{"socket_warn_max", c.SocketWarnMax},
 		{"stop_grace", c.StopGrace},
 		{"health_timeout", c.HealthTimeout},
 	} {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc/connectivity"
 
 	"github.com/csiactor/csiactor/csi"
@@ -80,6 +81,28 @@ func (a *Actor) dial() {
 	}()
 }
 
+// warnUnanswered logs, as a warning, that the plugin's socket does not
+// answer: once it has not for SocketWarnAfter, then again after doubling
+// intervals up to SocketWarnMax, so that a socket that never appears stays
+// visible in the log without flooding it.
+func (a *Actor) warnUnanswered(err error) {
+	now := time.Now()
+	if a.dialSince.IsZero() {
+		a.dialSince = now
+		a.dialWarnEvery = a.cfg.SocketWarnAfter
+		a.dialWarnAt = now.Add(a.dialWarnEvery)
+	}
+	if now.Before(a.dialWarnAt) {
+		return
+	}
+	a.log.WithError(err).WithFields(logrus.Fields{
+		"socket":  a.spec.Socket,
+		"waiting": now.Sub(a.dialSince).Round(time.Millisecond).String(),
+	}).Warn("plugin socket does not answer; still trying")
+	a.dialWarnEvery = min(2*a.dialWarnEvery, a.cfg.SocketWarnMax)
+	a.dialWarnAt = now.Add(a.dialWarnEvery)
+}
+
 // watch sends connChanged when the connection enters or leaves READY.
 func (a *Actor) watch(c csi.Client) {
 	a.wg.Add(1)
@@ -111,6 +134,7 @@ func (a *Actor) onDialed(ctx actor.Context, m *dialed) {
 		}
 		if a.client == nil && !a.procDown() {
 			a.setHealth(false, "connecting: "+m.err.Error())
+			a.warnUnanswered(m.err)
 			a.report(ctx)
 		}
 		return
@@ -119,6 +143,10 @@ func (a *Actor) onDialed(ctx actor.Context, m *dialed) {
 	if c == nil {
 		return
 	}
+	if !a.dialSince.IsZero() && a.dialWarnAt.After(a.dialSince.Add(a.cfg.SocketWarnAfter)) {
+		a.log.Info("plugin socket answers now")
+	}
+	a.dialSince = time.Time{}
 	a.client = c
 	a.status.Client = c
 	a.log.Debug("connected to plugin")

@@ -144,9 +144,14 @@ func (a *Actor) setHealth(healthy bool, desc string) {
 	}
 	if a.status.Healthy != healthy {
 		a.status.Since = time.Now()
-		if healthy {
+		switch {
+		case healthy:
 			a.log.Info("plugin allocation healthy")
-		} else {
+		case a.done:
+			// The allocation stops (agent shutdown, deregistration): an
+			// expected end, not a problem to warn about.
+			a.log.WithField("reason", desc).Info("plugin allocation stopped")
+		default:
 			a.log.WithField("reason", desc).Warn("plugin allocation unhealthy")
 		}
 	}
