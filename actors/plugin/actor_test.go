@@ -11,9 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc/codes"
 
 	"github.com/csiactor/csiactor/actors/plugin/proc"
 	"github.com/csiactor/csiactor/csi"
