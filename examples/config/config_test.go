@@ -3,7 +3,9 @@ package config
 import (
 	"bufio"
 	"os"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -27,9 +29,8 @@ func TestSampleConfig_Load(t *testing.T) {
 		t.Fatalf("LoadConfigFile(%s): %v", sampleConfig, err)
 	}
 
-	// Everything but the allocations and the explicit socket is a default.
+	// Everything but the allocations is a default, the API socket too.
 	want := runtime.DefaultConfig()
-	want.API.Socket = want.DataDir + "/" + runtime.APISocketName
 	got := cfg
 	got.Allocations = nil
 	want.Allocations = nil
@@ -52,6 +53,36 @@ func TestSampleConfig_Load(t *testing.T) {
 	}
 	if exec.Command[0] != "/usr/local/bin/csiactor" || exec.Command[1] != "example-plugin" {
 		t.Errorf("allocations[1].command = %q, want the example plugin of the installed binary", exec.Command)
+	}
+	// Its log lines must not nest inside the agent's: JSON, which the
+	// agent logs as fields of its own lines.
+	if !slices.Contains(exec.Command, "-log-format=json") {
+		t.Errorf("allocations[1].command = %q, want -log-format=json for the plugin", exec.Command)
+	}
+}
+
+// TestSampleConfig_SocketFollowsDataDir: the sample leaves api.socket at
+// its default, so a data_dir changed in a copy of it moves the socket too.
+func TestSampleConfig_SocketFollowsDataDir(t *testing.T) {
+	data, err := os.ReadFile(sampleConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const dir = "/srv/csiactor"
+	moved := strings.Replace(string(data), "\ndata_dir: /var/lib/csiactor\n", "\ndata_dir: "+dir+"\n", 1)
+	if moved == string(data) {
+		t.Fatal("the sample has no data_dir line to change")
+	}
+	p := filepath.Join(t.TempDir(), "moved.yaml")
+	if err := os.WriteFile(p, []byte(moved), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := runtime.LoadConfigFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cfg.APISocketPath(), dir+"/"+runtime.APISocketName; got != want {
+		t.Errorf("with data_dir %s, the API socket is %s, want %s", dir, got, want)
 	}
 }
 
