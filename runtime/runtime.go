@@ -137,7 +137,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 		return ErrShutdown
 	}
 	if r.started {
-		return fmt.Errorf("runtime: already started")
+		return errors.New("runtime already started")
 	}
 	defer func() {
 		if err != nil {
