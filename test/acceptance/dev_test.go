@@ -98,8 +98,8 @@ func TestAgent_Dev_OperatorTour(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(path1, "hello"), []byte("hi"), 0o600); err != nil {
 		t.Errorf("write through the published target: %v", err)
 	}
-	a.fails(1, "limit", claim("web-2", "write", "single-node-writer", "data1")...)
-	a.fails(1, "limit", claim("web-2", "read", "single-node-writer", "data1")...)
+	a.fails(1, `access mode single-node-writer allows one claim and alloc "web-1" holds it`, claim("web-2", "write", "single-node-writer", "data1")...)
+	a.fails(1, `access mode single-node-writer allows one claim and alloc "web-1" holds it`, claim("web-2", "read", "single-node-writer", "data1")...)
 	a.fails(1, "already holds", claim("web-1", "read", "single-node-writer", "data1")...)
 	a.fails(2, `-mode: "rw": want read or write`, claim("web-2", "rw", "single-node-writer", "data1")...)
 	a.fails(1, "no capability", claim("web-2", "read", "multi-node-reader-only", "data1")...)
@@ -109,7 +109,7 @@ func TestAgent_Dev_OperatorTour(t *testing.T) {
 	okOut("volume", "create", "-plugin", "example", "-capability", "single-node-reader-only", "ro1")
 	a.fails(2, "-mode: write is not allowed with access mode single-node-reader-only", claim("r-1", "write", "single-node-reader-only", "ro1")...)
 	okOut(claim("r-1", "read", "single-node-reader-only", "ro1")...)
-	a.fails(1, "limit", claim("r-2", "read", "single-node-reader-only", "ro1")...)
+	a.fails(1, `access mode single-node-reader-only allows one reader and alloc "r-1" holds it`, claim("r-2", "read", "single-node-reader-only", "ro1")...)
 
 	// --- release and delete ---------------------------------------------------
 	a.fails(1, `alloc "nobody" holds no claim on volume "data1"`, "volume", "release", "-alloc", "nobody", "data1")
