@@ -83,7 +83,7 @@ const (
 	// controller-published or staged (Message the state).
 	EventClaimStep = "claim-step"
 	// EventClaimRetrying: a claim's step failed and is retried with
-	// backoff; Message has the state, the attempt and the error.
+	// backoff; Message has the attempt and the error, which names the RPC.
 	EventClaimRetrying = "claim-retrying"
 	// EventsDropped tells a subscriber that it fell behind and lost events;
 	// Message says how many.

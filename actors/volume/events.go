@@ -27,7 +27,8 @@ const (
 	// controller-published, staged); the message names the step.
 	EventClaimStep = "claim-step"
 	// EventClaimRetrying: a claim's step failed and is retried with
-	// backoff; the message has the attempt and the error.
+	// backoff; the message has the attempt and the error (which names the
+	// RPC).
 	EventClaimRetrying = "claim-retrying"
 	// EventClaimRepaired replaces EventClaimPublished when a claim is
 	// published again because the host was missing its volume; the
@@ -123,7 +124,7 @@ func recordStep(c persistence.Claim, old claimIndex, i int, ev func(typ, alloc, 
 	case old.claims[i].State != c.State:
 		ev(EventClaimStep, c.Alloc, c.State)
 	case c.Attempts > old.claims[i].Attempts && c.LastError != "":
-		ev(EventClaimRetrying, c.Alloc, fmt.Sprintf("%s: attempt %d failed, retrying: %s", c.State, c.Attempts, c.LastError))
+		ev(EventClaimRetrying, c.Alloc, fmt.Sprintf("attempt %d failed, retrying: %s", c.Attempts, c.LastError))
 	}
 }
 

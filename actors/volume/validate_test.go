@@ -651,3 +651,51 @@ func TestRecordEvents_FewAndManyClaims(t *testing.T) {
 		}
 	}
 }
+
+// A claim reports each step short of published, and each failed attempt
+// that is retried with its error, before claim-published.
+func TestManager_Claim_StepEvents(t *testing.T) {
+	var events eventLog
+	e := newEnv(t, fullPlugin, withConfig(func(c *Config) { c.OnEvent = events.add }))
+	ctx := ctxT(t)
+	e.register("vol1")
+	e.plugin.SetFault("NodeStageVolume", fakeplugin.Fault{Code: codes.Unavailable, Message: "storage busy", Times: 1})
+	if _, err := e.m.Claim(ctx, claimReq("vol1", "web1", claim.ModeWrite, csi.AccessModeSingleNodeWriter)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "claim-published", func() bool { return slices.Contains(events.types("vol1"), EventClaimPublished) })
+	events.mu.Lock()
+	var got []string
+	for _, ev := range events.evs {
+		if ev.Volume == "vol1" && ev.Alloc == "web1" {
+			got = append(got, ev.Type+": "+ev.Message)
+		}
+	}
+	events.mu.Unlock()
+	want := []string{
+		EventClaimStep + ": write claim reserved (single-node-writer/file-system)",
+		EventClaimStep + ": controller-published",
+		EventClaimRetrying + ": attempt 1 failed, retrying: NodeStageVolume: ",
+		EventClaimStep + ": staged",
+		EventClaimPublished + ": write claim published at ",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("events of the claim:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("event %d = %q, want it to start with %q", i, got[i], want[i])
+		}
+	}
+	if !strings.Contains(got[2], "storage busy") {
+		t.Errorf("the retrying event lacks the plugin's error: %q", got[2])
+	}
+	// Claiming again changes nothing: no event.
+	n := len(events.types("vol1"))
+	if _, err := e.m.Claim(ctx, claimReq("vol1", "web1", claim.ModeWrite, csi.AccessModeSingleNodeWriter)); err != nil {
+		t.Fatal(err)
+	}
+	if m := len(events.types("vol1")); m != n {
+		t.Errorf("claiming again made %d events", m-n)
+	}
+}

@@ -121,7 +121,7 @@ func TestVolumeClaim_Terminal_ShowsSteps(t *testing.T) {
 		"Claiming volume data1 for alloc web1 (write, single-node-writer/file-system)",
 		"write claim reserved (single-node-writer/file-system)",
 		"  controller-published",
-		"controller-published: attempt 1 failed, retrying: ",
+		"attempt 1 failed, retrying: NodeStageVolume: ",
 		"storage busy",
 		"  staged",
 		"write claim published at ",
