@@ -144,6 +144,10 @@ var completionCases = []struct {
 	{"csiactor volume claim -alloc web1 -access-", []string{"-access-mode"}},
 	{"csiactor volume status data1 -j", []string{"-json"}},
 	{"csiactor agent -config ", []string{"FILES"}},
+	{"csiactor volume claim -mode ", []string{"read", "write"}},
+	{"csiactor volume claim -alloc web1 -access-mode single-node-", []string{"single-node-multi-writer", "single-node-reader-only", "single-node-single-writer", "single-node-writer"}},
+	{"csiactor alloc register -type m", []string{"monolith"}},
+	{"csiactor agent -log-format ", []string{"json", "text"}},
 }
 
 func writeScript(t *testing.T, shell string) string {

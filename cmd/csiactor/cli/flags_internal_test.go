@@ -77,3 +77,22 @@ func TestKVFlag_Secret_NeverEchoes(t *testing.T) {
 		t.Errorf("String() = %q", s)
 	}
 }
+
+// Every flag whose values completion offers is a flag of some command, so
+// the list cannot outlive a renamed flag.
+func TestFlagValues_NameRealFlags(t *testing.T) {
+	valued := map[string]bool{}
+	for _, n := range completionTree(commands()) {
+		for _, f := range n.valued {
+			valued[f] = true
+		}
+	}
+	for _, v := range flagValues() {
+		if !valued["-"+v.path] {
+			t.Errorf("completion offers values for -%s, which no command has (as a flag with a value)", v.path)
+		}
+		if len(v.subs) == 0 {
+			t.Errorf("completion offers no values for -%s", v.path)
+		}
+	}
+}
