@@ -14,6 +14,7 @@ import (
 	"github.com/csiactor/csiactor/actors/registry"
 	"github.com/csiactor/csiactor/actors/volume"
 	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/internal/kinderr"
 )
 
 // Event types of day-2 operations: an updated volume, and the escape
@@ -274,5 +275,5 @@ func (r *Runtime) allocationDependents(ctx context.Context, id string) (*depende
 // errAllocationInUse is the ErrConflict of deregistering an allocation
 // claims depend on.
 func errAllocationInUse(d *dependents) error {
-	return fmt.Errorf("%w: %s; release them first, or deregister the allocation with force", ErrConflict, d.describe())
+	return kinderr.Errorf(ErrConflict, "%s; release them first, or deregister the allocation with force", d.describe())
 }

@@ -28,7 +28,7 @@ func TestRuntime_DeregisterAllocation_UnhealthyLast(t *testing.T) {
 		return err == nil && pl.NodesHealthy == 0, err
 	})
 	err := e.rt.DeregisterAllocation(ctx, "node-1")
-	want := `conflict: allocation "node-1" is unhealthy and plugin "fake" has no other healthy node allocation, and 1 claim depends on it: volume "vol-1": alloc "alloc-1" (published); release them first, or deregister the allocation with force`
+	want := `allocation "node-1" is unhealthy and plugin "fake" has no other healthy node allocation, and 1 claim depends on it: volume "vol-1": alloc "alloc-1" (published); release them first, or deregister the allocation with force`
 	if !errors.Is(err, runtime.ErrConflict) || err.Error() != want {
 		t.Fatalf("DeregisterAllocation = %v\nwant %s", err, want)
 	}

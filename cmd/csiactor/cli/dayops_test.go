@@ -214,7 +214,7 @@ func TestVolumeUpdate_RealAgent(t *testing.T) {
 		want string
 	}{
 		{"mount flag while claimed", registerArgs("update", "vol1", "ext-1", "s3cr3t-new-value", "pass=other"), 1,
-			`csiactor: in use: volume "vol1" is claimed by alloc "web1": mount_options cannot change while it has claims (only secrets can); release them first`},
+			`csiactor: volume "vol1" is claimed by alloc "web1": mount_options cannot change while it has claims (only secrets can); release them first`},
 		{"context while claimed", registerArgs("update", "vol1", "ext-1", "s3cr3t-new-value", "pass=mountpass-77", "-context", "share=s1"), 1,
 			`volume "vol1" is claimed by alloc "web1": context cannot change while it has claims`},
 		{"external ID", registerArgs("update", "vol1", "ext-2", "s3cr3t-new-value", "pass=mountpass-77"), 1,
@@ -309,7 +309,7 @@ func TestVolumeReleaseForce_RealAgent(t *testing.T) {
 	a.run("volume", "release", "-alloc", "web1", "vol1").want(t, 0, "Released the claim of web1 on vol1 (state taken)\n")
 	a.waitStuck("vol1", "web1")
 	// Stuck: the next claim is refused.
-	a.claim("vol1", "web2").contains(t, "stderr", "claim limit reached")
+	a.claim("vol1", "web2").contains(t, "stderr", `access mode single-node-writer allows one claim and alloc "web1" holds it`)
 
 	before := map[string]int{}
 	for _, m := range []string{"NodeUnpublishVolume", "NodeUnstageVolume", "ControllerUnpublishVolume"} {
@@ -398,21 +398,21 @@ func TestVolumeDeregisterForce_RealAgent(t *testing.T) {
 	a.claim("vol1", "web1").want(t, 0, "")
 	r := a.run("volume", "deregister", "-force", "vol1")
 	r.want(t, 1, "")
-	r.contains(t, "stderr", `volume "vol1" has 1 claim; force forgets past claims only: release the claims first`)
+	r.contains(t, "stderr", `volume "vol1" is in use: it has 1 claim; force forgets past claims only: release the claims first`)
 
 	refuseTeardown(a.plugin)
 	a.run("volume", "release", "-alloc", "web1", "vol1").want(t, 0, "")
 	a.waitStuck("vol1", "web1")
 	r = a.run("volume", "deregister", "vol1")
 	r.want(t, 1, "")
-	r.contains(t, "stderr", `volume "vol1" has 1 past claim not yet freed; wait for them to be freed, or deregister with force`)
+	r.contains(t, "stderr", `volume "vol1" is in use: it has 1 past claim not yet freed; wait for them to be freed, or deregister with force`)
 	code, msg := apiCall(t, a.addr, http.MethodDelete, "/v1/volumes/vol1?force=true&delete=true", "")
 	if code != http.StatusBadRequest || !strings.Contains(msg, "force and delete cannot be combined") {
 		t.Errorf("force with delete = %d %s", code, msg)
 	}
 
 	a.run("volume", "deregister", "-force", "vol1").want(t, 0, "Deregistered volume vol1\n")
-	a.run("volume", "status", "vol1").contains(t, "stderr", `not found: volume "vol1"`)
+	a.run("volume", "status", "vol1").contains(t, "stderr", `volume "vol1" not found`)
 	evs := a.events(runtime.EventVolumeForceDeregistered)
 	if len(evs) != 1 || !strings.Contains(evs[0].Message, `volume deregistered by force with 1 past claim not yet freed: alloc "web1" (taken; may be left: target mount `) ||
 		!strings.Contains(evs[0].Message, "controller attachment to node ") {
@@ -440,7 +440,7 @@ func TestAllocDeregister_LastHealthy_RealAgent(t *testing.T) {
 
 	r := a.run("alloc", "deregister", "fake-1")
 	r.want(t, 1, "")
-	r.contains(t, "stderr", `conflict: allocation "fake-1" is the last healthy controller and node allocation of plugin "fake", and 1 claim depends on it: volume "vol1": alloc "web1" (published); release them first, or deregister the allocation with force`)
+	r.contains(t, "stderr", `allocation "fake-1" is the last healthy controller and node allocation of plugin "fake", and 1 claim depends on it: volume "vol1": alloc "web1" (published); release them first, or deregister the allocation with force`)
 	if _, err := a.rt.Plugin(context.Background(), "fake"); err != nil {
 		t.Fatalf("refused deregistration changed something: %v", err)
 	}
@@ -499,7 +499,7 @@ func TestVolumeClaimWait_RealAgent(t *testing.T) {
 	// Nothing frees the place within the wait: the 409 as without it.
 	r := a.claim("vol1", "web3", "-wait", "300ms")
 	r.want(t, 1, "")
-	r.contains(t, "stderr", `claim limit reached: access mode single-node-writer allows one claim and alloc "web2" holds it (waited 300ms for it to be freed)`)
+	r.contains(t, "stderr", `access mode single-node-writer allows one claim and alloc "web2" holds it (waited 300ms for it to be freed)`)
 
 	// A client that goes away ends the wait.
 	cctx, cancel := context.WithCancel(ctx)
@@ -531,7 +531,7 @@ func TestVolumeClaimWait_RealAgent(t *testing.T) {
 	}
 	w := a.events(runtime.EventClaimWaiting)
 	if len(w) != 3 || w[0].Alloc != "web2" || w[0].Plugin != "fake" ||
-		w[0].Message != `claim waits up to 30s for other claims to go: claim limit reached: access mode single-node-writer allows one claim and alloc "web1" holds it` {
+		w[0].Message != `claim waits up to 30s for other claims to go: access mode single-node-writer allows one claim and alloc "web1" holds it` {
 		t.Errorf("claim-waiting events %+v", w)
 	}
 	a.noSecrets()

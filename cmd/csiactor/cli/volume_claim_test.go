@@ -53,10 +53,10 @@ func openPTY(t *testing.T) (ctrl, term *os.File) {
 	return ctrl, term
 }
 
-// realAgent serves a started runtime, with a fake plugin attached as a
+// claimAgent serves a started runtime, with a fake plugin attached as a
 // monolith, on a unix socket, and returns the plugin and the CLI's
 // environment.
-func realAgent(t *testing.T) (*runtime.Runtime, *fakeplugin.Plugin, map[string]string) {
+func claimAgent(t *testing.T) (*runtime.Runtime, *fakeplugin.Plugin, map[string]string) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "csiactor-cli-")
 	if err != nil {
@@ -101,7 +101,7 @@ func realAgent(t *testing.T) (*runtime.Runtime, *fakeplugin.Plugin, map[string]s
 // On a terminal, volume claim prints each step as the agent's events
 // report it, a retried step with its error, and then the target path.
 func TestVolumeClaim_Terminal_ShowsSteps(t *testing.T) {
-	_, p, env := realAgent(t)
+	_, p, env := claimAgent(t)
 	p.SetFault("NodeStageVolume", fakeplugin.Fault{Code: codes.Unavailable, Message: "storage busy", Times: 1})
 	ctrl, term := openPTY(t)
 	var stderr syncBuffer
@@ -159,7 +159,7 @@ func TestVolumeClaim_Terminal_ShowsSteps(t *testing.T) {
 
 // Not on a terminal (a pipe, a file), only the target path is printed.
 func TestVolumeClaim_NotTerminal_PathOnly(t *testing.T) {
-	_, _, env := realAgent(t)
+	_, _, env := claimAgent(t)
 	r := runCLI(t, env, "volume", "claim", "-alloc", "web1", "-mode", "write", "-access-mode", "single-node-writer", "data1")
 	r.want(t, 0, "")
 	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); len(lines) != 1 || !strings.HasSuffix(lines[0], "/rw-file-system-single-node-writer") {
@@ -170,7 +170,7 @@ func TestVolumeClaim_NotTerminal_PathOnly(t *testing.T) {
 // -timeout ends the wait with an error that says the agent goes on with
 // the claim, and the agent does publish it.
 func TestVolumeClaim_Timeout(t *testing.T) {
-	rt, p, env := realAgent(t)
+	rt, p, env := claimAgent(t)
 	p.SetFault("NodeStageVolume", fakeplugin.Fault{Code: codes.Unavailable, Message: "storage busy"})
 	r := runCLI(t, env, "volume", "claim", "-timeout", "300ms", "-alloc", "web1", "-mode", "write", "-access-mode", "single-node-writer", "data1")
 	r.want(t, 1, "")

@@ -197,7 +197,7 @@ func TestVolumeDelete_Cases(t *testing.T) {
 	runCLI(t, env, "volume", "deregister", "vol1").want(t, 1, "")
 	r = runCLI(t, env, "volume", "deregister", "nope")
 	r.want(t, 1, "")
-	r.contains(t, "stderr", "not found: volume nope")
+	r.contains(t, "stderr", `volume "nope" not found`)
 	r = runCLI(t, env, "volume", "delete", "nope")
 	r.want(t, 1, "")
 	r.contains(t, "stderr", `volume "nope" not found`)
