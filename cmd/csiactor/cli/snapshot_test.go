@@ -67,7 +67,7 @@ func TestSnapshot_BadInput(t *testing.T) {
 		{[]string{"snapshot", "create", "snap1"}, 2, "-volume is required"},
 		{[]string{"snapshot", "create", "-volume", "vol1"}, 2, "ID"},
 		{[]string{"snapshot", "create", "-volume", "../x", "snap1"}, 2, "-volume"},
-		{[]string{"snapshot", "create", "-volume", "nope", "snap1"}, 1, "not found: volume nope"},
+		{[]string{"snapshot", "create", "-volume", "nope", "snap1"}, 1, `volume "nope" not found`},
 		{[]string{"snapshot", "create", "-volume", "vol1", "-plugin", "nfs", "snap1"}, 1, `volume "vol1" is of plugin "hostpath", not "nfs"`},
 		{[]string{"snapshot", "create", "-volume", "vol1", "-secret", "novalue", "snap1"}, 2, "secret"},
 		{[]string{"snapshot", "list", "-plugin", "-x"}, 2, "-plugin"},
