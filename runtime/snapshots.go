@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/csiactor/csiactor/internal/kinderr"
 	"maps"
 	"sort"
 	"strings"
@@ -205,7 +206,7 @@ type snapshotHolder struct{ r *Runtime }
 
 func (h snapshotHolder) Hold(ctx context.Context, id, plugin string) (string, func(), error) {
 	if h.r.snaps == nil {
-		return "", nil, fmt.Errorf("%w: content_source.snapshot: snapshots are not started yet", ErrShutdown)
+		return "", nil, kinderr.Errorf(ErrShutdown, "content_source.snapshot: snapshots are not started yet")
 	}
 	return h.r.snaps.Hold(ctx, id, plugin)
 }

@@ -1,7 +1,7 @@
 package snapshot
 
 import (
-	"fmt"
+	"github.com/csiactor/csiactor/internal/kinderr"
 
 	"github.com/sirupsen/logrus"
 
@@ -38,13 +38,13 @@ type Config struct {
 // Validate reports the first field that cannot be used, naming it.
 func (c Config) Validate() error {
 	if err := c.Backoff.Validate(); err != nil {
-		return fmt.Errorf("%w: backoff: %w", ErrInvalid, err)
+		return kinderr.Errorf(ErrInvalid, "backoff: %w", err)
 	}
 	if err := c.Restart.Validate(); err != nil {
-		return fmt.Errorf("%w: restart: %w", ErrInvalid, err)
+		return kinderr.Errorf(ErrInvalid, "restart: %w", err)
 	}
 	if c.MaxInFlightPerPlugin < 0 {
-		return fmt.Errorf("%w: max_in_flight_per_plugin %d is negative", ErrInvalid, c.MaxInFlightPerPlugin)
+		return kinderr.Errorf(ErrInvalid, "max_in_flight_per_plugin %d is negative", c.MaxInFlightPerPlugin)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"context"
 	"fmt"
+	"github.com/csiactor/csiactor/internal/kinderr"
 	"maps"
 	"slices"
 	"time"
@@ -93,9 +94,9 @@ func (a *snapActor) remove(id, point string) error {
 
 func (a *snapActor) notFound(field, id string) error {
 	if field != "" {
-		return fmt.Errorf("%w: %s: snapshot %q", ErrNotFound, field, id)
+		return kinderr.Errorf(ErrNotFound, "%s: snapshot %q not found", field, id)
 	}
-	return fmt.Errorf("%w: snapshot %q", ErrNotFound, id)
+	return kinderr.Errorf(ErrNotFound, "snapshot %q not found", id)
 }
 
 func (a *snapActor) view(rec *persistence.Snapshot) Snapshot { return viewOf(rec, a.holds[rec.ID]) }
@@ -108,12 +109,11 @@ func (a *snapActor) create(ctx actor.Context, req *createRequest) {
 	if rec := a.recs[req.spec.ID]; rec != nil {
 		switch {
 		case !req.spec.sameAs(rec):
-			answer(req.reply, reply{err: fmt.Errorf("%w: snapshot %q is already recorded with a different definition (plugin %q, source_volume %q)",
-				ErrConflict, rec.ID, rec.Plugin, rec.SourceVolume)})
+			answer(req.reply, reply{err: kinderr.Errorf(ErrConflict, "snapshot %q is already recorded with a different definition (plugin %q, source_volume %q)", rec.ID, rec.Plugin, rec.SourceVolume)})
 		case rec.State == persistence.SnapshotReady:
 			answer(req.reply, reply{snap: a.view(rec)})
 		case rec.State == persistence.SnapshotDeleting:
-			answer(req.reply, reply{err: fmt.Errorf("%w: snapshot %q is being deleted", ErrConflict, rec.ID)})
+			answer(req.reply, reply{err: kinderr.Errorf(ErrConflict, "snapshot %q is being deleted", rec.ID)})
 		default:
 			a.join(ctx, rec, req.reply)
 		}
@@ -285,7 +285,7 @@ func (a *snapActor) opDone(msg *opDone) {
 func (a *snapActor) created(rec *persistence.Snapshot, msg *opDone) error {
 	log := a.m.log.WithFields(logrus.Fields{"snapshot": rec.ID, "volume": rec.SourceVolume, "plugin": rec.Plugin})
 	if !msg.res.OK() {
-		err := fmt.Errorf("%w: CreateSnapshot %q of volume %q: %w", ErrPluginCall, rec.ID, rec.SourceVolume, msg.res.Err)
+		err := kinderr.Errorf(ErrPluginCall, "CreateSnapshot of snapshot %q (volume %q): %w", rec.ID, rec.SourceVolume, msg.res.Err)
 		if rerr := a.remove(rec.ID, "snapshot-create-failed"); rerr != nil {
 			panic(rerr) // restarted, the actor calls CreateSnapshot again and learns the same
 		}
@@ -309,7 +309,7 @@ func (a *snapActor) created(rec *persistence.Snapshot, msg *opDone) error {
 func (a *snapActor) deleted(rec *persistence.Snapshot, res claim.Result) error {
 	log := a.m.log.WithFields(logrus.Fields{"snapshot": rec.ID, "plugin": rec.Plugin})
 	if !res.OK() {
-		err := fmt.Errorf("%w: DeleteSnapshot %q: %w", ErrPluginCall, rec.ID, res.Err)
+		err := kinderr.Errorf(ErrPluginCall, "DeleteSnapshot of snapshot %q: %w", rec.ID, res.Err)
 		next := *rec
 		next.State, next.LastError, next.Attempts = persistence.SnapshotReady, res.Err.Error(), 0
 		if perr := a.persist(&next, "snapshot-delete-failed"); perr != nil {
@@ -337,11 +337,10 @@ func (a *snapActor) delete(ctx actor.Context, req *deleteRequest) {
 		answer(req.reply, reply{err: a.notFound("", req.id)})
 		return
 	case a.holds[req.id] > 0:
-		answer(req.reply, reply{err: fmt.Errorf("%w: snapshot %q is being restored into %d volume(s); delete it when that is done",
-			ErrConflict, req.id, a.holds[req.id])})
+		answer(req.reply, reply{err: kinderr.Errorf(ErrConflict, "snapshot %q is being restored into %d volume(s); delete it when that is done", req.id, a.holds[req.id])})
 		return
 	case rec.State == persistence.SnapshotCreating:
-		answer(req.reply, reply{err: fmt.Errorf("%w: snapshot %q is being created; delete it when that is done", ErrConflict, req.id)})
+		answer(req.reply, reply{err: kinderr.Errorf(ErrConflict, "snapshot %q is being created; delete it when that is done", req.id)})
 		return
 	case rec.State == persistence.SnapshotDeleting:
 		a.join(ctx, rec, req.reply)
@@ -390,10 +389,9 @@ func (a *snapActor) hold(req *holdRequest) {
 	case rec == nil:
 		answer(req.reply, reply{err: a.notFound("content_source.snapshot", req.id)})
 	case rec.Plugin != req.plugin:
-		answer(req.reply, reply{err: fmt.Errorf("%w: content_source.snapshot: snapshot %q is of plugin %q, not %q",
-			ErrInvalid, req.id, rec.Plugin, req.plugin)})
+		answer(req.reply, reply{err: kinderr.Errorf(ErrInvalid, "content_source.snapshot: snapshot %q is of plugin %q, not %q", req.id, rec.Plugin, req.plugin)})
 	case rec.State != persistence.SnapshotReady:
-		answer(req.reply, reply{err: fmt.Errorf("%w: content_source.snapshot: snapshot %q is %s, not ready", ErrConflict, req.id, rec.State)})
+		answer(req.reply, reply{err: kinderr.Errorf(ErrConflict, "content_source.snapshot: snapshot %q is %s, not ready", req.id, rec.State)})
 	default:
 		a.holds[req.id]++
 		answer(req.reply, reply{snap: a.view(rec)})
@@ -416,7 +414,7 @@ func (a *snapActor) stopWork() {
 	for id, o := range a.ops {
 		o.job.Stop()
 		for _, ch := range o.waiters {
-			answer(ch, reply{err: fmt.Errorf("%w: snapshot %q: the snapshot actor stopped before it was done; ask again", ErrShutdown, id)})
+			answer(ch, reply{err: kinderr.Errorf(ErrShutdown, "snapshot %q: the snapshot actor stopped before it was done; ask again", id)})
 		}
 		delete(a.ops, id)
 	}

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"context"
 	"fmt"
+	"github.com/csiactor/csiactor/internal/kinderr"
 	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -66,7 +67,7 @@ func NewManager(root *actor.RootContext, cfg Config, store Store, volumes Volume
 		return nil, err
 	}
 	if root == nil || store == nil || volumes == nil || plugins == nil {
-		return nil, fmt.Errorf("%w: root, store, volumes and plugins are required", ErrInvalid)
+		return nil, kinderr.Errorf(ErrInvalid, "root, store, volumes and plugins are required")
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -87,7 +88,7 @@ func NewManager(root *actor.RootContext, cfg Config, store Store, volumes Volume
 	})
 	var err error
 	if m.sup, err = actorkit.NewSupervisor("snapshot", cfg.Restart, log, cfg.Restarts, actorkit.Hooks{}); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, kinderr.Errorf(ErrInvalid, "%w", err)
 	}
 	return m, nil
 }
@@ -106,7 +107,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		return ErrShutdown
 	}
 	if m.pid != nil {
-		return fmt.Errorf("%w: Start called twice", ErrInvalid)
+		return kinderr.Errorf(ErrInvalid, "Start called twice")
 	}
 	loaded := make(chan error, 1)
 	props := actor.PropsFromProducer(func() actor.Actor { return newSnapActor(m, loaded) }, actor.WithGuardian(m.sup))
@@ -138,7 +139,7 @@ func (m *Manager) ask(ctx context.Context, mk func(chan<- reply) any) (reply, er
 	case closed:
 		return reply{}, ErrShutdown
 	case pid == nil:
-		return reply{}, fmt.Errorf("%w: snapshot manager not started", ErrInvalid)
+		return reply{}, kinderr.Errorf(ErrInvalid, "snapshot manager not started")
 	}
 	ch := make(chan reply, 1)
 	m.root.Send(pid, mk(ch))
@@ -180,9 +181,9 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Snapshot, error) {
 	case err != nil:
 		return Snapshot{}, fmt.Errorf("source_volume: %w", err)
 	case !found:
-		return Snapshot{}, fmt.Errorf("%w: source_volume: volume %q", ErrNotFound, spec.SourceVolume)
+		return Snapshot{}, kinderr.Errorf(ErrNotFound, "source_volume: volume %q not found", spec.SourceVolume)
 	case plugin != spec.Plugin:
-		return Snapshot{}, fmt.Errorf("%w: source_volume: volume %q is of plugin %q, not %q", ErrInvalid, spec.SourceVolume, plugin, spec.Plugin)
+		return Snapshot{}, kinderr.Errorf(ErrInvalid, "source_volume: volume %q is of plugin %q, not %q", spec.SourceVolume, plugin, spec.Plugin)
 	}
 	if err := m.checkCapability(ctx, spec.Plugin, "plugin"); err != nil {
 		return Snapshot{}, err
@@ -199,10 +200,10 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Snapshot, error) {
 func (m *Manager) checkCapability(ctx context.Context, plugin, field string) error {
 	_, f, err := m.plugins.Client(ctx, plugin, claim.ControllerPlugin)
 	if err != nil {
-		return fmt.Errorf("%w: plugin %q (controller): %w", ErrPluginUnavailable, plugin, err)
+		return kinderr.Errorf(ErrPluginUnavailable, "plugin %q (controller): %w", plugin, err)
 	}
 	if !f.CreateDeleteSnapshot {
-		return fmt.Errorf("%w: %s: plugin %q cannot take or restore snapshots (no CREATE_DELETE_SNAPSHOT capability)", ErrInvalid, field, plugin)
+		return kinderr.Errorf(ErrInvalid, "%s: plugin %q cannot take or restore snapshots (no CREATE_DELETE_SNAPSHOT capability)", field, plugin)
 	}
 	return nil
 }

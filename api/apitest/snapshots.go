@@ -2,7 +2,7 @@ package apitest
 
 import (
 	"context"
-	"fmt"
+	"github.com/csiactor/csiactor/internal/kinderr"
 	"maps"
 	"slices"
 
@@ -26,13 +26,13 @@ func (b *Backend) CreateSnapshot(_ context.Context, spec runtime.SnapshotSpec) (
 	v, ok := b.volumes[spec.SourceVolume]
 	switch {
 	case !ok:
-		return runtime.Snapshot{}, fmt.Errorf("%w: source_volume: volume %q", runtime.ErrNotFound, spec.SourceVolume)
+		return runtime.Snapshot{}, kinderr.Errorf(runtime.ErrNotFound, "source_volume: volume %q not found", spec.SourceVolume)
 	case v.v.Plugin != spec.Plugin:
-		return runtime.Snapshot{}, fmt.Errorf("%w: source_volume: volume %q is of plugin %q, not %q", runtime.ErrInvalid, spec.SourceVolume, v.v.Plugin, spec.Plugin)
+		return runtime.Snapshot{}, kinderr.Errorf(runtime.ErrInvalid, "source_volume: volume %q is of plugin %q, not %q", spec.SourceVolume, v.v.Plugin, spec.Plugin)
 	}
 	if s, ok := b.snaps[spec.ID]; ok {
 		if s.SourceVolume != spec.SourceVolume || s.Plugin != spec.Plugin || !maps.Equal(s.Parameters, spec.Parameters) {
-			return runtime.Snapshot{}, fmt.Errorf("%w: snapshot %q is already recorded with a different definition", runtime.ErrConflict, spec.ID)
+			return runtime.Snapshot{}, kinderr.Errorf(runtime.ErrConflict, "snapshot %q is already recorded with a different definition", spec.ID)
 		}
 		return s, nil
 	}
@@ -62,7 +62,7 @@ func (b *Backend) DeleteSnapshot(_ context.Context, id string) error {
 	}
 	s, ok := b.snaps[id]
 	if !ok {
-		return fmt.Errorf("%w: snapshot %q", runtime.ErrNotFound, id)
+		return kinderr.Errorf(runtime.ErrNotFound, "snapshot %q not found", id)
 	}
 	delete(b.snaps, id)
 	b.publishLocked(runtime.Event{Type: runtime.EventSnapshotDeleted, Plugin: s.Plugin, Volume: s.SourceVolume, Snapshot: id, Message: "snapshot deleted"})
@@ -81,7 +81,7 @@ func (b *Backend) Snapshot(_ context.Context, id string) (runtime.Snapshot, erro
 	}
 	s, ok := b.snaps[id]
 	if !ok {
-		return runtime.Snapshot{}, fmt.Errorf("%w: snapshot %q", runtime.ErrNotFound, id)
+		return runtime.Snapshot{}, kinderr.Errorf(runtime.ErrNotFound, "snapshot %q not found", id)
 	}
 	return s, nil
 }
