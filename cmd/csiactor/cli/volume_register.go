@@ -134,21 +134,8 @@ Example:
 		sf := addVolumeSpecFlags(fs)
 		externalID := fs.String("external-id", "", "the plugin's `id` of the volume (required)")
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
-			if err := wantArgs(args, "ID"); err != nil {
-				return err
-			}
-			spec, err := sf.spec()
+			spec, err := sf.registerSpec(args, *externalID)
 			if err != nil {
-				return err
-			}
-			if *externalID == "" {
-				return usagef("-external-id is required")
-			}
-			spec.ExternalID = *externalID
-			if err := checkID("ID", args[0]); err != nil {
-				return err
-			}
-			if err := usageFromField(spec.Validate(), volumeFlagNames); err != nil {
 				return err
 			}
 			v, err := cl.RegisterVolume(ctx, args[0], spec)
@@ -234,4 +221,28 @@ Example:
 			return nil
 		}
 	})
+}
+
+// registerSpec checks the one ID argument of volume register and volume
+// update and returns the volume definition their flags give, with
+// externalID (-external-id, required).
+func (f *volumeSpecFlags) registerSpec(args []string, externalID string) (runtime.VolumeSpec, error) {
+	if err := wantArgs(args, "ID"); err != nil {
+		return runtime.VolumeSpec{}, err
+	}
+	spec, err := f.spec()
+	if err != nil {
+		return runtime.VolumeSpec{}, err
+	}
+	if externalID == "" {
+		return runtime.VolumeSpec{}, usagef("-external-id is required")
+	}
+	spec.ExternalID = externalID
+	if err := checkID("ID", args[0]); err != nil {
+		return runtime.VolumeSpec{}, err
+	}
+	if err := usageFromField(spec.Validate(), volumeFlagNames); err != nil {
+		return runtime.VolumeSpec{}, err
+	}
+	return spec, nil
 }

@@ -36,21 +36,8 @@ Example (rotate a secret of a claimed volume):
 		sf := addVolumeSpecFlags(fs)
 		externalID := fs.String("external-id", "", "the plugin's `id` of the volume (required; cannot change)")
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
-			if err := wantArgs(args, "ID"); err != nil {
-				return err
-			}
-			spec, err := sf.spec()
+			spec, err := sf.registerSpec(args, *externalID)
 			if err != nil {
-				return err
-			}
-			if *externalID == "" {
-				return usagef("-external-id is required")
-			}
-			spec.ExternalID = *externalID
-			if err := checkID("ID", args[0]); err != nil {
-				return err
-			}
-			if err := usageFromField(spec.Validate(), volumeFlagNames); err != nil {
 				return err
 			}
 			// An update, never a registration: the volume must be there.
