@@ -56,10 +56,7 @@ and the event allocation-force-deregistered names them.`,
 			}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 				force := fs.Bool("force", false, "deregister even while claims depend on the allocation")
 				return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
-					if err := wantArgs(args, "ID"); err != nil {
-						return err
-					}
-					if err := checkID("ID", args[0]); err != nil {
+					if err := wantID(args, "ID"); err != nil {
 						return err
 					}
 					deregister := cl.DeregisterAllocation
@@ -181,10 +178,7 @@ the agent.`,
 		fs.BoolVar(follow, "follow", false, "same as -f")
 		tail := fs.Int("tail", -1, "print only the last `N` lines first (default: all)")
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
-			if err := wantArgs(args, "ID"); err != nil {
-				return err
-			}
-			if err := checkID("ID", args[0]); err != nil {
+			if err := wantID(args, "ID"); err != nil {
 				return err
 			}
 			set := false

@@ -49,10 +49,7 @@ claims stay, and block other writers, until they are released.`,
 				help:    `Shows the host NODE of the agent's cluster (GET /v1/nodes/NODE).`,
 			}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 				return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
-					if err := wantArgs(args, "NODE"); err != nil {
-						return err
-					}
-					if err := checkID("NODE", args[0]); err != nil {
+					if err := wantID(args, "NODE"); err != nil {
 						return err
 					}
 					n, err := cl.Node(ctx, args[0])
@@ -83,10 +80,7 @@ removed from the cluster, so other hosts can claim the volumes. NODE releases
 them locally when it is back. Refused while NODE's lease is alive.`,
 			}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 				return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
-					if err := wantArgs(args, "NODE"); err != nil {
-						return err
-					}
-					if err := checkID("NODE", args[0]); err != nil {
+					if err := wantID(args, "NODE"); err != nil {
 						return err
 					}
 					res, err := cl.FenceNode(ctx, args[0])

@@ -47,10 +47,7 @@ and node capabilities by their CSI names, and its node's topology and
 max_volumes_per_node ("-": none).`,
 			}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 				return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
-					if err := wantArgs(args, "NAME"); err != nil {
-						return err
-					}
-					if err := checkID("NAME", args[0]); err != nil {
+					if err := wantID(args, "NAME"); err != nil {
 						return err
 					}
 					p, err := cl.Plugin(ctx, args[0])
@@ -135,10 +132,7 @@ the controller has no GET_CAPACITY capability.`,
 	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 		topology := fs.String("topology", "", "topology `segments` to ask about, like zone=a,rack=r1")
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
-			if err := wantArgs(args, "NAME"); err != nil {
-				return err
-			}
-			if err := checkID("NAME", args[0]); err != nil {
+			if err := wantID(args, "NAME"); err != nil {
 				return err
 			}
 			topo, err := runtime.ParseTopology(*topology)

@@ -169,10 +169,7 @@ func snapshotStatusCommand() *command {
 		help:    `Shows the snapshot ID (GET /v1/snapshots/ID). Secrets are never shown.`,
 	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
-			if err := wantArgs(args, "ID"); err != nil {
-				return err
-			}
-			if err := checkID("ID", args[0]); err != nil {
+			if err := wantID(args, "ID"); err != nil {
 				return err
 			}
 			s, err := cl.Snapshot(ctx, args[0])
@@ -213,10 +210,7 @@ DELETE /v1/snapshots/ID) and forgets it. Refused while a volume is being
 restored from it, or while it is being created.`,
 	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
-			if err := wantArgs(args, "ID"); err != nil {
-				return err
-			}
-			if err := checkID("ID", args[0]); err != nil {
+			if err := wantID(args, "ID"); err != nil {
 				return err
 			}
 			if err := cl.DeleteSnapshot(ctx, args[0]); err != nil {

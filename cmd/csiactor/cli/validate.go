@@ -97,3 +97,12 @@ func checkID(arg, id string) error {
 	}
 	return nil
 }
+
+// wantID checks that args is the one ID argument name (as wantArgs) and
+// that it is a valid ID (as checkID).
+func wantID(args []string, name string) error {
+	if err := wantArgs(args, name); err != nil {
+		return err
+	}
+	return checkID(name, args[0])
+}

@@ -84,10 +84,7 @@ how full it is and its condition, as its plugin last reported them
 (every volumes.stats_interval). Secrets and mount flags are never shown.`,
 	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
-			if err := wantArgs(args, "ID"); err != nil {
-				return err
-			}
-			if err := checkID("ID", args[0]); err != nil {
+			if err := wantID(args, "ID"); err != nil {
 				return err
 			}
 			v, err := cl.Volume(ctx, args[0])

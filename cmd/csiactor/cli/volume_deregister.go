@@ -26,10 +26,7 @@ controller attachment). Current claims still have to be released first
 	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 		force := fs.Bool("force", false, "forget the volume even with past claims that are not freed")
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
-			if err := wantArgs(args, "ID"); err != nil {
-				return err
-			}
-			if err := checkID("ID", args[0]); err != nil {
+			if err := wantID(args, "ID"); err != nil {
 				return err
 			}
 			var err error
@@ -64,10 +61,7 @@ forget a volume without deleting it, use "volume deregister".`,
 			if *purge {
 				return usagef("-purge was removed: 'volume delete' now always deletes the volume through the controller; to forget a volume without deleting it, use 'csiactor volume deregister ID'")
 			}
-			if err := wantArgs(args, "ID"); err != nil {
-				return err
-			}
-			if err := checkID("ID", args[0]); err != nil {
+			if err := wantID(args, "ID"); err != nil {
 				return err
 			}
 			if err := cl.DeleteVolume(ctx, args[0], true); err != nil {

@@ -28,10 +28,7 @@ Example:
 	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 		capacity := fs.String("capacity", "", "the new `size`, like 20GiB (required)")
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
-			if err := wantArgs(args, "ID"); err != nil {
-				return err
-			}
-			if err := checkID("ID", args[0]); err != nil {
+			if err := wantID(args, "ID"); err != nil {
 				return err
 			}
 			if *capacity == "" {
