@@ -13,7 +13,6 @@ import (
 	"github.com/csiactor/csiactor/actors/plugin"
 	"github.com/csiactor/csiactor/actors/registry"
 	"github.com/csiactor/csiactor/actors/volume"
-	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/kinderr"
 )
 
@@ -59,25 +58,14 @@ func ParseClaimWait(s string) (time.Duration, error) {
 // failing at once. After wait it fails with the last ErrConflict. A ctx
 // that ends (the HTTP client went away) ends the wait.
 func (r *Runtime) ClaimWait(ctx context.Context, volumeID string, req ClaimRequest, wait time.Duration) (Claim, error) {
-	if err := ValidateID("volume", volumeID); err != nil {
-		return Claim{}, err
-	}
-	if err := req.Validate(); err != nil {
-		return Claim{}, err
-	}
 	if wait <= 0 || wait > MaxClaimWait {
 		return Claim{}, fieldErr("wait", fmt.Sprintf("%s: want more than 0 and at most %s", wait, MaxClaimWait))
 	}
-	if err := r.ready(); err != nil {
+	vr, err := r.claimRequest(volumeID, req)
+	if err != nil {
 		return Claim{}, err
 	}
-	am, _ := csi.ParseAccessMode(req.AccessMode)
-	at, _ := csi.ParseAttachmentMode(req.AttachmentMode)
-	mode, _ := claim.ParseMode(req.Mode)
-	c, err := r.volumes.ClaimWait(ctx, volume.ClaimRequest{
-		VolumeID: volumeID, Alloc: req.Alloc, Mode: mode,
-		AccessMode: am, AttachmentMode: at,
-	}, wait)
+	c, err := r.volumes.ClaimWait(ctx, vr, wait)
 	if err != nil {
 		return Claim{}, mapErr(err)
 	}

@@ -640,27 +640,37 @@ func (r *Runtime) Volume(ctx context.Context, id string) (Volume, error) {
 // claim is published (with its target path) or has failed finally (and is
 // being torn down). The same request again returns the same claim.
 func (r *Runtime) Claim(ctx context.Context, volumeID string, req ClaimRequest) (Claim, error) {
-	if err := ValidateID("volume", volumeID); err != nil {
+	vr, err := r.claimRequest(volumeID, req)
+	if err != nil {
 		return Claim{}, err
+	}
+	c, err := r.volumes.Claim(ctx, vr)
+	if err != nil {
+		return Claim{}, mapErr(err)
+	}
+	return claimFromManager(c), nil
+}
+
+// claimRequest checks a claim of Claim and ClaimWait and that the runtime
+// is ready, and returns it as the volume manager takes it.
+func (r *Runtime) claimRequest(volumeID string, req ClaimRequest) (volume.ClaimRequest, error) {
+	if err := ValidateID("volume", volumeID); err != nil {
+		return volume.ClaimRequest{}, err
 	}
 	if err := req.Validate(); err != nil {
-		return Claim{}, err
+		return volume.ClaimRequest{}, err
 	}
 	if err := r.ready(); err != nil {
-		return Claim{}, err
+		return volume.ClaimRequest{}, err
 	}
 	// Validate parsed these already; parse again for the typed values.
 	am, _ := csi.ParseAccessMode(req.AccessMode)
 	at, _ := csi.ParseAttachmentMode(req.AttachmentMode)
 	mode, _ := claim.ParseMode(req.Mode)
-	c, err := r.volumes.Claim(ctx, volume.ClaimRequest{
+	return volume.ClaimRequest{
 		VolumeID: volumeID, Alloc: req.Alloc, Mode: mode,
 		AccessMode: am, AttachmentMode: at,
-	})
-	if err != nil {
-		return Claim{}, mapErr(err)
-	}
-	return claimFromManager(c), nil
+	}, nil
 }
 
 // Release releases alloc's claim on the volume. It returns as soon as the
