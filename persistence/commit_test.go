@@ -120,9 +120,10 @@ func TestStore_Commit_OneBatchEachCallerOwnResult(t *testing.T) {
 	// (13 writes, 11 committed): the batch-size histogram has one
 	// observation of 11.
 	want := batchSizeText(11) + `
-# HELP csiactor_store_writes_total Store writes by result: ok, error (rejected by the store or the disk) or canceled (the caller's context ended before the write was applied).
+# HELP csiactor_store_writes_total Store writes by result: ok (durable when it returned), deferred (a volume claim step kept in memory and made durable by the next checkpoint, see PutVolumeDeferred), error (rejected by the store or the disk) or canceled (the caller's context ended before the write was applied).
 # TYPE csiactor_store_writes_total counter
 csiactor_store_writes_total{result="canceled"} 0
+csiactor_store_writes_total{result="deferred"} 0
 csiactor_store_writes_total{result="error"} 2
 csiactor_store_writes_total{result="ok"} 11
 `
@@ -198,9 +199,10 @@ func TestStore_Metrics_UnregisteredOnClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `
-# HELP csiactor_store_writes_total Store writes by result: ok, error (rejected by the store or the disk) or canceled (the caller's context ended before the write was applied).
+# HELP csiactor_store_writes_total Store writes by result: ok (durable when it returned), deferred (a volume claim step kept in memory and made durable by the next checkpoint, see PutVolumeDeferred), error (rejected by the store or the disk) or canceled (the caller's context ended before the write was applied).
 # TYPE csiactor_store_writes_total counter
 csiactor_store_writes_total{result="canceled"} 0
+csiactor_store_writes_total{result="deferred"} 0
 csiactor_store_writes_total{result="error"} 0
 csiactor_store_writes_total{result="ok"} 1
 `

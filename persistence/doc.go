@@ -22,7 +22,9 @@
 // with 100,000 claimed volumes loads them in a fraction of a second; the
 // store reads JSON volumes too and writes JSON if records.go ever has a
 // field the codec does not know. Every write method blocks until its write
-// is on disk.
+// is on disk, except [Store.PutVolumeDeferred], for the steps of a claim
+// between its durable intent and its durable outcome: it returns once
+// reads see the write, which the next checkpoint makes durable.
 //
 // # Journal
 //

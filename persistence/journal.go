@@ -69,8 +69,10 @@ type journal struct {
 	segBytes    int64    // size of a new mapped segment; guarded by rotMu
 	warnedPlain bool     // guarded by rotMu
 
-	// ovMu guards the overlays. cur is changed with appends.mu held too,
-	// flushing with ckMu held too, so either lock alone reads its map.
+	// ovMu guards the overlays. cur is replaced (by a checkpoint) with
+	// appends.mu held too, and flushing with ckMu held too, so that either
+	// lock alone keeps its map; cur's entries change under ovMu alone
+	// (deferred writes hold no other lock).
 	ovMu sync.RWMutex
 	// cur holds the writes of the current generations (seg and full).
 	cur map[string]overlayEntry
@@ -132,6 +134,25 @@ func (s *Store) journalWrite(ctx context.Context, op byte, id string, value []by
 	r := journalReqs.Get().(*journalReq)
 	r.ctx, r.op, r.id, r.value, r.active = ctx, op, id, value, active
 	return s.j.appends.submit(ctx, s, r)
+}
+
+// deferWrite puts a volume write in the current overlay without
+// appending it to the journal (PutVolumeDeferred): reads see it at once,
+// and the checkpoint that the write arms moves it into bbolt with the
+// rest of the overlay.
+func (s *Store) deferWrite(id string, value []byte, active bool) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	j := s.j
+	j.ovMu.Lock()
+	j.cur[id] = overlayEntry{value: value, active: active}
+	j.ovMu.Unlock()
+	s.m.writesDeferred.Inc()
+	kick(j.ckArm)
+	return nil
 }
 
 // appendLocked appends the first queued write and those queued behind it,
@@ -434,7 +455,9 @@ func (s *Store) checkpointLocked(final bool) error {
 		}
 	}
 	j.appends.lock()
+	j.ovMu.RLock() // deferred writes change cur under ovMu alone
 	need := len(j.cur) > 0 || len(j.full) > 0 || j.broken != nil
+	j.ovMu.RUnlock()
 	j.appends.unlock()
 	if !need {
 		return nil

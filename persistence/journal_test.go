@@ -337,9 +337,10 @@ func TestStore_Metrics_Checkpoints(t *testing.T) {
 # TYPE csiactor_store_checkpoints_total counter
 csiactor_store_checkpoints_total{result="error"} 0
 csiactor_store_checkpoints_total{result="ok"} 3
-# HELP csiactor_store_writes_total Store writes by result: ok, error (rejected by the store or the disk) or canceled (the caller's context ended before the write was applied).
+# HELP csiactor_store_writes_total Store writes by result: ok (durable when it returned), deferred (a volume claim step kept in memory and made durable by the next checkpoint, see PutVolumeDeferred), error (rejected by the store or the disk) or canceled (the caller's context ended before the write was applied).
 # TYPE csiactor_store_writes_total counter
 csiactor_store_writes_total{result="canceled"} 0
+csiactor_store_writes_total{result="deferred"} 0
 csiactor_store_writes_total{result="error"} 0
 csiactor_store_writes_total{result="ok"} 3
 `

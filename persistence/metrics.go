@@ -16,7 +16,7 @@ type metrics struct {
 	writes        *prometheus.CounterVec
 	queued        prometheus.GaugeFunc
 
-	writesOK, writesError, writesCanceled prometheus.Counter
+	writesOK, writesError, writesCanceled, writesDeferred prometheus.Counter
 
 	checkpointSeconds               prometheus.Histogram
 	checkpoints                     *prometheus.CounterVec
@@ -41,7 +41,7 @@ func newMetrics(queueLen func() float64) *metrics {
 		}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "csiactor_store_writes_total",
-			Help: "Store writes by result: ok, error (rejected by the store or the disk) or canceled (the caller's context ended before the write was applied).",
+			Help: "Store writes by result: ok (durable when it returned), deferred (a volume claim step kept in memory and made durable by the next checkpoint, see PutVolumeDeferred), error (rejected by the store or the disk) or canceled (the caller's context ended before the write was applied).",
 		}, []string{"result"}),
 		queued: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "csiactor_store_queued_writes",
@@ -63,6 +63,7 @@ func newMetrics(queueLen func() float64) *metrics {
 	m.writesOK = m.writes.WithLabelValues("ok")
 	m.writesError = m.writes.WithLabelValues("error")
 	m.writesCanceled = m.writes.WithLabelValues("canceled")
+	m.writesDeferred = m.writes.WithLabelValues("deferred")
 	return m
 }
 

@@ -56,6 +56,38 @@ func (s *Store) PutVolume(ctx context.Context, v Volume) error {
 	return s.journalWrite(ctx, journalOpPut, v.ID, data, v.Active())
 }
 
+// PutVolumeDeferred is PutVolume for a write that may be lost in a crash:
+// one that only records a step in between two that are durable. It returns
+// once the write is in memory, without waiting for the disk; every read
+// sees it from then on. The next checkpoint, at most
+// Config.CheckpointDelay later (or Close), moves it into the store file
+// durably; a crash before that loses it, and Open finds the volume's last
+// write that was durable.
+//
+// The volume actor defers the steps of a claim between its durable intent
+// and its durable outcome: every CSI call is idempotent, so resuming from
+// the last durable step only sends the lost steps' calls again.
+//
+// Writes of one volume must not overlap: a PutVolumeDeferred started
+// while a PutVolume of the same volume has not returned may be replaced
+// by the older write.
+func (s *Store) PutVolumeDeferred(ctx context.Context, v Volume) error {
+	if err := checkID("volume id", v.ID); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	data, err := s.encodeVolume(&v)
+	if err != nil {
+		return err
+	}
+	if s.directVolumes {
+		return s.PutVolume(ctx, v)
+	}
+	return s.deferWrite(v.ID, data, v.Active())
+}
+
 // DeleteVolume removes the volume with id. Deleting an unknown ID is not an
 // error. The store does not check for claims: refusing to deregister a
 // claimed volume is the volume actor's decision. Like PutVolume, it is

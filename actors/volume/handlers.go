@@ -88,16 +88,46 @@ func (a *volumeActor) started(ctx actor.Context) {
 	a.h.disp.SetInline(true)
 }
 
-// persist writes v (a modified copy of a.rec) and makes it the record and
-// the published snapshot.
+// persist writes v (a modified copy of a.rec) durably and makes it the
+// record and the published snapshot. It is for what a caller is answered
+// about or what must be known before an RPC: a claim's intent (reserved,
+// with its usage counts) before its first RPC, its outcome (published, or
+// failed) before its caller is answered, a release (taken) before it is
+// answered, and every change a request asks for.
 func (a *volumeActor) persist(v *persistence.Volume, point string) error {
+	return a.save(v, point, a.m.store.PutVolume)
+}
+
+// mustPersist is persist for a step's result: the plugin has already acted,
+// so a store failure crashes the actor, which reloads the last record and
+// runs the (idempotent) step again.
+func (a *volumeActor) mustPersist(v *persistence.Volume, point string) {
+	if err := a.persist(v, point); err != nil {
+		panic(err)
+	}
+}
+
+// persistStep is mustPersist for a step in between a durable intent and a
+// durable outcome (controller-published, staged, a release's teardown
+// steps, a failed attempt that is retried): it does not wait for the disk.
+// A crash may lose it; resuming from the last durable record then sends
+// the step's idempotent RPC again.
+func (a *volumeActor) persistStep(v *persistence.Volume, point string) {
+	if err := a.save(v, point, a.m.store.PutVolumeDeferred); err != nil {
+		panic(err)
+	}
+}
+
+// save writes v with put and makes it the record and the published
+// snapshot.
+func (a *volumeActor) save(v *persistence.Volume, point string, put func(context.Context, persistence.Volume) error) error {
 	v.Revision = 1
 	if a.rec != nil {
 		v.Revision = a.rec.Revision + 1
 	}
 	v.UpdatedAt = time.Now()
 	a.m.faultPoint("persist:", point, a.h.id)
-	if err := a.m.store.PutVolume(context.Background(), *v); err != nil {
+	if err := put(context.Background(), *v); err != nil {
 		return fmt.Errorf("persist volume %q: %w", a.h.id, err)
 	}
 	old := a.rec
@@ -113,15 +143,6 @@ func (a *volumeActor) persist(v *persistence.Volume, point string) error {
 	a.m.recordEvents(old, v, a.forgetting...)
 	a.m.faultPoint("persisted:", point, a.h.id)
 	return nil
-}
-
-// mustPersist is persist for a step's result: the plugin has already acted,
-// so a store failure crashes the actor, which reloads the last record and
-// runs the (idempotent) step again.
-func (a *volumeActor) mustPersist(v *persistence.Volume, point string) {
-	if err := a.persist(v, point); err != nil {
-		panic(err)
-	}
 }
 
 func (a *volumeActor) enqueue(ctx actor.Context, w any) {
@@ -379,7 +400,11 @@ func (a *volumeActor) stepFinished(ctx actor.Context, msg *stepFinished) {
 	case msg.res.Outcome == csi.Success:
 		v := claim.CloneVolume(a.rec)
 		claim.ApplyPublish(v, msg.step, msg.res, now)
-		a.mustPersist(v, msg.step.Method.String())
+		if c := v.Claims[claim.FindClaim(v.Claims, alloc)]; c.State == claim.StatePublished {
+			a.mustPersist(v, msg.step.Method.String()) // the outcome its caller hears
+		} else {
+			a.persistStep(v, msg.step.Method.String())
+		}
 		if repair != "" && msg.step.Method == claim.NodePublish {
 			a.m.repairs.WithLabelValues(a.rec.Plugin, repairSucceeded).Inc()
 			a.log.WithFields(logrus.Fields{"alloc": alloc, "missing": repair}).Info("claim repaired: published again")
@@ -390,7 +415,7 @@ func (a *volumeActor) stepFinished(ctx actor.Context, msg *stepFinished) {
 	default:
 		v := claim.CloneVolume(a.rec)
 		n := claim.RecordFailure(v.Claims, alloc, msg.res.Err.Error(), now)
-		a.mustPersist(v, "failure")
+		a.persistStep(v, "failure")
 		if repair != "" {
 			a.m.repairs.WithLabelValues(a.rec.Plugin, repairFailed).Inc()
 			a.scheduleRetry(ctx, msg.step, n)
@@ -532,7 +557,7 @@ func (a *volumeActor) grantTurn(ctx actor.Context, alloc string) {
 	v := claim.CloneVolume(a.rec)
 	step, run, changed := claim.AdvanceRelease(v, alloc, time.Now())
 	if changed {
-		a.mustPersist(v, "release-advance")
+		a.persistStep(v, "release-advance")
 	}
 	a.lend(ctx, pid, step, run)
 }
@@ -556,13 +581,13 @@ func (a *volumeActor) releaseStepDone(ctx actor.Context, msg *claim.StepDone) {
 	if msg.Result.OK() {
 		claim.ApplyRelease(v, msg.Step, now)
 		step, run, _ := claim.AdvanceRelease(v, msg.Alloc, now)
-		a.mustPersist(v, msg.Step.Method.String())
+		a.persistStep(v, msg.Step.Method.String())
 		if pid := a.claimers[msg.Alloc]; pid != nil {
 			a.lend(ctx, pid, step, run)
 		}
 	} else {
 		claim.RecordFailure(v.PastClaims, msg.Alloc, msg.Result.Err.Error(), now)
-		a.mustPersist(v, "release-failure")
+		a.persistStep(v, "release-failure")
 	}
 	a.settle(ctx)
 }

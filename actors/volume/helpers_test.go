@@ -156,6 +156,8 @@ type env struct {
 	cached  bool        // the manager gets cachedTestPlugins
 	dbDir   string      // directory of the store file; "" is the data dir
 	facts   claim.Facts // the plugin's facts when it is not a fake plugin
+	// storeReg receives the store's metrics; nil registers none.
+	storeReg prometheus.Registerer
 
 	closeOnce sync.Once
 }
@@ -235,7 +237,7 @@ func newEnvWith(t testing.TB, dir string, plugin *fakeplugin.Plugin, endpoint st
 	if dbDir == "" {
 		dbDir = dir
 	}
-	store, err := persistence.Open(filepath.Join(dbDir, "state.db"), persistence.Config{NoSync: !e.durable})
+	store, err := persistence.Open(filepath.Join(dbDir, "state.db"), persistence.Config{NoSync: !e.durable, Registerer: e.storeReg})
 	if err != nil {
 		t.Fatal(err)
 	}

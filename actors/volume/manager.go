@@ -20,9 +20,13 @@ import (
 
 // Store is what the volume manager needs from the store; *persistence.Store
 // implements it. Volume returns an error wrapping persistence.ErrNotFound
-// for an unknown ID.
+// for an unknown ID. PutVolume returns once the write is durable;
+// PutVolumeDeferred once reads see it (the steps of a claim between its
+// durable intent and its durable outcome: a crash may lose them, and
+// resuming sends their idempotent calls again).
 type Store interface {
 	PutVolume(ctx context.Context, v persistence.Volume) error
+	PutVolumeDeferred(ctx context.Context, v persistence.Volume) error
 	Volume(ctx context.Context, id string) (persistence.Volume, error)
 	DeleteVolume(ctx context.Context, id string) error
 	ForEachVolume(ctx context.Context, fn func(persistence.Volume) error) error
