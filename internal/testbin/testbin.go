@@ -1,7 +1,8 @@
 // Package testbin holds what the tests that run the built csiactor binary
 // share: building it, starting and waiting for the processes they run,
 // polling for what happens on its own, and finding the processes left;
-// and the few helpers that tests of several packages share (Parallel).
+// and the few helpers that tests of several packages share (Parallel, and
+// CPUHog for benchmarks under load).
 package testbin
 
 import (
