@@ -29,27 +29,16 @@
 // # Journal
 //
 // Volume writes (PutVolume, DeleteVolume), the ones a volume actor makes
-// after each claim step, do not each cost a bbolt transaction: each is
-// appended as one framed record (length, CRC-32C, op, ID, value) to a
-// write-ahead journal next to the store file, "<file>.journal.<n>", and
-// returns once appended (and fdatasync'd, unless [Config.NoSync]). On
-// Linux a journal file is preallocated (up to 8 MiB; its unwritten rest is
-// zeros, and its size never changes, so an fdatasync writes data only),
-// and a file that is full is followed by the next generation. With
-// NoSync the file is mapped shared and a write is appended by copying it
-// into the mapping: into the page cache, where it survives a crash of the
-// process, without a syscall; with sync on it is appended with one
-// pwrite(2). Elsewhere the file grows with each write(2). On Linux
-// (amd64, arm64) the fdatasync of an append goes through AIO
-// (IOCB_CMD_FDSYNC) and the writer waits for it parked on an eventfd, not
-// in the syscall: a goroutine in a blocking fdatasync keeps one of the
-// process's Ps, and under load, when the journal syncs back to back, that
-// is one core of the host's lost to everything else the agent does. Where
-// the kernel refuses AIO the journal uses fdatasync. An
-// in-memory overlay of the writes not yet in bbolt makes every read see
-// every returned write: [Store.Volume] looks there first; the scans
+// at a claim's intent and outcome, do not each cost a bbolt transaction:
+// each is appended as one framed record (length, CRC-32C, op, ID, value)
+// to a write-ahead journal next to the store file, "<file>.journal.<n>",
+// with one pwrite(2), and returns once appended and fdatasync'd (unless
+// [Config.NoSync]): one sync instead of bbolt's two. An in-memory overlay
+// of the writes not yet in bbolt makes every read see every returned
+// write, and the deferred ones ([Store.PutVolumeDeferred], never
+// appended): [Store.Volume] looks there first; the scans
 // ([Store.ForEachVolume], [Store.VolumeIDs], [Store.ActiveVolumes])
-// checkpoint first. A checkpoint moves the journal into bbolt in one
+// checkpoint first. A checkpoint moves the overlay into bbolt in one
 // transaction, in the background when the journal passes
 // [Config.CheckpointBytes] or [Config.CheckpointDelay] after its first
 // write, on scans, and on Close; it first rotates to a new journal
@@ -79,10 +68,9 @@
 // The file is locked while open: a second Open of the same file, from this
 // or another process, fails with [ErrInUse] after [Config.LockTimeout].
 //
-// A journal file is preallocated when it is started, so a full disk fails
-// that write (or checkpoint), never a later copy into the mapping. Never
-// truncate a journal file of an open store: the store's next write then
-// fails, and it refuses writes until its next checkpoint.
+// A write that fails to append (a full disk) is taken back out of the
+// journal file before it returns its error; if even that fails, the store
+// refuses volume writes until its next checkpoint.
 //
 // Open never writes to a file it cannot fully read: an existing file is
 // first checked through a read-only handle, and a damaged one is refused

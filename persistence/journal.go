@@ -16,11 +16,12 @@ import (
 
 // Volume writes (PutVolume, DeleteVolume) go to a write-ahead journal next
 // to the bbolt file instead of a bbolt transaction each: one framed record
-// per write, appended to a preallocated generation file
-// (journal_segment.go; copied into its shared mapping when sync is off),
-// many writes in one append and one fdatasync when they queue behind each
-// other (group commit, leader/follower as in commit.go). An in-memory overlay holds the writes not yet in bbolt, so
-// reads see every write that returned. Checkpoints move the overlay into
+// per write, appended with pwrite(2) to the generation's file
+// (journal_segment.go), many writes in one append and one fdatasync when
+// they queue behind each other (group commit, leader/follower: see
+// groupcommit.go). An in-memory overlay holds the writes not yet in bbolt,
+// so reads see every write that returned, and the deferred writes
+// (PutVolumeDeferred), which are never appended. Checkpoints move the overlay into
 // bbolt in one transaction: the journal is rotated to a new generation
 // with a fresh overlay first, so writers wait only for the rotation, never
 // for bbolt. Open replays what a crash left. journal_format.go has the
@@ -50,24 +51,17 @@ type journal struct {
 	// is held by whoever appends a group (a writer, or the journal
 	// committer goroutine) and by a checkpoint swapping segments.
 	appends  groupCommit[*journalReq]
-	seg      *segment   // current generation's segment; nil after Close's checkpoint; guarded by appends.mu
-	full     []*segment // earlier generations of cur, filled (full rotations); guarded by appends.mu
-	curBytes int64      // bytes of records appended for cur, in seg and full; guarded by appends.mu
-	group    uint64     // seg's last group; guarded by appends.mu
-	buf      []byte     // reusable append buffer of plain segments; guarded by appends.mu
-	broken   error      // set when a failed append could not be undone; guarded by appends.mu
-	// aio syncs appends without holding a P (aiosync_linux.go); nil
-	// with sync off, where the kernel refuses it, and after Close.
-	// Guarded by appends.mu.
-	aio *aioSyncer
+	seg      *segment // current generation's segment; nil after Close's checkpoint; guarded by appends.mu
+	curBytes int64    // bytes of records appended to seg; guarded by appends.mu
+	group    uint64   // seg's last group; guarded by appends.mu
+	buf      []byte   // reusable append buffer; guarded by appends.mu
+	broken   error    // set when a failed append could not be undone; guarded by appends.mu
 
 	// rotMu guards the making of segments: which generation is next, and
 	// a spare made ready ahead of a rotation. Taken after appends.mu.
-	rotMu       sync.Mutex
-	lastGen     uint64   // the newest generation made; guarded by rotMu
-	spare       *segment // generation lastGen, made and not yet installed; guarded by rotMu
-	segBytes    int64    // size of a new mapped segment; guarded by rotMu
-	warnedPlain bool     // guarded by rotMu
+	rotMu   sync.Mutex
+	lastGen uint64   // the newest generation made; guarded by rotMu
+	spare   *segment // generation lastGen, made and not yet installed; guarded by rotMu
 
 	// ovMu guards the overlays. cur is replaced (by a checkpoint) with
 	// appends.mu held too, and flushing with ckMu held too, so that either
@@ -80,18 +74,14 @@ type journal struct {
 	// whose checkpoint failed); nil when none is.
 	flushing map[string]overlayEntry
 
-	// ckMu is held for a whole checkpoint, and while the current segment
-	// is prefaulted: a segment that was ever current is unmapped only
-	// with ckMu held.
+	// ckMu is held for a whole checkpoint.
 	ckMu      sync.Mutex
-	flushSegs []*segment              // flushing's segments, oldest first; guarded by ckMu
-	flushGen  uint64                  // the newest of them; guarded by ckMu
+	flushSeg  *segment                // flushing's segment; guarded by ckMu
 	spareOv   map[string]overlayEntry // an emptied overlay for the next rotation; guarded by ckMu
 	closed    bool                    // no checkpoint after Close; guarded by ckMu
 
 	ckKick  chan struct{} // the journal passed Config.CheckpointBytes, or refuses writes
 	ckArm   chan struct{} // the first write of a generation
-	popKick chan struct{} // the current segment wants prefaulting
 	ckStop  chan struct{}
 	ckDone  chan struct{}
 }
@@ -156,8 +146,8 @@ func (s *Store) deferWrite(id string, value []byte, active bool) error {
 }
 
 // appendLocked appends the first queued write and those queued behind it,
-// up to MaxBatchSize, as one group: encoded into the mapped segment, or
-// one pwrite(2), and with sync on, one fdatasync. Then it puts
+// up to MaxBatchSize, as one group: one pwrite(2), and with sync on, one
+// fdatasync. Then it puts
 // them in the overlay, in queue order (the order replay applies them in),
 // and answers each. It reports false when the queue was empty. The caller
 // holds appends.mu.
@@ -230,25 +220,8 @@ func (s *Store) appendGroupLocked(batch []*journalReq) error {
 	if j.broken != nil {
 		return j.broken
 	}
-	var need int64
-	for _, r := range batch {
-		if r.err == nil {
-			need += journalFrameSize + journalBodyFixed + int64(len(r.id)+len(r.value))
-		}
-	}
-	if !j.seg.fits(need) {
-		next, err := s.takeSegmentLocked(need)
-		if err != nil {
-			return fmt.Errorf("store journal generation %d is full and the next cannot be started: %w", j.seg.gen, err)
-		}
-		j.full = append(j.full, j.seg)
-		j.seg, j.group = next, 0
-	}
 	seg := j.seg
 	group := j.group + 1
-	if seg.data != nil {
-		return s.appendMappedLocked(seg, batch, group, need)
-	}
 	buf := appendGroup(j.buf[:0], batch, group)
 	if cap(buf) <= maxKeptJournalBuf {
 		j.buf = buf[:0]
@@ -257,7 +230,7 @@ func (s *Store) appendGroupLocked(batch []*journalReq) error {
 	}
 	n, err := seg.f.WriteAt(buf, seg.size)
 	if err == nil && !s.cfg.NoSync {
-		err = s.syncAppend(seg.f)
+		err = fdatasync(seg.f)
 	}
 	if err == nil {
 		seg.size += int64(n)
@@ -265,14 +238,7 @@ func (s *Store) appendGroupLocked(batch []*journalReq) error {
 		j.group = group
 		return nil
 	}
-	var undo error
-	if seg.prealloc > 0 {
-		// Keep the preallocated size: zeros are the journal's end.
-		clear(buf)
-		_, undo = seg.f.WriteAt(buf, seg.size)
-	} else {
-		undo = seg.f.Truncate(seg.size)
-	}
+	undo := seg.f.Truncate(seg.size)
 	if undo == nil && !s.cfg.NoSync {
 		undo = fdatasync(seg.f)
 	}
@@ -281,73 +247,6 @@ func (s *Store) appendGroupLocked(batch []*journalReq) error {
 		kick(j.ckKick)
 	}
 	return err
-}
-
-// syncAppend makes an appended group durable: through the journal's AIO
-// syncer when it has one, so that the P of the goroutine waiting for the
-// disk runs other goroutines meanwhile, else with fdatasync. A syncer that
-// fails (the kernel refuses it, a completion is lost) is dropped for good,
-// and this sync is done with fdatasync. The caller holds appends.mu.
-func (s *Store) syncAppend(f *os.File) error {
-	j := s.j
-	if j.aio != nil {
-		err := j.aio.sync(f)
-		if !errors.Is(err, errAIOUnsupported) {
-			return err
-		}
-		s.log.WithError(err).Info("store journal: syncing with fdatasync from now on")
-		_ = j.dropAIOLocked() // it failed already; its own close adds nothing
-	}
-	return fdatasync(f)
-}
-
-// dropAIOLocked releases the journal's AIO syncer, if any: appends are
-// synced with fdatasync from then on. The caller holds appends.mu.
-func (j *journal) dropAIOLocked() error {
-	if j.aio == nil {
-		return nil
-	}
-	err := j.aio.close()
-	j.aio = nil
-	return err
-}
-
-// appendMappedLocked encodes the group of need bytes straight into seg's
-// mapping, where it fits, and with sync on fdatasyncs it. A failed
-// fdatasync is taken back by zeroing the group. The caller holds
-// appends.mu.
-func (s *Store) appendMappedLocked(seg *segment, batch []*journalReq, group uint64, need int64) error {
-	j := s.j
-	at := seg.data[seg.size : seg.size+need : seg.size+need]
-	err := encodeMapped(at, batch, group)
-	if err == nil && !s.cfg.NoSync {
-		err = s.syncAppend(seg.f)
-		if err != nil {
-			undo := clearMapped(at)
-			if undo == nil {
-				undo = fdatasync(seg.f)
-			}
-			if undo != nil {
-				j.broken = fmt.Errorf("store journal refuses writes until the next checkpoint: a failed append could not be taken back: %w", undo)
-				kick(j.ckKick)
-			}
-			return err
-		}
-	}
-	if err != nil {
-		// The mapping faulted: its file is not what it was.
-		j.broken = fmt.Errorf("store journal refuses writes until the next checkpoint: %w", err)
-		kick(j.ckKick)
-		return err
-	}
-	seg.size += need
-	j.curBytes += need
-	j.group = group
-	if !seg.prefaulting && seg.populated < int64(len(seg.data)) && seg.size+prefaultBytes/2 > seg.populated {
-		seg.prefaulting = true
-		kick(j.popKick)
-	}
-	return nil
 }
 
 // appendGroup appends the records of batch (skipping those whose err is
@@ -413,9 +312,6 @@ func (s *Store) runCheckpoints() {
 			}
 		case <-timer.C:
 			armed = false
-		case <-j.popKick:
-			s.prefault()
-			continue
 		case <-j.ckStop:
 			timer.Stop()
 			return
@@ -456,7 +352,7 @@ func (s *Store) checkpointLocked(final bool) error {
 	}
 	j.appends.lock()
 	j.ovMu.RLock() // deferred writes change cur under ovMu alone
-	need := len(j.cur) > 0 || len(j.full) > 0 || j.broken != nil
+	need := len(j.cur) > 0 || j.broken != nil
 	j.ovMu.RUnlock()
 	j.appends.unlock()
 	if !need {
@@ -475,17 +371,15 @@ func (s *Store) checkpointLocked(final bool) error {
 	j.appends.lock()
 	var next *segment
 	if !final {
-		// The spare, unless a full rotation took it meanwhile.
 		var err error
-		if next, err = s.takeSegmentLocked(0); err != nil {
+		if next, err = s.takeSegment(); err != nil {
 			j.spareOv = fresh
 			j.appends.unlock()
 			return fmt.Errorf("checkpoint store: rotate journal: %w", err)
 		}
 	}
-	j.flushSegs = append(j.full, j.seg)
-	j.flushGen = j.seg.gen
-	j.seg, j.full, j.curBytes, j.group, j.broken = next, nil, 0, 0, nil
+	j.flushSeg = j.seg
+	j.seg, j.curBytes, j.group, j.broken = next, 0, 0, nil
 	j.ovMu.Lock()
 	j.flushing, j.cur = j.cur, fresh
 	j.ovMu.Unlock()
@@ -508,7 +402,7 @@ func (s *Store) flushLocked() error {
 				return err
 			}
 		}
-		return setJournalApplied(tx, j.flushGen)
+		return setJournalApplied(tx, j.flushSeg.gen)
 	})
 	s.m.checkpointSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
@@ -524,23 +418,20 @@ func (s *Store) flushLocked() error {
 		clear(flushed)
 		j.spareOv = flushed
 	}
-	for _, seg := range j.flushSegs {
-		// A file whose removal is lost is skipped at Open: its generation
-		// is recorded as applied.
-		if err := seg.remove(); err != nil {
-			s.log.WithError(err).Warn("cannot remove a checkpointed store journal file; Open skips it")
-		}
+	// A file whose removal is lost is skipped at Open: its generation is
+	// recorded as applied.
+	if err := j.flushSeg.remove(); err != nil {
+		s.log.WithError(err).Warn("cannot remove a checkpointed store journal file; Open skips it")
 	}
-	clear(j.flushSegs)
-	j.flushSegs = j.flushSegs[:0]
+	j.flushSeg = nil
 	return nil
 }
 
 // closeJournal ends the journal for Close. With checkpoint, every
 // journaled write is moved into bbolt and the journal files are removed;
 // if that fails (or without checkpoint, which tests use to leave the files
-// as a crash would), they stay for the next Open to replay. Every segment
-// is unmapped. The journal committer and checkpointer have stopped.
+// as a crash would), they stay for the next Open to replay. The journal
+// committer and checkpointer have stopped.
 func (s *Store) closeJournal(checkpoint bool) error {
 	j := s.j
 	j.ckMu.Lock()
@@ -553,13 +444,10 @@ func (s *Store) closeJournal(checkpoint bool) error {
 	s.dropSpare()
 	j.appends.lock()
 	defer j.appends.unlock()
-	if cerr := j.dropAIOLocked(); cerr != nil {
-		s.log.WithError(cerr).Warn("cannot release the store journal's AIO context")
+	if j.flushSeg != nil {
+		_ = j.flushSeg.close()
+		j.flushSeg = nil
 	}
-	for _, seg := range slices.Concat(j.flushSegs, j.full) {
-		_ = seg.close()
-	}
-	j.flushSegs, j.full = nil, nil
 	if seg := j.seg; seg != nil {
 		j.seg = nil
 		if checkpoint && err == nil {

@@ -45,20 +45,10 @@ func crashVolume(id string, i int) Volume {
 }
 
 // crashConfig is the store config of crashWriter: checkpoints all the
-// time, so that kills land in every phase of one. A mode ending in "-full"
-// checkpoints less often, with segments so small (crashSegmentBytes) that
-// writers fill a generation and start the next one every few writes,
-// while checkpoints rotate too.
+// time, so that kills land in every phase of one.
 func crashConfig(mode string) Config {
-	cfg := Config{NoSync: strings.HasPrefix(mode, "nosync"), CheckpointBytes: 8 << 10, CheckpointDelay: 2 * time.Millisecond}
-	if strings.HasSuffix(mode, "-full") {
-		cfg.CheckpointBytes = 64 << 10
-	}
-	return cfg
+	return Config{NoSync: mode == "nosync", CheckpointBytes: 8 << 10, CheckpointDelay: 2 * time.Millisecond}
 }
-
-// crashSegmentBytes is the segment size of the "-full" modes.
-const crashSegmentBytes = 2 * pageBytes
 
 // crashWriter opens the store, prints "ready", and then has each writer
 // print "<w> <i>" after its op i returned nil, forever.
@@ -68,12 +58,6 @@ func crashWriter(spec string) {
 	if err != nil {
 		fmt.Println("error:", err.Error())
 		os.Exit(1)
-	}
-	if strings.HasSuffix(parts[1], "-full") {
-		if err := s.setSegments(segmentAuto, crashSegmentBytes); err != nil {
-			fmt.Println("error:", err.Error())
-			os.Exit(1)
-		}
 	}
 	prefix := parts[2]
 	fmt.Println("ready")
@@ -176,9 +160,7 @@ func runCrashWriter(t *testing.T, path, mode, prefix string, lines int) [crashWr
 }
 
 // TestStore_Journal_KilledWhileWriting kills a process writing volumes
-// (with checkpoints running all the time; in the "-full" modes, with tiny
-// journal segments that writers fill and replace between checkpoints as
-// well) with SIGKILL, several times, and
+// (with checkpoints running all the time) with SIGKILL, several times, and
 // checks after each that every write it reported as returned is in the
 // reopened store, that the one write per writer in flight is there or not
 // (never anything else), that the active-volume index agrees, and that
@@ -188,7 +170,7 @@ func TestStore_Journal_KilledWhileWriting(t *testing.T) {
 	for _, tt := range []struct {
 		mode  string
 		lines int
-	}{{"sync", 500}, {"nosync", 4000}, {"sync-full", 500}, {"nosync-full", 4000}} {
+	}{{"sync", 500}, {"nosync", 4000}} {
 		t.Run(tt.mode, func(t *testing.T) {
 			checkLeaks(t)
 			ctx := ctxT(t)

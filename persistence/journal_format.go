@@ -15,9 +15,9 @@ import (
 
 // The journal is a sequence of generations, each one file next to the
 // store file named "<store file>.journal.<generation>" (decimal). A file is
-// a header and then records, appended one group at a time, and then, in a
-// preallocated file (journal_segment.go), zeros up to its size: the
-// journal's end, in every generation. A record never starts with zeros
+// a header and then records, appended one group at a time. Zeros after
+// the records are the journal's end too: files of earlier versions were
+// preallocated, zeros up to their size, and Open still replays them. A record never starts with zeros
 // (its length is at least journalBodyFixed).
 //
 // Header, journalHeaderSize bytes, little-endian:
@@ -42,9 +42,9 @@ import (
 // Every group's last record has journalFlagEnd, so replay knows whether a
 // group is complete: a crash during an append leaves at most the file's
 // last group incomplete or torn, and replay drops that group whole. A
-// header of zeros in a file of zeros is a preallocated file whose header
-// a crash (of the machine, during its creation) lost: like a header cut
-// short, it is dropped in the last generation.
+// header of zeros in a file of zeros (a preallocated file whose header a
+// crash of the machine lost), like a header cut short, is dropped in the
+// last generation.
 const (
 	journalMagic          = "csiajrnl"
 	journalVersion uint32 = 1

@@ -117,13 +117,6 @@ type Store struct {
 	// BenchmarkPutVolumeLone. Tests and benchmarks change it only while
 	// no write is in flight and nothing is journaled (setDirectVolumes).
 	directVolumes bool
-	// segmentKind is how new journal segments are made: segmentAuto, or
-	// for benchmarks segmentPlain (appended with write(2) as the journal
-	// was first written, the baseline of BenchmarkPutVolume and
-	// BenchmarkPutVolumeLone) or one path of the two segmentAuto chooses
-	// between. Guarded by j.rotMu; it takes effect at the next rotation
-	// (setSegments).
-	segmentKind segmentKind
 
 	// j is the journal of volume writes (journal.go).
 	j *journal
@@ -211,7 +204,6 @@ func open(path string, cfg Config, sc schema) (*Store, error) {
 			cur:     map[string]overlayEntry{},
 			ckKick:  make(chan struct{}, 1),
 			ckArm:   make(chan struct{}, 1),
-			popKick: make(chan struct{}, 1),
 			ckStop:  make(chan struct{}),
 			ckDone:  make(chan struct{}),
 		},
@@ -232,15 +224,6 @@ func open(path string, cfg Config, sc schema) (*Store, error) {
 		_ = s.closeJournal(true) // nothing is journaled yet: removes the new file
 		_ = db.Close()
 		return nil, err
-	}
-	if !cfg.NoSync {
-		if a, err := newAIOSyncer(); err == nil {
-			s.j.aio = a
-		} else {
-			// Worth an operator's notice: under load every sync now
-			// holds one of the process's Ps (see aiosync_linux.go).
-			s.log.WithError(err).Info("store journal syncs with fdatasync: AIO is not available")
-		}
 	}
 	go s.commits.run()
 	go s.j.appends.run()
@@ -285,10 +268,9 @@ func (s *Store) initStore(sc schema) error {
 		return err
 	}
 	s.j.lastGen = rp.lastGen
-	s.j.segBytes = segmentBytes(s.cfg)
 	s.j.appends.lock()
 	defer s.j.appends.unlock()
-	seg, err := s.takeSegmentLocked(0)
+	seg, err := s.takeSegment()
 	if err != nil {
 		return fmt.Errorf("store %s: %w", s.path, err)
 	}
