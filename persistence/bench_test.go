@@ -1,11 +1,11 @@
 package persistence
 
 import (
-	"runtime"
 	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"

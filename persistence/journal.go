@@ -75,15 +75,15 @@ type journal struct {
 	flushing map[string]overlayEntry
 
 	// ckMu is held for a whole checkpoint.
-	ckMu      sync.Mutex
-	flushSeg  *segment                // flushing's segment; guarded by ckMu
-	spareOv   map[string]overlayEntry // an emptied overlay for the next rotation; guarded by ckMu
-	closed    bool                    // no checkpoint after Close; guarded by ckMu
+	ckMu     sync.Mutex
+	flushSeg *segment                // flushing's segment; guarded by ckMu
+	spareOv  map[string]overlayEntry // an emptied overlay for the next rotation; guarded by ckMu
+	closed   bool                    // no checkpoint after Close; guarded by ckMu
 
-	ckKick  chan struct{} // the journal passed Config.CheckpointBytes, or refuses writes
-	ckArm   chan struct{} // the first write of a generation
-	ckStop  chan struct{}
-	ckDone  chan struct{}
+	ckKick chan struct{} // the journal passed Config.CheckpointBytes, or refuses writes
+	ckArm  chan struct{} // the first write of a generation
+	ckStop chan struct{}
+	ckDone chan struct{}
 }
 
 // journalReq is one caller's volume write, queued for whoever appends

@@ -201,11 +201,11 @@ func open(path string, cfg Config, sc schema) (*Store, error) {
 		log:  cfg.Logger.WithField("store", path),
 		db:   db,
 		j: &journal{
-			cur:     map[string]overlayEntry{},
-			ckKick:  make(chan struct{}, 1),
-			ckArm:   make(chan struct{}, 1),
-			ckStop:  make(chan struct{}),
-			ckDone:  make(chan struct{}),
+			cur:    map[string]overlayEntry{},
+			ckKick: make(chan struct{}, 1),
+			ckArm:  make(chan struct{}, 1),
+			ckStop: make(chan struct{}),
+			ckDone: make(chan struct{}),
 		},
 
 		binaryVolumes: volumeCodecCovers(),
