@@ -49,19 +49,13 @@
 // # Group commit
 //
 // Writes from all goroutines join one queue (volume writes the journal's,
-// others bbolt's), and one commit of each queue runs at a time. A writer
-// that finds no commit running commits the queue itself, in its own
-// goroutine: its own write, and every write already queued behind it (up
-// to [Config.MaxBatchSize], for at most [Config.MaxBatchDelay]), in one
-// journal append or one bbolt transaction, with one fsync, and hands each
-// of the others its result. So a lone write is committed at once, without
-// a hand-off to another goroutine and back. A writer that finds a commit
-// running waits: the writes that queue while one batch is being synced
-// form the next batch, committed by the store's committer goroutine as
-// soon as the running commit ends (or by a writer that arrives first). It
-// never waits for writes that have not arrived. Each caller gets its own
-// result: a write that fails is taken out and the rest of its batch is
-// committed without it.
+// others bbolt's), committed by one committer goroutine per queue: every
+// write queued (up to [Config.MaxBatchSize], gathered for at most
+// [Config.MaxBatchDelay]) in one journal append or one bbolt transaction,
+// with one fsync, and each caller handed its own result. The writes that
+// queue while one batch is being synced form the next batch; a commit
+// never waits for writes that have not arrived. A write that fails is
+// taken out and the rest of its batch is committed without it.
 //
 // # Caveats
 //

@@ -8,24 +8,21 @@ import (
 	"time"
 )
 
-// groupCommit is the leader/follower scheme of one write queue: bbolt
-// transactions (commit.go) and journal appends (journal.go) each have one.
+// groupCommit is the group commit of one write queue: bbolt transactions
+// (commit.go) and journal appends (journal.go) each have one.
 //
-// A caller queues its write and then tries to take mu. If it gets it (no
-// commit is running: the usual case for a lone write), it commits the
-// queue itself, its own write included, in its own goroutine: no hand-off
-// to another goroutine and back. If a commit is running, the caller waits;
-// whoever holds mu makes sure the queue is committed after it: every holder
-// releases mu through unlock, which wakes the committer goroutine (run)
-// when writes are queued. So a writer that queued while mu was held, and
-// so did not commit itself, is always committed by someone.
+// A caller queues its write, wakes the queue's committer goroutine (run)
+// and waits for its answer. The committer commits every write queued, as
+// many per batch as MaxBatchSize allows, and answers each: the writes
+// that queue while one batch is being synced form the next batch. Who
+// else holds mu (a checkpoint swapping segments) releases it through
+// unlock, which wakes the committer when writes are queued.
 type groupCommit[R request] struct {
 	// reqs is the queue of writes not yet taken into a batch.
 	reqs chan R
-	// mu is held by whoever takes writes from reqs and commits them: a
-	// writer committing the queue itself, or run. Its user may hold it
-	// for more (the journal, to swap segments); it releases it through
-	// unlock all the same.
+	// mu is held by run while it takes writes from reqs and commits
+	// them. Its user may hold it for more (the journal, to swap
+	// segments); it releases it through unlock all the same.
 	mu sync.Mutex
 	// batch is the reusable slice of the batch being built; guarded by mu.
 	batch []R
@@ -54,9 +51,6 @@ type replySlot struct {
 	// err is this write's own failure, set while its batch is built: the
 	// batch goes on without it.
 	err error
-	// answered is set by the commit that finished this write; guarded by
-	// the groupCommit's mu.
-	answered bool
 	// done receives the write's outcome once; buffered, so a commit never
 	// blocks on a caller that gave up.
 	done chan error
@@ -67,7 +61,6 @@ func (r *replySlot) reply() *replySlot { return r }
 // answer hands the write's outcome to its caller. The caller of answer
 // holds the groupCommit's mu.
 func (r *replySlot) answer(err error) {
-	r.answered = true
 	r.done <- err
 }
 
@@ -82,14 +75,12 @@ func (q *groupCommit[R]) init(size int, commitLocked func() bool, recycle func(R
 	q.done = make(chan struct{})
 }
 
-// submit queues r and waits until it is committed, committing the queue
-// itself when no commit is running.
+// submit queues r and waits until the committer has committed it.
 //
 // If ctx ends while r is queued but not yet applied, the commit skips it.
 // If ctx ends after that, submit returns an error wrapping ctx.Err() at
 // once, and the write may or may not be committed: every write here
-// replaces a whole record, so repeating it is safe. A caller that is
-// committing returns when its commit is done, whatever ctx says.
+// replaces a whole record, so repeating it is safe.
 func (q *groupCommit[R]) submit(ctx context.Context, s *Store, r R) error {
 	s.mu.RLock()
 	if s.closed {
@@ -104,17 +95,10 @@ func (q *groupCommit[R]) submit(ctx context.Context, s *Store, r R) error {
 		q.release(r)
 		return ctx.Err()
 	}
-	// Still under mu.RLock, so Close waits for a committing caller.
-	if !s.handOff && q.mu.TryLock() {
-		defer s.mu.RUnlock()
-		err := q.lead(r)
-		q.release(r)
-		return err
-	}
-	if s.handOff {
-		kick(q.kick)
-	}
+	// Queued under mu.RLock: Close, which takes mu, stops run only after
+	// this, and run commits what is queued before it returns.
 	s.mu.RUnlock()
+	kick(q.kick)
 	select {
 	case err := <-r.reply().done:
 		q.release(r)
@@ -131,29 +115,13 @@ func (q *groupCommit[R]) release(r R) {
 	}
 }
 
-// lead commits the queue until r, which is queued, is answered, and
-// returns r's outcome. The caller holds mu, which lead releases.
-func (q *groupCommit[R]) lead(r R) error {
-	defer q.unlock()
-	rep := r.reply()
-	for !rep.answered {
-		// Whoever takes r out of the queue holds mu and answers it
-		// before releasing it: r is queued until this commits it.
-		if !q.commitLocked() {
-			panic("persistence: a queued write left the queue unanswered")
-		}
-	}
-	return <-rep.done
-}
-
 // lock takes mu, for anything that must not run during a commit.
 func (q *groupCommit[R]) lock() { q.mu.Lock() }
 
 // unlock releases mu and, if writes are queued, wakes run to commit them.
 // Every holder of mu releases it here, whatever it held mu for: a writer
-// may have queued meanwhile, and a plain Unlock would leave it waiting for
-// whatever wakes run next (once, a journal prefault left a lone writer
-// waiting up to the next timed checkpoint, a second).
+// may have queued meanwhile, and its kick may have been taken by a run
+// that then waited for mu.
 func (q *groupCommit[R]) unlock() {
 	q.mu.Unlock()
 	if len(q.reqs) > 0 {
@@ -162,8 +130,7 @@ func (q *groupCommit[R]) unlock() {
 }
 
 // run is the committer goroutine. It commits the queue when kicked (a
-// commit left writes queued behind it, or a writer handed its write over)
-// and, when shutdown stops it, commits what is still queued and returns.
+// writer queued its write, or a holder of mu left writes queued) and, when shutdown stops it, commits what is still queued and returns.
 func (q *groupCommit[R]) run() {
 	defer close(q.done)
 	for {

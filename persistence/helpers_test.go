@@ -115,14 +115,6 @@ func volumeWithClaim(id string) Volume {
 // testingProcs is GOMAXPROCS, for sizing parallel benchmarks.
 func testingProcs() int { return runtime.GOMAXPROCS(0) }
 
-// commitPaths are the two ways a write reaches a commit: committed by its
-// own caller when no commit runs (the default), or always handed to the
-// committer goroutine (Store.handOff, the earlier path).
-var commitPaths = []struct {
-	name    string
-	handOff bool
-}{{"lead", false}, {"hand-off", true}}
-
 // putRaw returns a write that stores an empty value under key in the
 // volumes bucket (VolumeIDs lists keys without decoding them).
 func putRaw(key string) func(tx *bolt.Tx) error {

@@ -18,7 +18,7 @@ import (
 // to the bbolt file instead of a bbolt transaction each: one framed record
 // per write, appended with pwrite(2) to the generation's file
 // (journal_segment.go), many writes in one append and one fdatasync when
-// they queue behind each other (group commit, leader/follower: see
+// they queue behind each other (group commit: see
 // groupcommit.go). An in-memory overlay holds the writes not yet in bbolt,
 // so reads see every write that returned, and the deferred writes
 // (PutVolumeDeferred), which are never appended. Checkpoints move the overlay into

@@ -21,14 +21,11 @@ const loneChunk = 100
 // when nothing else writes, idle and loaded: one goroutine rewrites one
 // volume, waiting for each write, as a volume actor does at a claim's
 // intent and outcome. One op is one write as the store makes it: appended
-// to the journal by the writer itself when no append is running (µs/write).
+// to the journal by its committer goroutine (µs/write).
 // The same run makes as many writes each of the baselines' ways, on the
 // same store, interleaved in chunks (their switches outside the timer), so
 // that all see the same machine:
 //
-//   - handoff-µs/write: each write handed to the journal's committer
-//     goroutine and waited for (the baseline of the writer appending
-//     itself);
 //   - bbolt-µs/write: one bbolt transaction each (the baseline of the
 //     journal).
 //
@@ -58,7 +55,6 @@ func BenchmarkPutVolumeLone(b *testing.B) {
 			set, reset func()
 			total      time.Duration
 		}{
-			{name: "handoff", set: func() { s.handOff = true }, reset: func() { s.handOff = false }},
 			{name: "bbolt", set: func() { s.setDirectVolumes(b, true) }, reset: func() { s.setDirectVolumes(b, false) }},
 		}
 		for i := range baselines { // warm every path

@@ -105,12 +105,6 @@ type Store struct {
 
 	// commits is the queue of bbolt writes and its group commit.
 	commits groupCommit[*writeReq]
-	// handOff makes every writer hand its write to the committer goroutine
-	// (the journal committer, for volume writes) instead of committing it
-	// itself when no commit is running: the store's earlier behaviour,
-	// kept so that tests run both ways a write reaches a commit
-	// (commitPaths). Tests change it only while no write is in flight.
-	handOff bool
 	// directVolumes makes PutVolume and DeleteVolume commit to bbolt as
 	// other writes do, instead of appending to the journal: the store's
 	// earlier behaviour, kept as the baseline of BenchmarkPutVolume and

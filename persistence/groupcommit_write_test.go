@@ -17,86 +17,80 @@ import (
 )
 
 func TestStore_Write_ConcurrentEachCallerOwnResult(t *testing.T) {
-	for _, path := range commitPaths {
-		t.Run(path.name, func(t *testing.T) {
-			checkLeaks(t)
-			ctx := ctxT(t)
-			file := storePath(t)
-			s := openT(t, file, Config{})
-			s.handOff = path.handOff
+	checkLeaks(t)
+	ctx := ctxT(t)
+	file := storePath(t)
+	s := openT(t, file, Config{})
 
-			// Every fifth write fails with its own error and every fifth
-			// panics, each after a half-done put; the rest store a key.
-			// Writers run at once, so writes meet in batches with
-			// others' failures, and commit as leaders, followers or
-			// through the committer goroutine.
-			const writers, perWriter = 16, 40
-			type outcome struct {
-				w, i int
-				err  error
-				own  error // the error the write failed with, if any
-			}
-			results := make(chan outcome, writers*perWriter)
-			var wg sync.WaitGroup
-			for w := range writers {
-				wg.Go(func() {
-					for i := range perWriter {
-						key := fmt.Sprintf("w%02d-%02d", w, i)
-						var own error
-						apply := putRaw(key)
-						switch i % 5 {
-						case 1:
-							own = fmt.Errorf("write %s refused", key)
-							apply = func(tx *bolt.Tx) error {
-								if err := putRaw("half-" + key)(tx); err != nil {
-									return err
-								}
-								return own
-							}
-						case 3:
-							apply = func(tx *bolt.Tx) error {
-								if err := putRaw("half-" + key)(tx); err != nil {
-									return err
-								}
-								panic("write " + key + " panicked")
-							}
-						}
-						results <- outcome{w, i, s.write(ctx, apply), own}
-					}
-				})
-			}
-			wg.Wait()
-			close(results)
-
-			var want []string
-			for r := range results {
-				key := fmt.Sprintf("w%02d-%02d", r.w, r.i)
-				switch r.i % 5 {
+	// Every fifth write fails with its own error and every fifth
+	// panics, each after a half-done put; the rest store a key.
+	// Writers run at once, so writes meet in batches with
+	// others' failures.
+	const writers, perWriter = 16, 40
+	type outcome struct {
+		w, i int
+		err  error
+		own  error // the error the write failed with, if any
+	}
+	results := make(chan outcome, writers*perWriter)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range perWriter {
+				key := fmt.Sprintf("w%02d-%02d", w, i)
+				var own error
+				apply := putRaw(key)
+				switch i % 5 {
 				case 1:
-					if r.err != r.own {
-						t.Errorf("%s: got %v, want its own error %v", key, r.err, r.own)
+					own = fmt.Errorf("write %s refused", key)
+					apply = func(tx *bolt.Tx) error {
+						if err := putRaw("half-" + key)(tx); err != nil {
+							return err
+						}
+						return own
 					}
 				case 3:
-					if !errors.Is(r.err, ErrCorrupt) || !strings.Contains(r.err.Error(), "write "+key+" panicked") {
-						t.Errorf("%s: got %v, want ErrCorrupt with its own panic", key, r.err)
+					apply = func(tx *bolt.Tx) error {
+						if err := putRaw("half-" + key)(tx); err != nil {
+							return err
+						}
+						panic("write " + key + " panicked")
 					}
-				default:
-					if r.err != nil {
-						t.Errorf("%s: %v", key, r.err)
-					}
-					want = append(want, key)
 				}
+				results <- outcome{w, i, s.write(ctx, apply), own}
 			}
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			slices.Sort(want)
-			assertStoredIDs(t, file, want)
 		})
 	}
+	wg.Wait()
+	close(results)
+
+	var want []string
+	for r := range results {
+		key := fmt.Sprintf("w%02d-%02d", r.w, r.i)
+		switch r.i % 5 {
+		case 1:
+			if r.err != r.own {
+				t.Errorf("%s: got %v, want its own error %v", key, r.err, r.own)
+			}
+		case 3:
+			if !errors.Is(r.err, ErrCorrupt) || !strings.Contains(r.err.Error(), "write "+key+" panicked") {
+				t.Errorf("%s: got %v, want ErrCorrupt with its own panic", key, r.err)
+			}
+		default:
+			if r.err != nil {
+				t.Errorf("%s: %v", key, r.err)
+			}
+			want = append(want, key)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(want)
+	assertStoredIDs(t, file, want)
 }
 
-func TestStore_Write_LeaderFailsFollowersCommitted(t *testing.T) {
+func TestStore_Write_FirstOfBatchFailsRestCommitted(t *testing.T) {
 	boom := errors.New("boom")
 	tests := []struct {
 		name    string
@@ -160,7 +154,7 @@ func TestStore_Write_LeaderFailsFollowersCommitted(t *testing.T) {
 	}
 }
 
-func TestStore_Write_LeftQueuedCommittedAfterLeader(t *testing.T) {
+func TestStore_Write_LeftQueuedCommittedNext(t *testing.T) {
 	checkLeaks(t)
 	ctx := ctxT(t)
 	reg := prometheus.NewPedanticRegistry()
@@ -195,8 +189,7 @@ func TestStore_Write_LeftQueuedCommittedAfterLeader(t *testing.T) {
 }
 
 // TestStore_Close_WhileWriting closes a store under writers, of bbolt
-// writes and of journaled volume writes, both ways a write reaches a
-// commit.
+// writes and of journaled volume writes.
 func TestStore_Close_WhileWriting(t *testing.T) {
 	for _, tt := range []struct {
 		name      string
@@ -212,20 +205,17 @@ func TestStore_Close_WhileWriting(t *testing.T) {
 			return s.PutVolume(ctx, volumeWithClaim(key))
 		}},
 	} {
-		for _, path := range commitPaths {
-			t.Run(tt.name+"/"+path.name, func(t *testing.T) {
-				checkLeaks(t)
-				ctx := ctxT(t)
-				file := storePath(t)
-				s := openT(t, file, tt.cfg)
-				s.handOff = path.handOff
-				committed := closeWhileWriting(t, s, tt.minWrites, func(key string) error { return tt.write(ctx, s, key) })
-				if files := journalPaths(t, file); len(files) != 0 {
-					t.Fatalf("journal files after Close: %v", files)
-				}
-				assertStoredIDs(t, file, committed)
-			})
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			checkLeaks(t)
+			ctx := ctxT(t)
+			file := storePath(t)
+			s := openT(t, file, tt.cfg)
+			committed := closeWhileWriting(t, s, tt.minWrites, func(key string) error { return tt.write(ctx, s, key) })
+			if files := journalPaths(t, file); len(files) != 0 {
+				t.Fatalf("journal files after Close: %v", files)
+			}
+			assertStoredIDs(t, file, committed)
+		})
 	}
 }
 
