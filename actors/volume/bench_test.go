@@ -164,8 +164,8 @@ func benchLifecycle(b *testing.B, root string) {
 // BenchmarkDurableLifecycles runs one claim → publish → release → freed on
 // each of 1,000 volumes at once, store sync on, and reports lifecycles/s.
 // Two baselines run in the same benchmark: the store alone (the same
-// number of writes, eight per lifecycle, from 1,000 writers with no RPC:
-// what bbolt group commit allows) and the plugin alone (the six RPCs per
+// writes per lifecycle, three durable and five deferred, from 1,000
+// writers with no RPC: what the store's group commit allows) and the plugin alone (the six RPCs per
 // lifecycle from plain gRPC clients, as many in flight as the manager
 // allows per plugin). The manager can be no faster than the slower of the
 // two.
@@ -184,7 +184,10 @@ func BenchmarkDurableLifecycles(b *testing.B) {
 
 func benchDurable(b *testing.B, root string) {
 	const vols = 1000
-	const writesPerLifecycle = 8
+	// A lifecycle's writes: reserved (durable), controller-published,
+	// staged (deferred), published, taken (durable), node-unpublished,
+	// unstaged, freed (deferred).
+	durable := []bool{true, false, false, true, true, false, false, false}
 	var freedN atomic.Int64
 	allFreed := make(chan struct{}, 1)
 	var target atomic.Int64
@@ -230,9 +233,13 @@ func benchDurable(b *testing.B, root string) {
 		t0 := time.Now()
 		testbin.Parallel(b, vols, func(i int) error {
 			v := persistence.Volume{ID: fmt.Sprintf("vol%04d", i), Plugin: testPlugin, ExternalID: "x"}
-			for w := range writesPerLifecycle {
+			for w, sync := range durable {
 				v.Revision = uint64(w)
-				if err := store.PutVolume(ctx, v); err != nil {
+				put := store.PutVolumeDeferred
+				if sync {
+					put = store.PutVolume
+				}
+				if err := put(ctx, v); err != nil {
 					return err
 				}
 			}
