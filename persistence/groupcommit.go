@@ -30,9 +30,6 @@ type groupCommit[R request] struct {
 	// it as one batch, and answers each of them. It reports false when the
 	// queue was empty. The caller holds mu.
 	commitLocked func() bool
-	// recycle, if set, takes back a write whose caller is done with it:
-	// its answer taken, or never queued.
-	recycle func(R)
 	// kick wakes run to commit what is queued; stop tells it to commit
 	// what is left and return; done is closed when it has.
 	kick chan struct{}
@@ -65,11 +62,10 @@ func (r *replySlot) answer(err error) {
 }
 
 // init makes the queue, of size writes, committed by commitLocked.
-func (q *groupCommit[R]) init(size int, commitLocked func() bool, recycle func(R)) {
+func (q *groupCommit[R]) init(size int, commitLocked func() bool) {
 	q.reqs = make(chan R, size)
 	q.batch = make([]R, 0, size)
 	q.commitLocked = commitLocked
-	q.recycle = recycle
 	q.kick = make(chan struct{}, 1)
 	q.stop = make(chan struct{})
 	q.done = make(chan struct{})
@@ -85,14 +81,12 @@ func (q *groupCommit[R]) submit(ctx context.Context, s *Store, r R) error {
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
-		q.release(r)
 		return ErrClosed
 	}
 	select {
 	case q.reqs <- r:
 	case <-ctx.Done():
 		s.mu.RUnlock()
-		q.release(r)
 		return ctx.Err()
 	}
 	// Queued under mu.RLock: Close, which takes mu, stops run only after
@@ -101,17 +95,9 @@ func (q *groupCommit[R]) submit(ctx context.Context, s *Store, r R) error {
 	kick(q.kick)
 	select {
 	case err := <-r.reply().done:
-		q.release(r)
 		return err
 	case <-ctx.Done():
-		// A commit may still answer r: it is not released.
 		return fmt.Errorf("store write may or may not be committed: %w", ctx.Err())
-	}
-}
-
-func (q *groupCommit[R]) release(r R) {
-	if q.recycle != nil {
-		q.recycle(r)
 	}
 }
 

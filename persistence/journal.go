@@ -27,15 +27,8 @@ import (
 // for bbolt. Open replays what a crash left. journal_format.go has the
 // file format.
 
-// Journal sizes kept between uses.
-const (
-	// maxKeptJournalBuf is the largest append buffer kept for the next
-	// group.
-	maxKeptJournalBuf = 1 << 20
-	// maxKeptOverlay is the most entries of a flushed overlay whose map
-	// is kept for the next generation.
-	maxKeptOverlay = 4096
-)
+// maxKeptJournalBuf is the largest append buffer kept for the next group.
+const maxKeptJournalBuf = 1 << 20
 
 // overlayEntry is the latest journaled write of one volume.
 type overlayEntry struct {
@@ -76,9 +69,8 @@ type journal struct {
 
 	// ckMu is held for a whole checkpoint.
 	ckMu     sync.Mutex
-	flushSeg *segment                // flushing's segment; guarded by ckMu
-	spareOv  map[string]overlayEntry // an emptied overlay for the next rotation; guarded by ckMu
-	closed   bool                    // no checkpoint after Close; guarded by ckMu
+	flushSeg *segment // flushing's segment; guarded by ckMu
+	closed   bool     // no checkpoint after Close; guarded by ckMu
 
 	ckKick chan struct{} // the journal passed Config.CheckpointBytes, or refuses writes
 	ckArm  chan struct{} // the first write of a generation
@@ -86,9 +78,7 @@ type journal struct {
 	ckDone chan struct{}
 }
 
-// journalReq is one caller's volume write, queued for whoever appends
-// next. Requests are pooled: one is put back only by the caller that got
-// its answer.
+// journalReq is one caller's volume write, queued for the next append.
 type journalReq struct {
 	// replySlot's err set means the request was taken out of its group
 	// (its ctx ended).
@@ -98,15 +88,6 @@ type journalReq struct {
 	active bool
 	id     string
 	value  []byte
-}
-
-var journalReqs = sync.Pool{New: func() any { return &journalReq{replySlot: replySlot{done: make(chan error, 1)}} }}
-
-// release returns a request whose caller is done with it (its answer
-// taken from done, or never queued) to the pool.
-func (r *journalReq) release() {
-	*r = journalReq{replySlot: replySlot{done: r.done}}
-	journalReqs.Put(r)
 }
 
 // journalWrite appends one volume write to the journal and waits until it
@@ -121,8 +102,7 @@ func (s *Store) journalWrite(ctx context.Context, op byte, id string, value []by
 	if n := journalBodyFixed + len(id) + len(value); n > journalMaxBody {
 		return fmt.Errorf("volume %q is %d bytes encoded, more than %d: %w", id, n, journalMaxBody, ErrInvalid)
 	}
-	r := journalReqs.Get().(*journalReq)
-	r.ctx, r.op, r.id, r.value, r.active = ctx, op, id, value, active
+	r := &journalReq{replySlot: replySlot{done: make(chan error, 1)}, ctx: ctx, op: op, id: id, value: value, active: active}
 	return s.j.appends.submit(ctx, s, r)
 }
 
@@ -363,17 +343,12 @@ func (s *Store) checkpointLocked(final bool) error {
 			return fmt.Errorf("checkpoint store: rotate journal: %w", err)
 		}
 	}
-	fresh := j.spareOv
-	if fresh == nil {
-		fresh = make(map[string]overlayEntry)
-	}
-	j.spareOv = nil
+	fresh := make(map[string]overlayEntry)
 	j.appends.lock()
 	var next *segment
 	if !final {
 		var err error
 		if next, err = s.takeSegment(); err != nil {
-			j.spareOv = fresh
 			j.appends.unlock()
 			return fmt.Errorf("checkpoint store: rotate journal: %w", err)
 		}
@@ -411,13 +386,8 @@ func (s *Store) flushLocked() error {
 	}
 	s.m.checkpointsOK.Inc()
 	j.ovMu.Lock()
-	flushed := j.flushing
 	j.flushing = nil
 	j.ovMu.Unlock()
-	if len(flushed) <= maxKeptOverlay {
-		clear(flushed)
-		j.spareOv = flushed
-	}
 	// A file whose removal is lost is skipped at Open: its generation is
 	// recorded as applied.
 	if err := j.flushSeg.remove(); err != nil {

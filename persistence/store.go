@@ -204,8 +204,8 @@ func open(path string, cfg Config, sc schema) (*Store, error) {
 
 		binaryVolumes: volumeCodecCovers(),
 	}
-	s.commits.init(cfg.MaxBatchSize, s.commitLocked, nil)
-	s.j.appends.init(cfg.MaxBatchSize, s.appendLocked, (*journalReq).release)
+	s.commits.init(cfg.MaxBatchSize, s.commitLocked)
+	s.j.appends.init(cfg.MaxBatchSize, s.appendLocked)
 	if !s.binaryVolumes {
 		s.log.Warn("volume record types differ from the binary codec (codec.go): writing volumes as JSON, which loads slower at start-up")
 	}
