@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(fakePluginEnv) != "" {
 		os.Exit(runFakePlugin())
 	}
+	if os.Getenv(examplePluginEnv) != "" {
+		os.Exit(runExamplePlugin())
+	}
 	leakcheck.VerifyTestMain(m)
 }
 
