@@ -12,7 +12,10 @@ TESTFLAGS ?= -race -count=1 -timeout 12m
 # part is short but whose untimed part is long get a fixed count instead:
 #   BenchmarkHeartbeat      one op is a one-second window; 3 windows
 #   BenchmarkDeathDetection each op waits for a plugin restart untimed; 200 kills
-# The whole run takes about 2-3 minutes on 2 cores.
+# BenchmarkLifecycleRealPlugin (runtime) runs its untimed bare lifecycles
+# beside its timed ones, and its loaded sub-benchmarks start a CPU hog per
+# core: about 20-30 s in all at BENCHTIME=1s.
+# The whole run takes about 3 minutes on 2 cores.
 BENCHTIME ?= 1s
 BENCHFLAGS ?= -run '^$$' -benchmem -timeout 30m
 
