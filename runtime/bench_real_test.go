@@ -84,6 +84,9 @@ type realEnv struct {
 	next    int           // lifecycles run so far; names each one's allocation
 }
 
+// newRealEnv starts a realEnv with its data dir under root, checks that
+// the runtime publishes where the bare lifecycle will, and warms both up.
+// Everything is stopped and removed when b ends.
 func newRealEnv(b *testing.B, root string) *realEnv {
 	b.Helper()
 	self, err := os.Executable()
