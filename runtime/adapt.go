@@ -90,18 +90,12 @@ func pluginCodeKind(c codes.Code) error {
 }
 
 func allocationFromInfo(i registry.AllocationInfo) Allocation {
-	a := Allocation{
+	return Allocation{
 		ID: i.ID, Plugin: i.Plugin, Type: string(i.Type), Socket: i.Socket,
 		Command: i.Command, Healthy: i.Healthy, HealthDescription: i.HealthDescription,
 		Singleton: i.Singleton, NodeID: i.NodeID, Source: string(i.Source), PID: i.PID,
+		Capabilities: i.Capabilities,
 	}
-	if c := i.Capabilities; c != nil {
-		a.Capabilities = &Capabilities{
-			Plugin: c.Plugin, Controller: c.Controller, Node: c.Node,
-			Topology: c.Topology, MaxVolumesPerNode: c.MaxVolumesPerNode,
-		}
-	}
-	return a
 }
 
 func pluginFromSummary(s registry.PluginSummary) Plugin {
@@ -139,19 +133,18 @@ func volumeSpec(id string, s VolumeSpec) (volume.Spec, error) {
 
 func capField(i int) string { return "capabilities[" + strconv.Itoa(i) + "]" }
 
+// volumeFromManager is the public shape of the manager's volume: the
+// fields the API shows, the claims without their host (withHosts sets it).
 func volumeFromManager(v volume.Volume) Volume {
 	out := Volume{
-		ID: v.ID, Plugin: v.Plugin, ExternalID: v.ExternalID,
+		ID: v.ID, Plugin: v.Plugin, ExternalID: v.ExternalID, MountOptions: v.MountOptions,
 		Parameters: v.Parameters, Context: v.Context, CapacityBytes: v.CapacityBytes,
 		Claims: make([]Claim, 0, len(v.Claims)), PastClaims: make([]Claim, 0, len(v.PastClaims)),
-		Expansion: expansionFromManager(v.Expansion), AccessibleTopology: v.AccessibleTopology,
-		Usage: usageFromManager(v.Usage), Condition: conditionFromManager(v.Condition),
+		Expansion: v.Expansion, AccessibleTopology: v.AccessibleTopology,
+		Usage: v.Usage, Condition: v.Condition,
 	}
 	for _, c := range v.Capabilities {
-		out.Capabilities = append(out.Capabilities, Capability{AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode})
-	}
-	if v.FSType != "" || v.MountFlagCount > 0 {
-		out.MountOptions = &RedactedMountOptions{FSType: v.FSType, MountFlagCount: v.MountFlagCount}
+		out.Capabilities = append(out.Capabilities, Capability(c))
 	}
 	for _, c := range v.Claims {
 		out.Claims = append(out.Claims, claimFromManager(c))
@@ -162,6 +155,7 @@ func volumeFromManager(v volume.Volume) Volume {
 	return out
 }
 
+// claimFromManager is the public shape of the manager's claim.
 func claimFromManager(c volume.Claim) Claim {
 	return Claim{
 		Alloc: c.Alloc, Mode: c.Mode, AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode,

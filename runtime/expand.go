@@ -27,14 +27,10 @@ func (r ExpandRequest) Validate() error {
 	return nil
 }
 
-// Expansion is a volume's expansion in progress.
-type Expansion struct {
-	// CapacityBytes is the capacity asked for.
-	CapacityBytes int64 `json:"capacity_bytes"`
-	// Step is the RPC that runs (or is retried): ControllerExpandVolume or
-	// NodeExpandVolume.
-	Step string `json:"step"`
-}
+// Expansion is a volume's expansion in progress: CapacityBytes, the
+// capacity asked for, and Step, the RPC that runs (or is retried):
+// ControllerExpandVolume or NodeExpandVolume.
+type Expansion = volume.Expansion
 
 // ExpandVolume grows the volume id to req.CapacityBytes through its plugin:
 // ControllerExpandVolume when the controller has EXPAND_VOLUME, then, when
@@ -65,11 +61,4 @@ func (r *Runtime) ExpandVolume(ctx context.Context, id string, req ExpandRequest
 		return Volume{}, mapErr(err)
 	}
 	return volumeFromManager(v), nil
-}
-
-func expansionFromManager(x *volume.Expansion) *Expansion {
-	if x == nil {
-		return nil
-	}
-	return &Expansion{CapacityBytes: x.CapacityBytes, Step: x.Step}
 }

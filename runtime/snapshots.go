@@ -9,7 +9,6 @@ import (
 	"maps"
 	"sort"
 	"strings"
-	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
@@ -102,43 +101,7 @@ func (s SnapshotSpec) RequestJSON() ([]byte, error) { return json.Marshal(snapsh
 // Snapshot is a snapshot as the API shows it: one taken through this agent
 // (Registered), or one only the plugin lists (ListSnapshots; then ID is
 // empty and only the plugin's fields are set). It never holds secrets.
-type Snapshot struct {
-	// ID is the snapshot's ID here; "" for one the plugin has and this
-	// agent did not take.
-	ID     string `json:"id,omitempty"`
-	Plugin string `json:"plugin"`
-	// SourceVolume is the ID here of the volume it was taken of, and
-	// SourceExternalID the plugin's ID of that volume.
-	SourceVolume     string            `json:"source_volume,omitempty"`
-	SourceExternalID string            `json:"source_external_id,omitempty"`
-	Parameters       map[string]string `json:"parameters,omitempty"`
-	// ExternalID is the plugin's ID of the snapshot ("" until
-	// CreateSnapshot answered).
-	ExternalID   string    `json:"external_id,omitempty"`
-	SizeBytes    int64     `json:"size_bytes,omitempty"`
-	CreationTime time.Time `json:"creation_time,omitzero"`
-	ReadyToUse   bool      `json:"ready_to_use"`
-	// State is creating, ready or deleting for a registered snapshot, ""
-	// for one only the plugin lists.
-	State     string `json:"state,omitempty"`
-	LastError string `json:"last_error,omitempty"`
-	Attempts  int    `json:"attempts,omitempty"`
-	// Restoring is how many volumes are being restored from it now.
-	Restoring int `json:"restoring,omitempty"`
-	// Registered says this agent took it (and knows it by ID).
-	Registered bool      `json:"registered"`
-	CreatedAt  time.Time `json:"created_at,omitzero"`
-	UpdatedAt  time.Time `json:"updated_at,omitzero"`
-}
-
-func snapshotFromManager(s snapshot.Snapshot) Snapshot {
-	return Snapshot{
-		ID: s.ID, Plugin: s.Plugin, SourceVolume: s.SourceVolume, SourceExternalID: s.SourceExternalID,
-		Parameters: s.Parameters, ExternalID: s.ExternalID, SizeBytes: s.SizeBytes, CreationTime: s.CreationTime,
-		ReadyToUse: s.ReadyToUse, State: s.State, LastError: s.LastError, Attempts: s.Attempts,
-		Restoring: s.Restoring, Registered: true, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
-	}
-}
+type Snapshot = snapshot.Snapshot
 
 // SnapshotFilter selects snapshots in Snapshots; empty fields match all.
 type SnapshotFilter struct {
@@ -238,7 +201,7 @@ func (r *Runtime) CreateSnapshot(ctx context.Context, spec SnapshotSpec) (Snapsh
 	if err != nil {
 		return Snapshot{}, mapErr(err)
 	}
-	return snapshotFromManager(s), nil
+	return s, nil
 }
 
 // DeleteSnapshot deletes snapshot id through its plugin's controller
@@ -268,7 +231,7 @@ func (r *Runtime) Snapshot(ctx context.Context, id string) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, mapErr(err)
 	}
-	return snapshotFromManager(s), nil
+	return s, nil
 }
 
 // Snapshots lists the snapshots taken through this agent that f matches,
@@ -293,7 +256,7 @@ func (r *Runtime) Snapshots(ctx context.Context, f SnapshotFilter) ([]Snapshot, 
 	out := make([]Snapshot, 0, len(ours))
 	known := map[[2]string]bool{} // plugin, external ID
 	for _, s := range ours {
-		out = append(out, snapshotFromManager(s))
+		out = append(out, s)
 		if s.ExternalID != "" {
 			known[[2]string{s.Plugin, s.ExternalID}] = true
 		}

@@ -27,40 +27,12 @@ const (
 // (NodeGetVolumeStats, polled every volumes.stats_interval while the
 // volume has a published claim). Fields the plugin did not report are
 // zero (and left out of the JSON).
-type VolumeUsage struct {
-	CapacityBytes  int64     `json:"capacity_bytes,omitempty"`
-	AvailableBytes int64     `json:"available_bytes,omitempty"`
-	UsedBytes      int64     `json:"used_bytes,omitempty"`
-	Inodes         int64     `json:"inodes,omitempty"`
-	InodesFree     int64     `json:"inodes_free,omitempty"`
-	InodesUsed     int64     `json:"inodes_used,omitempty"`
-	CheckedAt      time.Time `json:"checked_at"`
-}
+type VolumeUsage = volume.Usage
 
 // VolumeCondition is a volume's health as its plugin last reported it
 // (VOLUME_CONDITION or GET_VOLUME_HEALTH, on the node or the controller):
 // Abnormal with the plugin's Message, or normal.
-type VolumeCondition struct {
-	Abnormal  bool      `json:"abnormal"`
-	Message   string    `json:"message,omitempty"`
-	CheckedAt time.Time `json:"checked_at"`
-}
-
-func usageFromManager(u *volume.Usage) *VolumeUsage {
-	if u == nil {
-		return nil
-	}
-	out := VolumeUsage(*u)
-	return &out
-}
-
-func conditionFromManager(c *volume.Condition) *VolumeCondition {
-	if c == nil {
-		return nil
-	}
-	out := VolumeCondition(*c)
-	return &out
-}
+type VolumeCondition = volume.Condition
 
 // PollVolumeStats polls the usage and condition of every volume with a
 // published claim now, as the runtime does every volumes.stats_interval,

@@ -12,7 +12,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/csiactor/csiactor/actors/registry"
+	"github.com/csiactor/csiactor/actors/volume"
 	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/persistence"
 )
 
 // Allocation types.
@@ -157,17 +160,9 @@ type Allocation struct {
 // CREATE_DELETE_VOLUME): its plugin capabilities (CONTROLLER_SERVICE,
 // VOLUME_ACCESSIBILITY_CONSTRAINTS, EXPANSION_ONLINE, EXPANSION_OFFLINE),
 // its controller's and node's RPC capabilities by its type, and the node's
-// topology and volume limit from NodeGetInfo.
-type Capabilities struct {
-	Plugin     []string `json:"plugin"`
-	Controller []string `json:"controller,omitempty"`
-	Node       []string `json:"node,omitempty"`
-	// Topology is the node's accessible topology segments.
-	Topology map[string]string `json:"topology,omitempty"`
-	// MaxVolumesPerNode is the most volumes the node plugin publishes on
-	// this host; 0 means no limit.
-	MaxVolumesPerNode int64 `json:"max_volumes_per_node,omitempty"`
-}
+// topology (Topology, its accessible segments) and volume limit
+// (MaxVolumesPerNode, 0 for none) from NodeGetInfo.
+type Capabilities = registry.Capabilities
 
 // AllocationSpec is the body of a register-allocation request: an attached
 // allocation gives Socket, an exec-managed one gives Command (and Env).
@@ -230,10 +225,10 @@ func (s AllocationSpec) Validate() error {
 // Capability is one way a volume can be used, by the kebab-case names of
 // package csi: access_mode like "single-node-writer", attachment_mode
 // "file-system" or "block-device".
-type Capability struct {
-	AccessMode     string `json:"access_mode"`
-	AttachmentMode string `json:"attachment_mode"`
-}
+//
+// Its fields are the persisted record's ([persistence.Capability]); the
+// type adds Parse.
+type Capability volume.Capability
 
 // Parse returns c in the csi package's form; the error is a *FieldError
 // naming access_mode or attachment_mode.
@@ -250,13 +245,12 @@ func (c Capability) Parse() (csi.VolumeCapability, error) {
 }
 
 // MountOptions are the file-system options of a volume's mounts, as given in
-// a register or create request. Mount flags often carry credentials: String,
-// GoString and MarshalJSON show only how many there are. Use
+// a register or create request: FSType (fs_type) and MountFlags
+// (mount_flags), the fields of the persisted record
+// ([persistence.MountOptions]). Mount flags often carry credentials:
+// String, GoString and MarshalJSON show only how many there are. Use
 // [VolumeSpec.RequestJSON] to send them.
-type MountOptions struct {
-	FSType     string   `json:"fs_type,omitempty"`
-	MountFlags []string `json:"mount_flags,omitempty"`
-}
+type MountOptions persistence.MountOptions
 
 // Redacted returns o as it may be shown: the file-system type and the number
 // of mount flags. It returns nil for nil.
@@ -291,10 +285,7 @@ func (o *MountOptions) CSI() *csi.MountOptions {
 
 // RedactedMountOptions are mount options as the API shows them: never the
 // flags, only their count.
-type RedactedMountOptions struct {
-	FSType         string `json:"fs_type,omitempty"`
-	MountFlagCount int    `json:"mount_flag_count"`
-}
+type RedactedMountOptions = volume.RedactedMountOptions
 
 // VolumeSpec is the body of a register-volume request (PUT /v1/volumes/{id}):
 // an existing volume of the plugin, known to it as ExternalID.
@@ -730,31 +721,24 @@ func sortedKeys(m map[string]string) []string {
 	return ks
 }
 
-// volumeSpecWire is VolumeSpec without its redacting methods.
+// volumeSpecWire is VolumeSpec without its redacting methods: its mount
+// options are the record's type, which has none.
 type volumeSpecWire struct {
-	Plugin       string            `json:"plugin"`
-	ExternalID   string            `json:"external_id,omitempty"`
-	Capabilities []Capability      `json:"capabilities"`
-	MountOptions *mountOptionsWire `json:"mount_options,omitempty"`
-	Parameters   map[string]string `json:"parameters,omitempty"`
-	Context      map[string]string `json:"context,omitempty"`
-	Secrets      map[string]string `json:"secrets,omitempty"`
-}
-
-type mountOptionsWire struct {
-	FSType     string   `json:"fs_type,omitempty"`
-	MountFlags []string `json:"mount_flags,omitempty"`
+	Plugin       string                    `json:"plugin"`
+	ExternalID   string                    `json:"external_id,omitempty"`
+	Capabilities []Capability              `json:"capabilities"`
+	MountOptions *persistence.MountOptions `json:"mount_options,omitempty"`
+	Parameters   map[string]string         `json:"parameters,omitempty"`
+	Context      map[string]string         `json:"context,omitempty"`
+	Secrets      map[string]string         `json:"secrets,omitempty"`
 }
 
 func wireVolumeSpec(s VolumeSpec) volumeSpecWire {
-	w := volumeSpecWire{
+	return volumeSpecWire{
 		Plugin: s.Plugin, ExternalID: s.ExternalID, Capabilities: s.Capabilities,
-		Parameters: s.Parameters, Context: s.Context, Secrets: s.Secrets,
+		MountOptions: (*persistence.MountOptions)(s.MountOptions),
+		Parameters:   s.Parameters, Context: s.Context, Secrets: s.Secrets,
 	}
-	if s.MountOptions != nil {
-		w.MountOptions = &mountOptionsWire{FSType: s.MountOptions.FSType, MountFlags: s.MountOptions.MountFlags}
-	}
-	return w
 }
 
 type redactedVolumeSpec struct {

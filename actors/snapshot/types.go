@@ -42,38 +42,49 @@ func (s Spec) sameAs(rec *persistence.Snapshot) bool {
 		maps.Equal(s.Parameters, rec.Parameters) && maps.Equal(s.Secrets, rec.Secrets)
 }
 
-// Snapshot is a snapshot as the manager shows it. It never holds secrets.
+// Snapshot is a snapshot as the manager and the agent's API show it: one
+// taken through the agent (Registered), or one only the plugin lists
+// (ListSnapshots; then ID is empty and only the plugin's fields are set).
+// It never holds secrets: the type has no field for them.
 type Snapshot struct {
-	ID     string
-	Plugin string
-	// SourceVolume is the volume it was taken of (its ID here), and
+	// ID is the snapshot's ID here; "" for one the plugin has and this
+	// agent did not take.
+	ID     string `json:"id,omitempty"`
+	Plugin string `json:"plugin"`
+	// SourceVolume is the ID here of the volume it was taken of, and
 	// SourceExternalID the plugin's ID of that volume.
-	SourceVolume     string
-	SourceExternalID string
-	Parameters       map[string]string
+	SourceVolume     string            `json:"source_volume,omitempty"`
+	SourceExternalID string            `json:"source_external_id,omitempty"`
+	Parameters       map[string]string `json:"parameters,omitempty"`
 	// ExternalID is the plugin's ID of the snapshot; "" until
 	// CreateSnapshot answered.
-	ExternalID   string
-	SizeBytes    int64
-	CreationTime time.Time
-	ReadyToUse   bool
-	// State is StateCreating, StateReady or StateDeleting.
-	State string
+	ExternalID   string    `json:"external_id,omitempty"`
+	SizeBytes    int64     `json:"size_bytes,omitempty"`
+	CreationTime time.Time `json:"creation_time,omitzero"`
+	ReadyToUse   bool      `json:"ready_to_use"`
+	// State is StateCreating, StateReady or StateDeleting for a
+	// registered snapshot, "" for one only the plugin lists.
+	State string `json:"state,omitempty"`
 	// LastError and Attempts describe the failures of the step that runs.
-	LastError string
-	Attempts  int
+	LastError string `json:"last_error,omitempty"`
+	Attempts  int    `json:"attempts,omitempty"`
 	// Restoring is how many volumes are being restored from it now.
-	Restoring int
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	Restoring int `json:"restoring,omitempty"`
+	// Registered says this agent took it (and knows it by ID): true for
+	// every snapshot the manager returns.
+	Registered bool      `json:"registered"`
+	CreatedAt  time.Time `json:"created_at,omitzero"`
+	UpdatedAt  time.Time `json:"updated_at,omitzero"`
 }
 
+// viewOf is the snapshot the record rec shows, restoring volumes being
+// restored from it; it shares no map with rec.
 func viewOf(rec *persistence.Snapshot, restoring int) Snapshot {
 	return Snapshot{
 		ID: rec.ID, Plugin: rec.Plugin, SourceVolume: rec.SourceVolume, SourceExternalID: rec.SourceExternalID,
 		Parameters: maps.Clone(rec.Parameters), ExternalID: rec.ExternalID, SizeBytes: rec.SizeBytes,
 		CreationTime: rec.CreationTime, ReadyToUse: rec.ReadyToUse, State: rec.State,
-		LastError: rec.LastError, Attempts: rec.Attempts, Restoring: restoring,
+		LastError: rec.LastError, Attempts: rec.Attempts, Restoring: restoring, Registered: true,
 		CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt,
 	}
 }

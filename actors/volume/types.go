@@ -110,31 +110,19 @@ func (s Spec) record(now time.Time) *persistence.Volume {
 }
 
 // sameAs reports whether v was registered (or created) from s: everything
-// the caller gives must match. For a created volume the external ID and the
-// context come from the plugin, so they are not compared.
+// the caller gives must match (see changedFields). For a created volume the
+// external ID and the context come from the plugin, so they are not
+// compared, and the plugin may have given more capacity than asked.
 func (s Spec) sameAs(v *persistence.Volume, create bool) bool {
-	w := s.record(v.CreatedAt)
-	if create != v.Created {
+	if create != v.Created || create && s.CapacityBytes != 0 && s.CapacityBytes > v.CapacityBytes {
 		return false
 	}
-	if !create && (w.ExternalID != v.ExternalID || !maps.Equal(w.Context, v.Context)) {
-		return false
-	}
-	if create && w.CapacityBytes != 0 && w.CapacityBytes > v.CapacityBytes {
-		return false
-	}
-	mo := func(m *persistence.MountOptions) persistence.MountOptions {
-		if m == nil {
-			return persistence.MountOptions{}
+	for _, f := range s.changedFields(v) {
+		if !create || f != FieldExternalID && f != FieldContext {
+			return false
 		}
-		return *m
 	}
-	a, b := mo(w.MountOptions), mo(v.MountOptions)
-	return w.Plugin == v.Plugin &&
-		slices.Equal(w.Capabilities, v.Capabilities) &&
-		a.FSType == b.FSType && slices.Equal(a.MountFlags, b.MountFlags) &&
-		maps.Equal(w.Parameters, v.Parameters) &&
-		maps.Equal(w.Secrets, v.Secrets)
+	return true
 }
 
 // ClaimRequest asks for a claim on a volume by an allocation.
@@ -166,26 +154,35 @@ func (r ClaimRequest) validate() error {
 	return r.claim().Validate()
 }
 
-// Capability is an access mode and an attachment mode, by kebab-case names.
-type Capability struct {
-	AccessMode     string `json:"access_mode"`
-	AttachmentMode string `json:"attachment_mode"`
+// Capability is an access mode and an attachment mode, by kebab-case
+// names: the persisted record's, which has nothing to hide.
+type Capability = persistence.Capability
+
+// Staging is one staging path of a volume and the allocations that use it,
+// as the record holds it.
+type Staging = persistence.Staging
+
+// RedactedMountOptions are a volume's mount options as they may be shown:
+// the file-system type and how many mount flags there are, never the flags.
+type RedactedMountOptions struct {
+	FSType         string `json:"fs_type,omitempty"`
+	MountFlagCount int    `json:"mount_flag_count"`
 }
 
-// Volume is a volume's status: its definition (without secrets or mount
-// flags), its claims, its past claims and its stagings.
+// Volume is a volume's status: its record without its secrets, mount
+// flags and publish context (the type has no field for them), with the
+// usage and condition its plugin last reported.
 type Volume struct {
 	ID           string       `json:"id"`
 	Plugin       string       `json:"plugin"`
 	ExternalID   string       `json:"external_id"`
 	Capabilities []Capability `json:"capabilities"`
-	// FSType and MountFlagCount describe the mount options; the flags
-	// themselves are never shown.
-	FSType         string            `json:"fs_type,omitempty"`
-	MountFlagCount int               `json:"mount_flag_count,omitempty"`
-	Parameters     map[string]string `json:"parameters,omitempty"`
-	Context        map[string]string `json:"context,omitempty"`
-	CapacityBytes  int64             `json:"capacity_bytes,omitempty"`
+	// MountOptions describe the mount options; nil when there are none
+	// (no file-system type and no flag).
+	MountOptions  *RedactedMountOptions `json:"mount_options,omitempty"`
+	Parameters    map[string]string     `json:"parameters,omitempty"`
+	Context       map[string]string     `json:"context,omitempty"`
+	CapacityBytes int64                 `json:"capacity_bytes,omitempty"`
 	// Created is true for a volume made through CreateVolume.
 	Created bool `json:"created,omitempty"`
 	// ControllerPublished is true while the volume is published to this
@@ -209,42 +206,15 @@ type Volume struct {
 	Condition *Condition `json:"condition,omitempty"`
 }
 
-// Claim is a current or past claim's status.
+// Claim is a current or past claim's status: its record (which holds no
+// secret: its LastError has them removed already), the volume it is on,
+// and its condition.
 type Claim struct {
-	Volume         string `json:"volume"`
-	Alloc          string `json:"alloc"`
-	Mode           string `json:"mode"`
-	AccessMode     string `json:"access_mode"`
-	AttachmentMode string `json:"attachment_mode"`
-	// State is a claim step (claim.StateReserved … claim.StatePublished)
-	// or a release state (claim.StateTaken … claim.StateFreed).
-	State       string `json:"state"`
-	Usage       string `json:"usage"`
-	TargetPath  string `json:"target_path"`
-	StagingPath string `json:"staging_path,omitempty"`
-	NodeID      string `json:"node_id,omitempty"`
-	// LastError is the last failure of the current step.
-	LastError string `json:"last_error,omitempty"`
-	Attempts  int    `json:"attempts,omitempty"`
-	// Repair names what the host was missing (claim.RepairTarget,
-	// RepairStaging, RepairBootID) while the claim is published again.
-	Repair string `json:"repair,omitempty"`
+	Volume string `json:"volume"`
+	persistence.Claim
 	// Condition is ConditionRepairing or ConditionDegraded while Repair is
 	// set, empty otherwise.
-	Condition string    `json:"condition,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
-	// ControllerRequired: the claim goes (or went) through
-	// ControllerPublishVolume, so its teardown needs the controller.
-	ControllerRequired bool `json:"controller_required,omitempty"`
-}
-
-// Staging is one staging path of a volume and the allocations that use it.
-type Staging struct {
-	Usage  string   `json:"usage"`
-	Path   string   `json:"path"`
-	Users  []string `json:"users"`
-	Staged bool     `json:"staged"`
+	Condition string `json:"condition,omitempty"`
 }
 
 // Filter selects volumes for List. Empty fields match everything.
@@ -272,11 +242,13 @@ func (f Filter) match(v *persistence.Volume) bool {
 	return false
 }
 
+// viewOf is the status of the record v; it shares no map or slice with v.
 func viewOf(v *persistence.Volume) Volume {
 	out := Volume{
 		ID:                  v.ID,
 		Plugin:              v.Plugin,
 		ExternalID:          v.ExternalID,
+		Capabilities:        slices.Clone(v.Capabilities),
 		Parameters:          maps.Clone(v.Parameters),
 		Context:             maps.Clone(v.Context),
 		CapacityBytes:       v.CapacityBytes,
@@ -287,13 +259,10 @@ func viewOf(v *persistence.Volume) Volume {
 		Revision:            v.Revision,
 		CreatedAt:           v.CreatedAt,
 		UpdatedAt:           v.UpdatedAt,
+		Expansion:           expansionOf(v.Expansion),
 	}
-	for _, c := range v.Capabilities {
-		out.Capabilities = append(out.Capabilities, Capability(c))
-	}
-	if v.MountOptions != nil {
-		out.FSType = v.MountOptions.FSType
-		out.MountFlagCount = len(v.MountOptions.MountFlags)
+	if mo := v.MountOptions; mo != nil && (mo.FSType != "" || len(mo.MountFlags) > 0) {
+		out.MountOptions = &RedactedMountOptions{FSType: mo.FSType, MountFlagCount: len(mo.MountFlags)}
 	}
 	for i := range v.Claims {
 		out.Claims = append(out.Claims, claimOf(v.ID, &v.Claims[i]))
@@ -302,40 +271,18 @@ func viewOf(v *persistence.Volume) Volume {
 		out.PastClaims = append(out.PastClaims, claimOf(v.ID, &v.PastClaims[i]))
 	}
 	for _, st := range v.Stagings {
-		out.Stagings = append(out.Stagings, Staging{Usage: st.Usage, Path: st.Path, Users: slices.Clone(st.Users), Staged: st.Staged})
+		st.Users = slices.Clone(st.Users)
+		out.Stagings = append(out.Stagings, st)
 	}
-	out.Expansion = expansionOf(v.Expansion)
 	for _, t := range v.AccessibleTopology {
 		out.AccessibleTopology = append(out.AccessibleTopology, maps.Clone(t))
 	}
 	return out
 }
 
+// claimOf is the status of the claim record c on volume.
 func claimOf(volume string, c *persistence.Claim) Claim {
-	out := claimFields(volume, c)
-	out.ControllerRequired = c.ControllerRequired
-	return out
-}
-
-func claimFields(volume string, c *persistence.Claim) Claim {
-	return Claim{
-		Volume:         volume,
-		Alloc:          c.Alloc,
-		Mode:           c.Mode,
-		AccessMode:     c.AccessMode,
-		AttachmentMode: c.AttachmentMode,
-		State:          c.State,
-		Usage:          c.Usage,
-		TargetPath:     c.TargetPath,
-		StagingPath:    c.StagingPath,
-		NodeID:         c.NodeID,
-		LastError:      c.LastError,
-		Attempts:       c.Attempts,
-		Repair:         c.Repair,
-		Condition:      conditionOf(c),
-		CreatedAt:      c.CreatedAt,
-		UpdatedAt:      c.UpdatedAt,
-	}
+	return Claim{Volume: volume, Claim: *c, Condition: conditionOf(c)}
 }
 
 // The conditions of a claim the host was found missing (Claim.Condition).
