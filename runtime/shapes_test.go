@@ -107,3 +107,45 @@ func TestShownShapes_JSON(t *testing.T) {
 		}
 	}
 }
+
+// The request bodies the client sends carry the secrets and mount flags,
+// and the printed (marshalled) specs do not, to the byte.
+func TestSpecs_RequestJSON_Shape(t *testing.T) {
+	vs := VolumeSpec{
+		Plugin: "p", ExternalID: "e", Capabilities: []Capability{{AccessMode: "single-node-writer", AttachmentMode: "file-system"}},
+		MountOptions: &MountOptions{FSType: "ext4", MountFlags: []string{"password=hunter2"}},
+		Parameters:   map[string]string{"k": "v"}, Context: map[string]string{"c": "d"}, Secrets: map[string]string{"key": "topsecret"},
+	}
+	ss := SnapshotSpec{ID: "s", Plugin: "p", SourceVolume: "v", Parameters: map[string]string{"k": "v"}, Secrets: map[string]string{"key": "topsecret"}}
+	request := func(f func() ([]byte, error)) []byte {
+		b, err := f()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	shown := func(v any) []byte {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name string
+		got  []byte
+		want string
+	}{
+		{"volume spec request", request(vs.RequestJSON), `{"plugin":"p","external_id":"e","capabilities":[{"access_mode":"single-node-writer","attachment_mode":"file-system"}],` +
+			`"mount_options":{"fs_type":"ext4","mount_flags":["password=hunter2"]},"parameters":{"k":"v"},"context":{"c":"d"},"secrets":{"key":"topsecret"}}`},
+		{"volume spec request without mount options", request(VolumeSpec{Plugin: "p"}.RequestJSON), `{"plugin":"p","capabilities":null}`},
+		{"volume spec shown", shown(vs), `{"plugin":"p","external_id":"e","capabilities":[{"access_mode":"single-node-writer","attachment_mode":"file-system"}],` +
+			`"mount_options":{"fs_type":"ext4","mount_flag_count":1},"parameters":{"k":"v"},"context":{"c":"d"},"secret_count":1}`},
+		{"snapshot spec request", request(ss.RequestJSON), `{"id":"s","plugin":"p","source_volume":"v","parameters":{"k":"v"},"secrets":{"key":"topsecret"}}`},
+		{"snapshot spec shown", shown(ss), `{"id":"s","plugin":"p","source_volume":"v","parameters":{"k":"v"},"secret_count":1}`},
+	} {
+		if string(tc.got) != tc.want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.name, tc.got, tc.want)
+		}
+	}
+}

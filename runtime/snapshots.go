@@ -75,13 +75,8 @@ func (s SnapshotSpec) String() string {
 // GoString is String, so that %#v redacts too.
 func (s SnapshotSpec) GoString() string { return "runtime.SnapshotSpec" + s.String() }
 
-type snapshotSpecWire struct {
-	ID           string            `json:"id"`
-	Plugin       string            `json:"plugin"`
-	SourceVolume string            `json:"source_volume"`
-	Parameters   map[string]string `json:"parameters,omitempty"`
-	Secrets      map[string]string `json:"secrets,omitempty"`
-}
+// snapshotSpecWire is SnapshotSpec without its redacting methods.
+type snapshotSpecWire SnapshotSpec
 
 // MarshalJSON writes s with secret_count in place of its secrets.
 func (s SnapshotSpec) MarshalJSON() ([]byte, error) {
