@@ -255,10 +255,7 @@ type MountOptions persistence.MountOptions
 // Redacted returns o as it may be shown: the file-system type and the number
 // of mount flags. It returns nil for nil.
 func (o *MountOptions) Redacted() *RedactedMountOptions {
-	if o == nil {
-		return nil
-	}
-	return &RedactedMountOptions{FSType: o.FSType, MountFlagCount: len(o.MountFlags)}
+	return volume.RedactMountOptions((*persistence.MountOptions)(o))
 }
 
 // String prints the file-system type and the number of mount flags.

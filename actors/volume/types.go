@@ -169,6 +169,14 @@ type RedactedMountOptions struct {
 	MountFlagCount int    `json:"mount_flag_count"`
 }
 
+// RedactMountOptions returns o as it may be shown; nil for nil.
+func RedactMountOptions(o *persistence.MountOptions) *RedactedMountOptions {
+	if o == nil {
+		return nil
+	}
+	return &RedactedMountOptions{FSType: o.FSType, MountFlagCount: len(o.MountFlags)}
+}
+
 // Volume is a volume's status: its record without its secrets, mount
 // flags and publish context (the type has no field for them), with the
 // usage and condition its plugin last reported.
@@ -262,7 +270,7 @@ func viewOf(v *persistence.Volume) Volume {
 		Expansion:           expansionOf(v.Expansion),
 	}
 	if mo := v.MountOptions; mo != nil && (mo.FSType != "" || len(mo.MountFlags) > 0) {
-		out.MountOptions = &RedactedMountOptions{FSType: mo.FSType, MountFlagCount: len(mo.MountFlags)}
+		out.MountOptions = RedactMountOptions(mo)
 	}
 	for i := range v.Claims {
 		out.Claims = append(out.Claims, claimOf(v.ID, &v.Claims[i]))
