@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/csiactor/csiactor/internal/etcdtest"
@@ -30,12 +31,16 @@ func threeAgents(t *testing.T) (*etcdtest.Server, []*agent) {
 }
 
 // TestCluster_VolumeVisibleEverywhere: a volume registered on one agent
-// is registered on the others; another definition under its ID is a
-// conflict; deregistering it on one removes it everywhere.
+// is registered on the others, with its secrets and mount flags; another
+// definition under its ID is a conflict, the same one is not;
+// deregistering it on one removes it everywhere.
 func TestCluster_VolumeVisibleEverywhere(t *testing.T) {
 	_, as := threeAgents(t)
 	ctx := context.Background()
-	if _, err := as[1].rt.RegisterVolume(ctx, "shared", volSpec("shared", "single-node-writer")); err != nil {
+	spec := volSpec("shared", "single-node-writer")
+	spec.Secrets = map[string]string{"token": "s3cret"}
+	spec.MountOptions = &runtime.MountOptions{FSType: "ext4", MountFlags: []string{"noatime"}}
+	if _, err := as[1].rt.RegisterVolume(ctx, "shared", spec); err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range as {
@@ -45,9 +50,28 @@ func TestCluster_VolumeVisibleEverywhere(t *testing.T) {
 	if !errors.Is(err, runtime.ErrConflict) {
 		t.Fatalf("another definition = %v, want ErrConflict", err)
 	}
-	if _, err := as[2].rt.RegisterVolume(ctx, "shared", volSpec("shared", "single-node-writer")); err != nil {
-		t.Fatalf("the same definition again: %v", err)
+	if _, err := as[2].rt.RegisterVolume(ctx, "shared", spec); err != nil {
+		t.Fatalf("the same definition again, on a host that learnt it from the cluster: %v", err)
 	}
+	// A host that learnt the volume from the cluster sends its plugin the
+	// secrets and mount flags it was registered with.
+	if _, err := as[0].rt.Claim(ctx, "shared", claimReq("a1", "write", "single-node-writer")); err != nil {
+		t.Fatal(err)
+	}
+	pub, ok := as[0].plugin.LastRequest("NodePublishVolume").(*csipb.NodePublishVolumeRequest)
+	if !ok {
+		t.Fatal("the plugin got no NodePublishVolume")
+	}
+	if got := pub.GetSecrets()["token"]; got != "s3cret" {
+		t.Errorf("NodePublishVolume secret token = %q, want the registered one", got)
+	}
+	if got := pub.GetVolumeCapability().GetMount().GetMountFlags(); len(got) != 1 || got[0] != "noatime" {
+		t.Errorf("NodePublishVolume mount flags = %q, want [noatime]", got)
+	}
+	if _, err := as[0].rt.Release(ctx, "shared", "a1"); err != nil {
+		t.Fatal(err)
+	}
+	as[0].waitFreed("shared", "a1")
 	if err := as[0].rt.DeleteVolume(ctx, "shared", false); err != nil {
 		t.Fatal(err)
 	}

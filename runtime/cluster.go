@@ -213,7 +213,10 @@ func (c *ClusterConfig) sessionConfig() (cluster.Config, error) {
 	return sc, nil
 }
 
-// clusterVolume is a volume definition as the cluster shares it.
+// clusterVolume is a volume definition as the cluster shares it, secrets
+// and mount flags included (the other hosts send them to their plugins).
+// It is decoded into a VolumeSpec, and encoded from its wire form:
+// VolumeSpec's own MarshalJSON redacts.
 type clusterVolume struct {
 	ID   string     `json:"id"`
 	Spec VolumeSpec `json:"spec"`
@@ -340,7 +343,10 @@ func (r *Runtime) shareVolume(ctx context.Context, id string, spec VolumeSpec) e
 	if r.cluster == nil {
 		return nil
 	}
-	def, err := json.Marshal(clusterVolume{ID: id, Spec: spec})
+	def, err := json.Marshal(struct {
+		ID   string         `json:"id"`
+		Spec volumeSpecWire `json:"spec"`
+	}{id, wireVolumeSpec(spec)})
 	if err != nil {
 		return err
 	}
