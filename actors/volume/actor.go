@@ -16,55 +16,119 @@ import (
 // volume at a time (its "slot"), in a goroutine it owns, so its mailbox
 // never waits for a plugin. Claim actors (children) drive released claims;
 // they run their steps when the volume lends them the slot.
+//
+// What is in flight lives in three places: the slot (the one RPC), allocs
+// (per alloc: lookups, waiters, retries, claim actors) and expanding (the
+// expansion). The record says where each claim is; these say only who
+// waits and which goroutine runs.
 type volumeActor struct {
 	m   *Manager
 	h   *handle
 	log *logrus.Entry
 
-	rec      *persistence.Volume       // last persisted record, never modified; nil when not registered
-	queue    []any                     // work waiting for the slot, in order
-	slot     slot                      // who holds the volume's one RPC slot
-	job      *claim.Job                // the goroutine of the slot's publish step, create or delete
-	lookups  map[string]*lookup        // node plugin lookups for new claims, by alloc
-	retries  map[string]*claim.Job     // publish steps waiting to retry, by alloc
-	waiters  map[string][]chan<- reply // callers of claims being published, by alloc
-	claimers map[string]*actor.PID     // claim actors, by alloc
-	respawns map[string]*claim.Job     // claim actors to start again, by alloc
-	// expandWaiters are the callers of the expansion in progress.
-	expandWaiters []chan<- reply
-	// forcing are the callers of forced releases, by alloc: the claim
-	// actor of such a past claim is not started again.
-	forcing map[string][]chan<- reply
+	rec   *persistence.Volume // last persisted record, never modified; nil when not registered
+	queue []any               // work waiting for the slot, in order
+	slot  slot                // who holds the volume's one RPC slot
+	// allocs is what is in flight for each alloc, by alloc: an entry
+	// exists while something is (see allocWork).
+	allocs    map[string]*allocWork
+	expanding expansion // the expansion in progress, when the record has one
 	// forgetting are the allocs whose past claims the next persist
 	// forgets without freeing them: no claim-freed event for them.
 	forgetting []string
-	// expandRetry waits out the backoff of a failed expansion step,
-	// outside the slot; expandAttempts counts that step's failures.
-	expandRetry    *claim.Job
-	expandAttempts int
-	// pendingAttempts counts the failures of the NodeExpandVolume a
-	// publish owes (Volume.NodeExpandPending), by alloc.
-	pendingAttempts map[string]int
-	idle            *time.Timer
-	idleGen         uint64
+	idle       *time.Timer
+	idleGen    uint64
 
 	stopping   bool // restarting or stopping: start nothing new
 	passivated bool // stopping because idle
 	removed    bool // stopping because deregistered
 }
 
+// slot says who holds the volume's one RPC slot.
+type slot struct {
+	kind  slotKind
+	alloc string     // slotPublish, slotLent: whose claim
+	job   *claim.Job // slotPublish, slotOp: the goroutine that runs the RPC
+}
+
+type slotKind int
+
+const (
+	slotFree    slotKind = iota
+	slotPublish          // a publish step of slot.alloc's claim runs in slot.job
+	slotLent             // slot.alloc's claim actor runs a release step
+	slotOp               // a controller call, forced teardown, expansion step or stats poll runs in slot.job
+)
+
+// allocWork is what the volume actor has in flight for one alloc, beside
+// what the record says of the alloc's claim or past claim. Each field is
+// set only while its work lasts; work makes the entry and tidy drops it
+// once nothing is left, so an alloc with an entry is work in flight.
+type allocWork struct {
+	// lookup looks up the node plugin for a new claim (not in the record
+	// yet); lookupReqs are the requests for that claim, reserved when it
+	// ends (see reserve).
+	lookup     *claim.Job
+	lookupReqs []*claimRequest
+	// waiters are the callers of the claim being published, answered when
+	// it is published or has failed.
+	waiters []chan<- reply
+	// retry waits out the backoff of the claim's failed publish step (or
+	// owed NodeExpandVolume) and then sends retryDue; the claim's publish
+	// steps wait for it.
+	retry *claim.Job
+	// expandAttempts counts the failures of the NodeExpandVolume the
+	// claim's publish owes (Volume.NodeExpandPending).
+	expandAttempts int
+	// claimer is the claim actor that tears down the past claim.
+	claimer *actor.PID
+	// respawn starts the claim actor again, after a backoff, once its
+	// supervisor stopped it for good (see childTerminated).
+	respawn *claim.Job
+	// forcing are the callers of the past claim's forced release; its
+	// claim actor is not started again meanwhile.
+	forcing []chan<- reply
+}
+
+func (w *allocWork) done() bool {
+	return w.lookup == nil && len(w.lookupReqs) == 0 && len(w.waiters) == 0 && w.retry == nil &&
+		w.expandAttempts == 0 && w.claimer == nil && w.respawn == nil && len(w.forcing) == 0
+}
+
+// work returns alloc's entry in a.allocs, making it if there is none.
+func (a *volumeActor) work(alloc string) *allocWork {
+	w := a.allocs[alloc]
+	if w == nil {
+		w = &allocWork{}
+		a.allocs[alloc] = w
+	}
+	return w
+}
+
+// tidy drops alloc's entry when nothing is left in flight for it. Every
+// handler that ends a piece of an alloc's work calls it.
+func (a *volumeActor) tidy(alloc string) {
+	if w := a.allocs[alloc]; w != nil && w.done() {
+		delete(a.allocs, alloc)
+	}
+}
+
+// expansion is what the volume actor has in flight for the expansion the
+// record holds (Volume.Expansion).
+type expansion struct {
+	waiters []chan<- reply // callers, answered when it is done or has failed
+	// retry waits out the backoff of a failed step outside the slot (see
+	// startExpansionJob); attempts counts that step's failures.
+	retry    *claim.Job
+	attempts int
+}
+
 func newVolumeActor(m *Manager, h *handle) *volumeActor {
 	return &volumeActor{
-		m:        m,
-		h:        h,
-		log:      m.log.WithField("volume", h.id),
-		lookups:  map[string]*lookup{},
-		retries:  map[string]*claim.Job{},
-		waiters:  map[string][]chan<- reply{},
-		claimers: map[string]*actor.PID{},
-		respawns: map[string]*claim.Job{},
-
-		pendingAttempts: map[string]int{},
+		m:      m,
+		h:      h,
+		log:    m.log.WithField("volume", h.id),
+		allocs: map[string]*allocWork{},
 	}
 }
 

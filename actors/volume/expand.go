@@ -142,7 +142,7 @@ func (a *volumeActor) expand(ctx actor.Context, req *expandRequest) {
 				"volume %q is being expanded to %d bytes; ask again when that is done", a.h.id, x.CapacityBytes)})
 			return
 		}
-		a.expandWaiters = append(a.expandWaiters, req.reply)
+		a.expanding.waiters = append(a.expanding.waiters, req.reply)
 		a.runExpansion(ctx)
 		return
 	}
@@ -180,14 +180,14 @@ func (a *volumeActor) expand(ctx actor.Context, req *expandRequest) {
 		return
 	}
 	a.log.WithField("capacity_bytes", req.capacity).Info("expanding volume")
-	a.expandWaiters = append(a.expandWaiters, req.reply)
+	a.expanding.waiters = append(a.expanding.waiters, req.reply)
 	a.runExpansion(ctx)
 }
 
 // runExpansion starts the next step of the persisted expansion in the
 // slot, unless one runs. The slot is free or already the expansion's.
 func (a *volumeActor) runExpansion(ctx actor.Context) {
-	if a.rec == nil || a.rec.Expansion == nil || a.slot.kind != slotFree || a.expandRetry != nil {
+	if a.rec == nil || a.rec.Expansion == nil || a.slot.kind != slotFree || a.expanding.retry != nil {
 		return
 	}
 	x := a.rec.Expansion
@@ -250,9 +250,8 @@ func (a *volumeActor) runExpansion(ctx actor.Context) {
 // meanwhile (see expansionFinished).
 func (a *volumeActor) startExpansionJob(ctx actor.Context, call func(context.Context, *claim.Runner) claim.Result,
 	done func(claim.Result) *expandFinished) {
-	a.slot = slot{kind: slotOp}
 	runner := a.m.runner
-	a.job = claim.StartJob(a.m.pool.pool, ctx.ActorSystem().Root, ctx.Self(), func(jctx context.Context) any {
+	a.occupy(ctx, slot{kind: slotOp}, func(jctx context.Context) any {
 		res := call(jctx, runner)
 		if jctx.Err() != nil && !res.OK() {
 			return nil // stopping: the next incarnation resumes
@@ -266,30 +265,25 @@ func (a *volumeActor) startExpansionJob(ctx actor.Context, call func(context.Con
 // retryExpansion schedules the next attempt of the expansion's current
 // step after a backoff. The slot is free.
 func (a *volumeActor) retryExpansion(ctx actor.Context, msg *expandFinished) {
-	a.expandAttempts++
+	x := &a.expanding
+	x.attempts++
 	method, typ := "ControllerExpandVolume", claim.ControllerPlugin
 	if msg.node {
 		method, typ = "NodeExpandVolume", claim.NodePlugin
 	}
-	runner, plugin, delay := a.m.runner, a.rec.Plugin, a.m.cfg.Backoff.Delay(a.expandAttempts-1)
-	runner.Retrying(plugin, method)
-	a.log.WithError(msg.res.Err).WithFields(logrus.Fields{"method": method, "attempt": a.expandAttempts, "delay": delay}).
+	delay := a.m.cfg.Backoff.Delay(x.attempts - 1)
+	a.m.runner.Retrying(a.rec.Plugin, method)
+	a.log.WithError(msg.res.Err).WithFields(logrus.Fields{"method": method, "attempt": x.attempts, "delay": delay}).
 		Info("expansion step failed; retrying with backoff")
-	self := ctx.Self()
-	a.expandRetry = claim.StartJob(a.m.pool.pool, ctx.ActorSystem().Root, self, func(jctx context.Context) any {
-		if runner.Pause(jctx, plugin, typ, delay) != nil {
-			return nil
-		}
-		return &expandRetryDue{owner: a}
-	})
+	x.retry = a.pauseThen(ctx, a.rec.Plugin, typ, delay, &expandRetryDue{owner: a})
 }
 
 func (a *volumeActor) expandRetryDue(ctx actor.Context, msg *expandRetryDue) {
-	if msg.owner != a || a.expandRetry == nil {
+	if msg.owner != a || a.expanding.retry == nil {
 		return
 	}
-	a.expandRetry.Stop()
-	a.expandRetry = nil
+	a.expanding.retry.Stop()
+	a.expanding.retry = nil
 	a.queue = append(a.queue, &expandWork{})
 	a.settle(ctx)
 }
@@ -298,9 +292,7 @@ func (a *volumeActor) expansionFinished(ctx actor.Context, msg *expandFinished) 
 	if msg.owner != a {
 		return
 	}
-	a.job.Stop()
-	a.job = nil
-	a.slot = slot{}
+	a.vacate()
 	x := a.rec.Expansion
 	if x == nil {
 		a.settle(ctx)
@@ -311,7 +303,7 @@ func (a *volumeActor) expansionFinished(ctx actor.Context, msg *expandFinished) 
 		a.settle(ctx)
 		return
 	}
-	a.expandAttempts = 0
+	a.expanding.attempts = 0
 	v := claim.CloneVolume(a.rec)
 	if !msg.res.OK() {
 		v.Expansion = nil
@@ -360,10 +352,10 @@ func (a *volumeActor) expansionFinished(ctx actor.Context, msg *expandFinished) 
 }
 
 func (a *volumeActor) answerExpansion(r reply) {
-	for _, ch := range a.expandWaiters {
+	for _, ch := range a.expanding.waiters {
 		answer(ch, r)
 	}
-	a.expandWaiters = nil
+	a.expanding.waiters = nil
 }
 
 func hasPublished(v *persistence.Volume) bool {

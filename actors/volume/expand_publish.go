@@ -39,8 +39,7 @@ func (a *volumeActor) expandOnPublish(ctx actor.Context, alloc string) bool {
 		Secrets: v.Secrets,
 	}
 	runner, plugin := a.m.runner, v.Plugin
-	a.slot = slot{kind: slotPublish, alloc: alloc}
-	a.job = claim.StartJob(a.m.pool.pool, ctx.ActorSystem().Root, ctx.Self(), func(jctx context.Context) any {
+	a.occupy(ctx, slot{kind: slotPublish, alloc: alloc}, func(jctx context.Context) any {
 		res := runner.Do(jctx, plugin, claim.NodePlugin, csi.PublishKind, func(ctx context.Context, cl csi.Client) error {
 			_, err := cl.NodeExpandVolume(ctx, nreq)
 			return err
@@ -61,31 +60,26 @@ func (a *volumeActor) pendingExpandFinished(ctx actor.Context, msg *pendingExpan
 	if msg.owner != a {
 		return
 	}
-	a.job.Stop()
-	a.job = nil
-	a.slot = slot{}
+	a.vacate()
 	if a.rec == nil || claim.FindClaim(a.rec.Claims, msg.alloc) < 0 {
 		a.settle(ctx)
 		return
 	}
 	log := a.log.WithFields(logrus.Fields{"alloc": msg.alloc, "method": "NodeExpandVolume", "capacity_bytes": msg.capacity})
 	if !msg.res.OK() && msg.res.Outcome != csi.Final {
-		a.pendingAttempts[msg.alloc]++
-		n := a.pendingAttempts[msg.alloc]
-		delay := a.m.cfg.Backoff.Delay(n - 1)
-		runner, plugin, alloc := a.m.runner, a.rec.Plugin, msg.alloc
-		runner.Retrying(plugin, "NodeExpandVolume")
-		log.WithError(msg.res.Err).WithFields(logrus.Fields{"attempt": n, "delay": delay}).Info("node expansion on publish failed; retrying with backoff")
-		a.retries[alloc] = claim.StartJob(a.m.pool.pool, ctx.ActorSystem().Root, ctx.Self(), func(jctx context.Context) any {
-			if runner.Pause(jctx, plugin, claim.NodePlugin, delay) != nil {
-				return nil
-			}
-			return &retryDue{owner: a, alloc: alloc}
-		})
+		w := a.work(msg.alloc)
+		w.expandAttempts++
+		delay := a.m.cfg.Backoff.Delay(w.expandAttempts - 1)
+		a.m.runner.Retrying(a.rec.Plugin, "NodeExpandVolume")
+		log.WithError(msg.res.Err).WithFields(logrus.Fields{"attempt": w.expandAttempts, "delay": delay}).Info("node expansion on publish failed; retrying with backoff")
+		w.retry = a.pauseThen(ctx, a.rec.Plugin, claim.NodePlugin, delay, &retryDue{owner: a, alloc: msg.alloc})
 		a.settle(ctx)
 		return
 	}
-	delete(a.pendingAttempts, msg.alloc)
+	if w := a.allocs[msg.alloc]; w != nil {
+		w.expandAttempts = 0
+		a.tidy(msg.alloc)
+	}
 	v := claim.CloneVolume(a.rec)
 	if v.NodeExpandPending == msg.capacity {
 		v.NodeExpandPending = 0

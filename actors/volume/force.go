@@ -117,36 +117,24 @@ func (a *volumeActor) forceRelease(ctx actor.Context, msg *forceReleaseRequest) 
 			answer(msg.reply, reply{err: err})
 			return
 		}
-		if j := a.retries[alloc]; j != nil {
-			j.Stop()
-			delete(a.retries, alloc)
-		}
-		for _, ch := range a.waiters[alloc] {
-			answer(ch, reply{err: kinderr.Errorf(ErrReleased, "the claim of alloc %q on volume %q was released before it was published", alloc, a.h.id)})
-		}
-		delete(a.waiters, alloc)
+		a.endPublish(alloc, a.releasedEarly(alloc))
 	}
 	if claim.FindClaim(a.rec.PastClaims, alloc) < 0 {
 		answer(msg.reply, reply{err: kinderr.Errorf(ErrNotFound, "alloc %q holds no claim on volume %q", alloc, a.h.id)})
 		return
 	}
-	if a.forcing == nil {
-		a.forcing = map[string][]chan<- reply{}
-	}
-	first := len(a.forcing[alloc]) == 0
-	a.forcing[alloc] = append(a.forcing[alloc], msg.reply)
-	if !first {
+	w := a.work(alloc)
+	w.forcing = append(w.forcing, msg.reply)
+	if len(w.forcing) > 1 {
 		return
 	}
 	// The claim actor stops retrying; its Terminated frees a slot lent to
 	// it, and is not answered with a new claim actor while forcing.
-	if pid := a.claimers[alloc]; pid != nil {
-		ctx.Stop(pid)
+	if w.claimer != nil {
+		ctx.Stop(w.claimer)
 	}
-	if j := a.respawns[alloc]; j != nil {
-		j.Stop()
-		delete(a.respawns, alloc)
-	}
+	w.respawn.Stop()
+	w.respawn = nil
 	a.queue = slices.DeleteFunc(a.queue, func(w any) bool {
 		t, ok := w.(*turnWork)
 		return ok && t.alloc == alloc
@@ -203,9 +191,8 @@ func (a *volumeActor) runForce(ctx actor.Context, alloc string) {
 	a.mustPersist(v, "force")
 	a.log.WithFields(logrus.Fields{"alloc": alloc, "rpcs": len(steps)}).
 		Warn("forced release: sending each remaining teardown RPC once, then forgetting the claim")
-	runner, self, root := a.m.runner, ctx.Self(), ctx.ActorSystem().Root
-	a.slot = slot{kind: slotOp}
-	a.job = claim.StartJob(a.m.pool.pool, root, self, func(jctx context.Context) any {
+	runner := a.m.runner
+	a.occupy(ctx, slot{kind: slotOp}, func(jctx context.Context) any {
 		results := make([]claim.Result, len(steps))
 		for i, s := range steps {
 			results[i] = runner.Run(jctx, s)
@@ -220,9 +207,7 @@ func (a *volumeActor) forceFinished(ctx actor.Context, msg *forceFinished) {
 	if msg.owner != a {
 		return
 	}
-	a.job.Stop()
-	a.job = nil
-	a.slot = slot{}
+	a.vacate()
 	defer a.settle(ctx)
 	alloc := msg.alloc
 	i := -1
@@ -318,10 +303,15 @@ func leftovers(v *persistence.Volume, c *persistence.Claim) []string {
 }
 
 func (a *volumeActor) answerForced(alloc string, r reply) {
-	for _, ch := range a.forcing[alloc] {
+	w := a.allocs[alloc]
+	if w == nil {
+		return
+	}
+	for _, ch := range w.forcing {
 		answer(ch, r)
 	}
-	delete(a.forcing, alloc)
+	w.forcing = nil
+	a.tidy(alloc)
 }
 
 // forceDeregister forgets the volume with its past claims (force set on

@@ -18,20 +18,6 @@ import (
 	"github.com/csiactor/csiactor/persistence"
 )
 
-type slotKind int
-
-const (
-	slotFree    slotKind = iota
-	slotPublish          // a publish step of slot.alloc's claim runs in a.job
-	slotLent             // slot.alloc's claim actor runs a release step
-	slotOp               // CreateVolume or DeleteVolume runs in a.job
-)
-
-type slot struct {
-	kind  slotKind
-	alloc string
-}
-
 // advanceWork asks for the next publish step of alloc's claim.
 type advanceWork struct{ alloc string }
 
@@ -41,13 +27,6 @@ type recheckWork struct{ alloc string }
 
 // turnWork is a claim actor's request for a release turn.
 type turnWork struct{ alloc string }
-
-// lookup is a node plugin lookup for a new claim, and the requests for that
-// claim that arrived meanwhile.
-type lookup struct {
-	job  *claim.Job
-	reqs []*claimRequest
-}
 
 func answer(ch chan<- reply, r reply) {
 	select {
@@ -201,10 +180,34 @@ func (a *volumeActor) settle(ctx actor.Context) {
 }
 
 func (a *volumeActor) isIdle() bool {
-	return a.slot.kind == slotFree && len(a.queue) == 0 && a.job == nil &&
-		len(a.lookups) == 0 && len(a.retries) == 0 && len(a.waiters) == 0 &&
-		len(a.claimers) == 0 && len(a.respawns) == 0 && len(a.expandWaiters) == 0 && len(a.forcing) == 0 && a.expandRetry == nil &&
+	return a.slot == (slot{}) && len(a.queue) == 0 && len(a.allocs) == 0 &&
+		len(a.expanding.waiters) == 0 && a.expanding.retry == nil &&
 		(a.rec == nil || !claim.Unfinished(a.rec))
+}
+
+// occupy gives the slot to s and runs fn in its job: one RPC (or a few in
+// a row) of the volume, whose message fn returns. The slot is free.
+func (a *volumeActor) occupy(ctx actor.Context, s slot, fn func(context.Context) any) {
+	a.slot = s
+	a.slot.job = claim.StartJob(a.m.pool.pool, ctx.ActorSystem().Root, ctx.Self(), fn)
+}
+
+// vacate frees the slot when its job has sent its message.
+func (a *volumeActor) vacate() {
+	a.slot.job.Stop()
+	a.slot = slot{}
+}
+
+// pauseThen starts a job that waits out delay and then for the plugin's
+// typ to be healthy (see claim.Runner.Pause), and then sends due.
+func (a *volumeActor) pauseThen(ctx actor.Context, plugin string, typ claim.PluginType, delay time.Duration, due any) *claim.Job {
+	runner := a.m.runner
+	return claim.StartJob(a.m.pool.pool, ctx.ActorSystem().Root, ctx.Self(), func(jctx context.Context) any {
+		if runner.Pause(jctx, plugin, typ, delay) != nil {
+			return nil
+		}
+		return due
+	})
 }
 
 func (a *volumeActor) idleTimeout(ctx actor.Context, msg *idleTimeout) {
@@ -244,8 +247,8 @@ func (a *volumeActor) claim(ctx actor.Context, msg *claimRequest) {
 		return
 	}
 	alloc := msg.req.Alloc
-	if l := a.lookups[alloc]; l != nil {
-		l.reqs = append(l.reqs, msg)
+	if w := a.allocs[alloc]; w != nil && w.lookup != nil {
+		w.lookupReqs = append(w.lookupReqs, msg)
 		return
 	}
 	if cp, ok := a.m.plugins.(claim.CachedPlugins); ok {
@@ -255,12 +258,12 @@ func (a *volumeActor) claim(ctx actor.Context, msg *claimRequest) {
 		}
 	}
 	plugins, plugin := a.m.plugins, a.rec.Plugin
-	self, root := ctx.Self(), ctx.ActorSystem().Root
-	j := claim.StartJob(a.m.pool.pool, root, self, func(jctx context.Context) any {
+	w := a.work(alloc)
+	w.lookup = claim.StartJob(a.m.pool.pool, ctx.ActorSystem().Root, ctx.Self(), func(jctx context.Context) any {
 		_, facts, err := plugins.Client(jctx, plugin, claim.NodePlugin)
 		return &factsResolved{owner: a, alloc: alloc, facts: facts, err: err}
 	})
-	a.lookups[alloc] = &lookup{job: j, reqs: []*claimRequest{msg}}
+	w.lookupReqs = []*claimRequest{msg}
 	a.settle(ctx)
 }
 
@@ -274,7 +277,8 @@ func (a *volumeActor) join(msg *claimRequest, alloc string) {
 		answer(msg.reply, reply{vol: a.rec, claim: *c})
 		return
 	}
-	a.waiters[alloc] = append(a.waiters[alloc], msg.reply)
+	w := a.work(alloc)
+	w.waiters = append(w.waiters, msg.reply)
 	if c.State == claim.StatePublished {
 		// Checked when the slot is free: no publish step is in flight
 		// then that the check could race with.
@@ -288,13 +292,15 @@ func (a *volumeActor) reserve(ctx actor.Context, msg *factsResolved) {
 	if msg.owner != a {
 		return
 	}
-	l := a.lookups[msg.alloc]
-	if l == nil {
+	w := a.allocs[msg.alloc]
+	if w == nil || w.lookup == nil {
 		return
 	}
-	delete(a.lookups, msg.alloc)
-	l.job.Stop()
-	a.reserveAll(ctx, msg.alloc, l.reqs, msg.facts, msg.err)
+	reqs := w.lookupReqs
+	w.lookup.Stop()
+	w.lookup, w.lookupReqs = nil, nil
+	a.tidy(msg.alloc)
+	a.reserveAll(ctx, msg.alloc, reqs, msg.facts, msg.err)
 }
 
 // reserveAll records alloc's claim for the first of reqs that the limits
@@ -338,7 +344,8 @@ func (a *volumeActor) reserveAll(ctx actor.Context, alloc string, reqs []*claimR
 			answer(req.reply, reply{err: err})
 			continue
 		}
-		a.waiters[alloc] = append(a.waiters[alloc], req.reply)
+		w := a.work(alloc)
+		w.waiters = append(w.waiters, req.reply)
 		a.queue = append(a.queue, &advanceWork{alloc: alloc})
 	}
 	a.settle(ctx)
@@ -350,7 +357,7 @@ func (a *volumeActor) advance(ctx actor.Context, alloc string) {
 	if a.rec == nil {
 		return
 	}
-	if _, waiting := a.retries[alloc]; waiting {
+	if w := a.allocs[alloc]; w != nil && w.retry != nil {
 		return // retryDue queues it again
 	}
 	step, ok := claim.NextPublish(a.rec, alloc)
@@ -362,7 +369,7 @@ func (a *volumeActor) advance(ctx actor.Context, alloc string) {
 		return
 	}
 	a.slot = slot{kind: slotPublish, alloc: alloc}
-	a.job = a.m.runner.StartStep(a.m.pool.pool, ctx.ActorSystem().Root, ctx.Self(), step, func(res claim.Result) any {
+	a.slot.job = a.m.runner.StartStep(a.m.pool.pool, ctx.ActorSystem().Root, ctx.Self(), step, func(res claim.Result) any {
 		return &stepFinished{owner: a, step: step, res: res}
 	})
 }
@@ -372,19 +379,46 @@ func (a *volumeActor) answerPublished(alloc string) {
 	if i < 0 || a.rec.Claims[i].State != claim.StatePublished {
 		return
 	}
-	for _, ch := range a.waiters[alloc] {
-		answer(ch, reply{vol: a.rec, claim: a.rec.Claims[i]})
+	a.answerWaiters(alloc, reply{vol: a.rec, claim: a.rec.Claims[i]})
+}
+
+// answerWaiters answers the callers of alloc's claim with r.
+func (a *volumeActor) answerWaiters(alloc string, r reply) {
+	w := a.allocs[alloc]
+	if w == nil {
+		return
 	}
-	delete(a.waiters, alloc)
+	for _, ch := range w.waiters {
+		answer(ch, r)
+	}
+	w.waiters = nil
+	a.tidy(alloc)
+}
+
+// endPublish ends the publish side of alloc's claim, which has just become
+// a past claim (released, or failed for good): its retry stops, and its
+// callers are answered with r.
+func (a *volumeActor) endPublish(alloc string, r reply) {
+	w := a.allocs[alloc]
+	if w == nil {
+		return
+	}
+	w.retry.Stop()
+	w.retry, w.expandAttempts = nil, 0
+	a.answerWaiters(alloc, r)
+}
+
+// releasedEarly is the answer of the callers of alloc's claim when it is
+// released before it was published.
+func (a *volumeActor) releasedEarly(alloc string) reply {
+	return reply{err: kinderr.Errorf(ErrReleased, "the claim of alloc %q on volume %q was released before it was published", alloc, a.h.id)}
 }
 
 func (a *volumeActor) stepFinished(ctx actor.Context, msg *stepFinished) {
 	if msg.owner != a {
 		return
 	}
-	a.job.Stop()
-	a.job = nil
-	a.slot = slot{}
+	a.vacate()
 	alloc := msg.step.Alloc
 	if a.rec == nil || claim.FindClaim(a.rec.Claims, alloc) < 0 {
 		// Released while the step ran: the claim's teardown assumes the
@@ -432,26 +466,21 @@ func (a *volumeActor) stepFinished(ctx actor.Context, msg *stepFinished) {
 
 func (a *volumeActor) scheduleRetry(ctx actor.Context, step claim.Step, attempts int) {
 	delay := a.m.cfg.Backoff.Delay(attempts - 1)
-	runner, self, root := a.m.runner, ctx.Self(), ctx.ActorSystem().Root
-	alloc, plugin, typ := step.Alloc, step.Plugin, step.Method.PluginType()
-	runner.Retrying(plugin, step.Method.String())
+	alloc := step.Alloc
+	a.m.runner.Retrying(step.Plugin, step.Method.String())
 	a.log.WithFields(logrus.Fields{"alloc": alloc, "method": step.Method.String(), "attempt": attempts, "delay": delay}).
 		Info("publish step failed; retrying with backoff")
-	a.retries[alloc] = claim.StartJob(a.m.pool.pool, root, self, func(jctx context.Context) any {
-		if runner.Pause(jctx, plugin, typ, delay) != nil {
-			return nil
-		}
-		return &retryDue{owner: a, alloc: alloc}
-	})
+	a.work(alloc).retry = a.pauseThen(ctx, step.Plugin, step.Method.PluginType(), delay, &retryDue{owner: a, alloc: alloc})
 }
 
 func (a *volumeActor) retryDue(ctx actor.Context, msg *retryDue) {
 	if msg.owner != a {
 		return
 	}
-	if j := a.retries[msg.alloc]; j != nil {
-		j.Stop()
-		delete(a.retries, msg.alloc)
+	if w := a.allocs[msg.alloc]; w != nil && w.retry != nil {
+		w.retry.Stop()
+		w.retry = nil
+		a.tidy(msg.alloc)
 		a.queue = append(a.queue, &advanceWork{alloc: msg.alloc})
 	}
 	a.settle(ctx)
@@ -469,10 +498,7 @@ func (a *volumeActor) failClaim(ctx actor.Context, step claim.Step, cause error)
 	err := kinderr.Errorf(ErrClaimFailed, "claim of alloc %q on volume %q failed at %s: %w", alloc, a.h.id, step.Method, cause)
 	a.log.WithError(cause).WithFields(logrus.Fields{"alloc": alloc, "method": step.Method.String()}).
 		Error("claim failed; tearing it down")
-	for _, ch := range a.waiters[alloc] {
-		answer(ch, reply{err: err})
-	}
-	delete(a.waiters, alloc)
+	a.endPublish(alloc, reply{err: err})
 	a.spawnClaimer(ctx, alloc)
 }
 
@@ -490,14 +516,7 @@ func (a *volumeActor) release(ctx actor.Context, msg *releaseRequest) {
 			answer(msg.reply, reply{err: err})
 			return
 		}
-		if j := a.retries[msg.alloc]; j != nil {
-			j.Stop()
-			delete(a.retries, msg.alloc)
-		}
-		for _, ch := range a.waiters[msg.alloc] {
-			answer(ch, reply{err: kinderr.Errorf(ErrReleased, "the claim of alloc %q on volume %q was released before it was published", msg.alloc, a.h.id)})
-		}
-		delete(a.waiters, msg.alloc)
+		a.endPublish(msg.alloc, a.releasedEarly(msg.alloc))
 		a.spawnClaimer(ctx, msg.alloc)
 		answer(msg.reply, reply{vol: a.rec, claim: c})
 		a.settle(ctx)
@@ -511,7 +530,7 @@ func (a *volumeActor) release(ctx actor.Context, msg *releaseRequest) {
 }
 
 func (a *volumeActor) spawnClaimer(ctx actor.Context, alloc string) {
-	if _, ok := a.claimers[alloc]; ok || a.stopping || len(a.forcing[alloc]) > 0 {
+	if w := a.allocs[alloc]; a.stopping || (w != nil && (w.claimer != nil || len(w.forcing) > 0)) {
 		return
 	}
 	props := claim.NewProps(claim.Config{
@@ -524,7 +543,7 @@ func (a *volumeActor) spawnClaimer(ctx actor.Context, alloc string) {
 		Logger:  a.m.log,
 		Hook:    a.m.hook,
 	})
-	a.claimers[alloc] = ctx.Spawn(props)
+	a.work(alloc).claimer = ctx.Spawn(props)
 }
 
 func (a *volumeActor) turnRequested(ctx actor.Context, msg *claim.TurnRequest) {
@@ -546,10 +565,11 @@ func (a *volumeActor) turnRequested(ctx actor.Context, msg *claim.TurnRequest) {
 // RPC and lends the slot to its claim actor for the next RPC, or tells it
 // the claim is freed. The slot is free.
 func (a *volumeActor) grantTurn(ctx actor.Context, alloc string) {
-	pid := a.claimers[alloc]
-	if pid == nil || len(a.forcing[alloc]) > 0 {
+	w := a.allocs[alloc]
+	if w == nil || w.claimer == nil || len(w.forcing) > 0 {
 		return
 	}
+	pid := w.claimer
 	if a.rec == nil {
 		ctx.Send(pid, &claim.Freed{})
 		return
@@ -582,8 +602,8 @@ func (a *volumeActor) releaseStepDone(ctx actor.Context, msg *claim.StepDone) {
 		claim.ApplyRelease(v, msg.Step, now)
 		step, run, _ := claim.AdvanceRelease(v, msg.Alloc, now)
 		a.persistStep(v, msg.Step.Method.String())
-		if pid := a.claimers[msg.Alloc]; pid != nil {
-			a.lend(ctx, pid, step, run)
+		if w := a.allocs[msg.Alloc]; w != nil && w.claimer != nil {
+			a.lend(ctx, w.claimer, step, run)
 		}
 	} else {
 		claim.RecordFailure(v.PastClaims, msg.Alloc, msg.Result.Err.Error(), now)
@@ -593,22 +613,22 @@ func (a *volumeActor) releaseStepDone(ctx actor.Context, msg *claim.StepDone) {
 }
 
 func (a *volumeActor) childTerminated(ctx actor.Context, msg *actor.Terminated) {
-	for alloc, pid := range a.claimers {
-		if !pid.Equal(msg.Who) {
+	for alloc, w := range a.allocs {
+		if w.claimer == nil || !w.claimer.Equal(msg.Who) {
 			continue
 		}
-		delete(a.claimers, alloc)
+		w.claimer = nil
 		if a.slot.kind == slotLent && a.slot.alloc == alloc {
 			a.slot = slot{}
 		}
-		if a.stopping || a.rec == nil || claim.FindClaim(a.rec.PastClaims, alloc) < 0 || len(a.forcing[alloc]) > 0 {
+		if a.stopping || a.rec == nil || claim.FindClaim(a.rec.PastClaims, alloc) < 0 || len(w.forcing) > 0 {
+			a.tidy(alloc)
 			break
 		}
 		// Stopped for good by its supervisor with work left: start it
 		// again later, after the longest backoff.
 		delay := a.m.cfg.Backoff.Delay(1 << 20)
-		self, root := ctx.Self(), ctx.ActorSystem().Root
-		a.respawns[alloc] = claim.StartJob(a.m.pool.pool, root, self, func(jctx context.Context) any {
+		w.respawn = claim.StartJob(a.m.pool.pool, ctx.ActorSystem().Root, ctx.Self(), func(jctx context.Context) any {
 			t := time.NewTimer(delay)
 			defer t.Stop()
 			select {
@@ -632,9 +652,10 @@ func (a *volumeActor) respawnClaimer(ctx actor.Context, msg *respawnClaimer) {
 	if msg.owner != a {
 		return
 	}
-	if j := a.respawns[msg.alloc]; j != nil {
-		j.Stop()
-		delete(a.respawns, msg.alloc)
+	if w := a.allocs[msg.alloc]; w != nil && w.respawn != nil {
+		w.respawn.Stop()
+		w.respawn = nil
+		a.tidy(msg.alloc)
 	}
 	if a.rec != nil && claim.FindClaim(a.rec.PastClaims, msg.alloc) >= 0 {
 		a.spawnClaimer(ctx, msg.alloc)
@@ -748,9 +769,8 @@ func (a *volumeActor) deregister(ctx actor.Context, req *deregisterRequest) {
 // Unavailable: the caller is waiting, and nothing was sent.
 func (a *volumeActor) startOp(ctx actor.Context, req any, callerCtx context.Context, plugin, method string, kind csi.RPCKind,
 	retry bool, call func(context.Context, csi.Client) (any, error)) {
-	a.slot = slot{kind: slotOp}
-	runner, backoff, self, root := a.m.runner, a.m.cfg.Backoff, ctx.Self(), ctx.ActorSystem().Root
-	a.job = claim.StartJob(a.m.pool.pool, root, self, func(jctx context.Context) any {
+	runner, backoff := a.m.runner, a.m.cfg.Backoff
+	a.occupy(ctx, slot{kind: slotOp}, func(jctx context.Context) any {
 		octx, cancel := context.WithCancel(jctx)
 		defer cancel()
 		defer context.AfterFunc(callerCtx, cancel)()
@@ -778,9 +798,7 @@ func (a *volumeActor) opFinished(ctx actor.Context, msg *opFinished) {
 	if msg.owner != a {
 		return
 	}
-	a.job.Stop()
-	a.job = nil
-	a.slot = slot{}
+	a.vacate()
 	switch req := msg.req.(type) {
 	case *registerRequest:
 		if req.create {
@@ -864,21 +882,16 @@ func (a *volumeActor) stopWork() {
 		a.idle.Stop()
 		a.idle = nil
 	}
-	a.job.Stop()
-	a.job = nil
-	a.expandRetry.Stop()
-	a.expandRetry = nil
-	for k, l := range a.lookups {
-		l.job.Stop()
-		delete(a.lookups, k)
-	}
-	for k, j := range a.retries {
-		j.Stop()
-		delete(a.retries, k)
-	}
-	for k, j := range a.respawns {
-		j.Stop()
-		delete(a.respawns, k)
+	a.slot.job.Stop()
+	a.slot.job = nil
+	a.expanding.retry.Stop()
+	a.expanding.retry = nil
+	for alloc, w := range a.allocs {
+		w.lookup.Stop()
+		w.retry.Stop()
+		w.respawn.Stop()
+		w.lookup, w.lookupReqs, w.retry, w.respawn = nil, nil, nil, nil
+		a.tidy(alloc)
 	}
 }
 

@@ -224,10 +224,7 @@ func (a *volumeActor) recheckDone(alloc string) {
 	}
 	repairing, err := a.recheck(alloc)
 	if err != nil {
-		for _, ch := range a.waiters[alloc] {
-			answer(ch, reply{err: err})
-		}
-		delete(a.waiters, alloc)
+		a.answerWaiters(alloc, reply{err: err})
 		return
 	}
 	if !repairing {

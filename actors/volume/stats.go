@@ -215,9 +215,8 @@ func (a *volumeActor) pollStats(ctx actor.Context, req *statsRequest) {
 	target := pollTarget{
 		plugin: v.Plugin, volumeID: v.ExternalID, path: c.TargetPath, staging: c.StagingPath, secrets: v.Secrets,
 	}
-	a.slot = slot{kind: slotOp}
 	m := a.m
-	a.job = claim.StartJob(m.pool.pool, ctx.ActorSystem().Root, ctx.Self(), func(jctx context.Context) any {
+	a.occupy(ctx, slot{kind: slotOp}, func(jctx context.Context) any {
 		pctx, cancel := context.WithTimeout(jctx, m.cfg.StatsTimeout)
 		defer cancel()
 		p := m.poll(pctx, target)
@@ -232,9 +231,7 @@ func (a *volumeActor) statsFinished(ctx actor.Context, msg *statsFinished) {
 	if msg.owner != a {
 		return
 	}
-	a.job.Stop()
-	a.job = nil
-	a.slot = slot{}
+	a.vacate()
 	if statsTarget(a.rec) != nil {
 		a.recordPoll(msg.poll)
 	}
