@@ -1,6 +1,7 @@
 package volume
 
 import (
+	"context"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -36,8 +37,11 @@ type volumeActor struct {
 	// forgetting are the allocs whose past claims the next persist
 	// forgets without freeing them: no claim-freed event for them.
 	forgetting []string
-	idle       *time.Timer
-	idleGen    uint64
+	// idle sends idleTimeout once nothing has been in flight for
+	// Config.IdleTimeout (see settle); idleGen tells its message from a
+	// stale timer's.
+	idle    *time.Timer
+	idleGen uint64
 
 	stopping   bool // restarting or stopping: start nothing new
 	passivated bool // stopping because idle
@@ -60,6 +64,19 @@ const (
 	slotOp               // a controller call, forced teardown, expansion step or stats poll runs in slot.job
 )
 
+// occupy gives the slot to s and runs fn in its job: one RPC (or a few in
+// a row) of the volume, whose message fn returns. The slot is free.
+func (a *volumeActor) occupy(ctx actor.Context, s slot, fn func(context.Context) any) {
+	a.slot = s
+	a.slot.job = claim.StartJob(a.m.pool.pool, ctx.ActorSystem().Root, ctx.Self(), fn)
+}
+
+// vacate frees the slot when its job has sent its message.
+func (a *volumeActor) vacate() {
+	a.slot.job.Stop()
+	a.slot = slot{}
+}
+
 // allocWork is what the volume actor has in flight for one alloc, beside
 // what the record says of the alloc's claim or past claim. Each field is
 // set only while its work lasts; work makes the entry and tidy drops it
@@ -78,7 +95,8 @@ type allocWork struct {
 	// steps wait for it.
 	retry *claim.Job
 	// expandAttempts counts the failures of the NodeExpandVolume the
-	// claim's publish owes (Volume.NodeExpandPending).
+	// claim's publish owes (Volume.NodeExpandPending), until it is done,
+	// given up or the claim released.
 	expandAttempts int
 	// claimer is the claim actor that tears down the past claim.
 	claimer *actor.PID

@@ -185,31 +185,6 @@ func (a *volumeActor) isIdle() bool {
 		(a.rec == nil || !claim.Unfinished(a.rec))
 }
 
-// occupy gives the slot to s and runs fn in its job: one RPC (or a few in
-// a row) of the volume, whose message fn returns. The slot is free.
-func (a *volumeActor) occupy(ctx actor.Context, s slot, fn func(context.Context) any) {
-	a.slot = s
-	a.slot.job = claim.StartJob(a.m.pool.pool, ctx.ActorSystem().Root, ctx.Self(), fn)
-}
-
-// vacate frees the slot when its job has sent its message.
-func (a *volumeActor) vacate() {
-	a.slot.job.Stop()
-	a.slot = slot{}
-}
-
-// pauseThen starts a job that waits out delay and then for the plugin's
-// typ to be healthy (see claim.Runner.Pause), and then sends due.
-func (a *volumeActor) pauseThen(ctx actor.Context, plugin string, typ claim.PluginType, delay time.Duration, due any) *claim.Job {
-	runner := a.m.runner
-	return claim.StartJob(a.m.pool.pool, ctx.ActorSystem().Root, ctx.Self(), func(jctx context.Context) any {
-		if runner.Pause(jctx, plugin, typ, delay) != nil {
-			return nil
-		}
-		return due
-	})
-}
-
 func (a *volumeActor) idleTimeout(ctx actor.Context, msg *idleTimeout) {
 	if msg.owner != a || msg.gen != a.idleGen || a.idle == nil {
 		return
@@ -395,25 +370,6 @@ func (a *volumeActor) answerWaiters(alloc string, r reply) {
 	a.tidy(alloc)
 }
 
-// endPublish ends the publish side of alloc's claim, which has just become
-// a past claim (released, or failed for good): its retry stops, and its
-// callers are answered with r.
-func (a *volumeActor) endPublish(alloc string, r reply) {
-	w := a.allocs[alloc]
-	if w == nil {
-		return
-	}
-	w.retry.Stop()
-	w.retry, w.expandAttempts = nil, 0
-	a.answerWaiters(alloc, r)
-}
-
-// releasedEarly is the answer of the callers of alloc's claim when it is
-// released before it was published.
-func (a *volumeActor) releasedEarly(alloc string) reply {
-	return reply{err: kinderr.Errorf(ErrReleased, "the claim of alloc %q on volume %q was released before it was published", alloc, a.h.id)}
-}
-
 func (a *volumeActor) stepFinished(ctx actor.Context, msg *stepFinished) {
 	if msg.owner != a {
 		return
@@ -500,6 +456,25 @@ func (a *volumeActor) failClaim(ctx actor.Context, step claim.Step, cause error)
 		Error("claim failed; tearing it down")
 	a.endPublish(alloc, reply{err: err})
 	a.spawnClaimer(ctx, alloc)
+}
+
+// endPublish ends the publish side of alloc's claim, which has just become
+// a past claim (released, or failed for good): its retry stops, and its
+// callers are answered with r.
+func (a *volumeActor) endPublish(alloc string, r reply) {
+	w := a.allocs[alloc]
+	if w == nil {
+		return
+	}
+	w.retry.Stop()
+	w.retry, w.expandAttempts = nil, 0
+	a.answerWaiters(alloc, r)
+}
+
+// releasedEarly is the answer of the callers of alloc's claim when it is
+// released before it was published.
+func (a *volumeActor) releasedEarly(alloc string) reply {
+	return reply{err: kinderr.Errorf(ErrReleased, "the claim of alloc %q on volume %q was released before it was published", alloc, a.h.id)}
 }
 
 // release records alloc's claim as a past claim and answers at once; its
