@@ -3,6 +3,7 @@ package claim
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,6 +26,16 @@ type stubPlugins struct {
 	calls  atomic.Int64
 	// cur and max count NodeStageVolume calls in flight.
 	cur, max atomic.Int64
+	// staged are the volumes of the NodeStageVolume calls, in the order
+	// they were sent; guarded by mu.
+	mu     sync.Mutex
+	staged []string
+}
+
+func (p *stubPlugins) stagedOrder() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.staged)
 }
 
 func (p *stubPlugins) Client(context.Context, string, PluginType) (csi.Client, Facts, error) {
@@ -52,6 +63,9 @@ type countingClient struct {
 }
 
 func (c *countingClient) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolumeRequest) error {
+	c.p.mu.Lock()
+	c.p.staged = append(c.p.staged, req.GetVolumeId())
+	c.p.mu.Unlock()
 	n := c.p.cur.Add(1)
 	defer c.p.cur.Add(-1)
 	for m := c.p.max.Load(); n > m && !c.p.max.CompareAndSwap(m, n); m = c.p.max.Load() {
