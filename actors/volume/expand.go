@@ -352,9 +352,7 @@ func (a *volumeActor) expansionFinished(ctx actor.Context, msg *expandFinished) 
 }
 
 func (a *volumeActor) answerExpansion(r reply) {
-	for _, ch := range a.expanding.waiters {
-		answer(ch, r)
-	}
+	answerAll(a.expanding.waiters, r)
 	a.expanding.waiters = nil
 }
 

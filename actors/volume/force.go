@@ -303,15 +303,11 @@ func leftovers(v *persistence.Volume, c *persistence.Claim) []string {
 }
 
 func (a *volumeActor) answerForced(alloc string, r reply) {
-	w := a.allocs[alloc]
-	if w == nil {
-		return
+	if w := a.allocs[alloc]; w != nil {
+		answerAll(w.forcing, r)
+		w.forcing = nil
+		a.tidy(alloc)
 	}
-	for _, ch := range w.forcing {
-		answer(ch, r)
-	}
-	w.forcing = nil
-	a.tidy(alloc)
 }
 
 // forceDeregister forgets the volume with its past claims (force set on

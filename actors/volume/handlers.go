@@ -35,6 +35,12 @@ func answer(ch chan<- reply, r reply) {
 	}
 }
 
+func answerAll(chs []chan<- reply, r reply) {
+	for _, ch := range chs {
+		answer(ch, r)
+	}
+}
+
 // started loads the record and resumes its unfinished steps. A store error
 // panics: the supervisor restarts the actor after a backoff and it tries
 // again.
@@ -359,15 +365,11 @@ func (a *volumeActor) answerPublished(alloc string) {
 
 // answerWaiters answers the callers of alloc's claim with r.
 func (a *volumeActor) answerWaiters(alloc string, r reply) {
-	w := a.allocs[alloc]
-	if w == nil {
-		return
+	if w := a.allocs[alloc]; w != nil {
+		answerAll(w.waiters, r)
+		w.waiters = nil
+		a.tidy(alloc)
 	}
-	for _, ch := range w.waiters {
-		answer(ch, r)
-	}
-	w.waiters = nil
-	a.tidy(alloc)
 }
 
 func (a *volumeActor) stepFinished(ctx actor.Context, msg *stepFinished) {
