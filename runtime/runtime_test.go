@@ -3,11 +3,13 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/csiactor/csiactor/internal/fakeplugin"
 	"github.com/csiactor/csiactor/internal/leakcheck"
@@ -76,6 +78,76 @@ func TestRuntime_Claim_Lifecycle(t *testing.T) {
 		t.Errorf("volume RPCs = %v, want %v", got, want)
 	}
 
+	e.stop()
+	p.Stop()
+}
+
+// TestRuntime_Claim_LifecycleBehindNoTimer runs whole lifecycles (claim,
+// release, until the claim-freed event) with every interval and backoff of
+// the config at an hour: step retries, restarts, heartbeats, health and
+// stats polls. None of them may stand between two steps of a lifecycle
+// that goes well (a released claim's first NodeUnpublish included), so
+// each lifecycle ends long before any of them could fire; one that waited
+// for one would not end within the test's safety limit. Each RPC is sent
+// once: no step was retried.
+func TestRuntime_Claim_LifecycleBehindNoTimer(t *testing.T) {
+	defer leakcheck.Check(t)()
+	const hour = time.Hour
+	e := &testEnv{t: t, dataDir: shortDir(t, "csiactor-rt-")}
+	e.cfg = testConfig(e.dataDir)
+	e.cfg.Plugins.HeartbeatInterval = hour
+	e.cfg.Plugins.HealthTimeout = hour
+	e.cfg.Plugins.RestartBackoff = runtime.BackoffConfig{Initial: hour, Max: hour, Multiplier: 2}
+	e.cfg.Volumes.Retry = runtime.BackoffConfig{Initial: hour, Max: hour, Multiplier: 2}
+	e.cfg.Volumes.StatsInterval = hour
+	e.start()
+	p := e.attach("mono-1", testPlugin, runtime.TypeMonolith, fullPlugin)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := e.rt.WaitHealthy(ctx, testPlugin, runtime.TypeMonolith); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.rt.RegisterVolume(ctx, "vol-1", volSpec("single-node-writer")); err != nil {
+		t.Fatal(err)
+	}
+	events, err := e.rt.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lifecycles = 3
+	for i := range lifecycles {
+		alloc := fmt.Sprintf("alloc-%d", i)
+		if _, err := e.rt.Claim(ctx, "vol-1", claimReq(alloc, runtime.ModeWrite, "single-node-writer")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.rt.Release(ctx, "vol-1", alloc); err != nil {
+			t.Fatal(err)
+		}
+	wait:
+		for {
+			select {
+			case ev := <-events:
+				switch {
+				case ev.Type == runtime.EventClaimFreed && ev.Alloc == alloc:
+					break wait
+				case ev.Type == runtime.EventClaimFailed, ev.Type == runtime.EventsDropped:
+					t.Fatalf("%s: %s", ev.Type, ev.Message)
+				}
+			case <-ctx.Done():
+				t.Fatalf("claim of %s not freed within %s: a step waits for a timer", alloc, waitLimit)
+			}
+		}
+	}
+	counts := map[string]int{}
+	for _, m := range p.History() {
+		counts[m]++
+	}
+	for _, m := range []string{"ControllerPublishVolume", "NodeStageVolume", "NodePublishVolume", "NodeUnpublishVolume", "NodeUnstageVolume", "ControllerUnpublishVolume"} {
+		if counts[m] != lifecycles {
+			t.Errorf("%s sent %d times, want %d (once a lifecycle)", m, counts[m], lifecycles)
+		}
+	}
+	cancel()
 	e.stop()
 	p.Stop()
 }
