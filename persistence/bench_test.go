@@ -161,7 +161,8 @@ func BenchmarkLoad100k(b *testing.B) {
 }
 
 // BenchmarkDecodeVolume compares the binary volume codec with
-// encoding/json for one typical record (one claim, one staging).
+// encoding/json for one typical record (one claim, one staging), idle and
+// loaded.
 func BenchmarkDecodeVolume(b *testing.B) {
 	v := volumeWithClaim("vol-000001")
 	js, err := json.Marshal(&v)
@@ -169,24 +170,21 @@ func BenchmarkDecodeVolume(b *testing.B) {
 		b.Fatal(err)
 	}
 	bin := appendVolume(nil, &v)
-	b.Run("binary", func(b *testing.B) {
-		b.ReportAllocs()
-		b.ReportMetric(float64(len(bin)), "bytes/record")
-		for b.Loop() {
-			var out Volume
-			if err := decodeVolumeValue(bin, &out); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("json", func(b *testing.B) {
-		b.ReportAllocs()
-		b.ReportMetric(float64(len(js)), "bytes/record")
-		for b.Loop() {
-			var out Volume
-			if err := decodeVolumeValue(js, &out); err != nil {
-				b.Fatal(err)
-			}
+	forLoads(b, func(b *testing.B) {
+		for _, f := range []struct {
+			name string
+			data []byte
+		}{{"binary", bin}, {"json", js}} {
+			b.Run(f.name, func(b *testing.B) {
+				b.ReportAllocs()
+				b.ReportMetric(float64(len(f.data)), "bytes/record")
+				for b.Loop() {
+					var out Volume
+					if err := decodeVolumeValue(f.data, &out); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 		}
 	})
 }
@@ -194,18 +192,20 @@ func BenchmarkDecodeVolume(b *testing.B) {
 // BenchmarkEncodeVolume is BenchmarkDecodeVolume's other half.
 func BenchmarkEncodeVolume(b *testing.B) {
 	v := volumeWithClaim("vol-000001")
-	b.Run("binary", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			_ = appendVolume(make([]byte, 0, 512), &v)
-		}
-	})
-	b.Run("json", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, err := json.Marshal(&v); err != nil {
-				b.Fatal(err)
+	forLoads(b, func(b *testing.B) {
+		b.Run("binary", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = appendVolume(make([]byte, 0, 512), &v)
 			}
-		}
+		})
+		b.Run("json", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := json.Marshal(&v); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	})
 }
