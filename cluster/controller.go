@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -75,6 +76,61 @@ func (s *Session) controllerPrefix(plugin string) string {
 
 func (s *Session) controllerKey(plugin, volume, node string) string {
 	return s.controllerPrefix(plugin) + url.PathEscape(volume) + "/" + url.PathEscape(node)
+}
+
+// loadRequested finds the controller requests an earlier run of this
+// host left in etcd (see ControllerRequested).
+func (s *Session) loadRequested(ctx context.Context) error {
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	start := time.Now()
+	resp, err := s.cli.Get(rctx, s.key("controller")+"/", clientv3.WithPrefix())
+	s.metrics.observe("get", start)
+	if err != nil {
+		return fmt.Errorf("%w: list controller requests: %w", ErrUnavailable, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, kv := range resp.Kvs {
+		var r ControllerRequest
+		if json.Unmarshal(kv.Value, &r) == nil && r.Host == s.cfg.NodeID {
+			s.requested[string(kv.Key)] = true
+		}
+	}
+	return nil
+}
+
+// ControllerRequested reports whether etcd may hold a controller request
+// of this host for volume of plugin: one this host wrote (in this run, or
+// found at Open) and no successful unpublish through the leader removed
+// since. While it does, the host's controller steps of the volume must go
+// through the leader too (RequestController), even with a controller of
+// its own: the leader runs the requests of a volume and node one at a
+// time, in order, so an unpublish sent there cannot be overtaken by a
+// publish still pending there, and it undoes a publish the leader ran.
+// Run on the host's own controller, the unpublish would leave either one
+// standing: the volume stays published to this host with no claim
+// holding it, and other hosts' ControllerPublishVolume fails.
+func (s *Session) ControllerRequested(plugin, volume string) bool {
+	prefix := s.controllerPrefix(plugin) + url.PathEscape(volume) + "/"
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.requested {
+		if strings.HasPrefix(k, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Session) noteRequested(key string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if on {
+		s.requested[key] = true
+	} else {
+		delete(s.requested, key)
+	}
 }
 
 func (s *Session) leaderPrefix(plugin string) string {
@@ -179,6 +235,7 @@ func (s *Session) RequestController(ctx context.Context, plugin string, req Cont
 			}
 			mine, rev = &n, resp.Header.Revision
 		}
+		s.noteRequested(key, true)
 		ans, rev, err := s.awaitAnswer(ctx, key, mine.Attempt, rev)
 		if err != nil {
 			return ControllerAnswer{}, err
@@ -189,10 +246,13 @@ func (s *Session) RequestController(ctx context.Context, plugin string, req Cont
 		if req.Op == OpUnpublish && ans.Code == 0 {
 			rctx, cancel := s.reqCtx(ctx)
 			start := time.Now()
-			_, _ = s.cli.Txn(rctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+			resp, err := s.cli.Txn(rctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
 				Then(clientv3.OpDelete(key)).Commit()
 			cancel()
 			s.metrics.observe("txn", start)
+			if err == nil && resp.Succeeded {
+				s.noteRequested(key, false)
+			}
 		}
 		return *ans, nil
 	}

@@ -597,3 +597,80 @@ func TestCluster_ShutdownWithEtcdDown(t *testing.T) {
 		}
 	}
 }
+
+// TestCluster_RemotePublishUndoneRemotely: a claim published through the
+// controller leader (its host had no healthy controller then, as a host
+// restarting before its plugin is up) is unpublished there too, although
+// the host has a healthy controller of its own by its release; run on its
+// own controller, the unpublish would leave the leader's publication to
+// the host standing, with no claim holding it, and every other host's
+// ControllerPublishVolume of the volume failing from then on. Once the
+// leader undid it, the host's claims use its own controller again.
+func TestCluster_RemotePublishUndoneRemotely(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	srv := etcdtest.Start(t)
+	ctrl := startAgent(t, "n1", srv.Endpoint())
+	node := startNodeOnly(t, "n2", srv.Endpoint())
+	ctx := context.Background()
+	const vol, am = "udisk", "multi-node-single-writer"
+	if _, err := ctrl.rt.RegisterVolume(ctx, vol, volSpec(vol, am)); err != nil {
+		t.Fatal(err)
+	}
+	node.waitVolume(vol)
+	if _, err := claimOnce(t, node, vol, claimReq("app", "write", am)); err != nil {
+		t.Fatalf("claim on the host without a controller: %v", err)
+	}
+	if got := ctrl.plugin.ControllerPublished(); got["ext-"+vol] != "csi-n2" {
+		t.Fatalf("leader's controller publications = %v, want ext-%s to csi-n2", got, vol)
+	}
+
+	// The host gets a controller of its own before the release.
+	own, ep := fakeplugin.Start(t, fakeplugin.Config{ControllerPublish: true, StageUnstage: true, NodeID: "csi-n2"})
+	if _, err := node.rt.RegisterAllocation(ctx, "ctrl-n2", runtime.AllocationSpec{
+		Plugin: testPlugin, Type: runtime.TypeController, Socket: strings.TrimPrefix(ep, "unix://"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, waitLimit)
+	defer cancel()
+	if err := node.rt.WaitHealthy(wctx, testPlugin, runtime.TypeController); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node.rt.Release(ctx, vol, "app"); err != nil {
+		t.Fatal(err)
+	}
+	node.waitFreed(vol, "app")
+	if got := ctrl.plugin.ControllerPublished(); len(got) != 0 {
+		t.Fatalf("leader's controller publications after the release = %v, want none", got)
+	}
+	if n := own.Calls("ControllerUnpublishVolume"); n != 0 {
+		t.Fatalf("the host's own controller got %d ControllerUnpublishVolume calls, want 0: the leader published", n)
+	}
+	eventually(t, "the controller request gone from etcd", func() (bool, error) {
+		return etcdKeys(t, srv.Endpoint(), runtime.DefaultClusterPrefix+"/controller/") == 0, nil
+	})
+
+	// The leader's host can publish the volume to itself again.
+	cctx, ccancel := context.WithTimeout(ctx, waitLimit)
+	defer ccancel()
+	if _, err := ctrl.rt.Claim(cctx, vol, claimReq("other", "write", am)); err != nil {
+		t.Fatalf("claim on the leader's host after the release: %v", err)
+	}
+	if _, err := ctrl.rt.Release(ctx, vol, "other"); err != nil {
+		t.Fatal(err)
+	}
+	ctrl.waitFreed(vol, "other")
+
+	// Nothing of the host's is left with the leader: its next claim
+	// uses its own controller.
+	if _, err := claimOnce(t, node, vol, claimReq("app2", "read", am)); err != nil {
+		t.Fatalf("second claim on the host: %v", err)
+	}
+	if n := own.Calls("ControllerPublishVolume"); n != 1 {
+		t.Fatalf("the host's own controller got %d ControllerPublishVolume calls, want 1", n)
+	}
+	if _, err := node.rt.Release(ctx, vol, "app2"); err != nil {
+		t.Fatal(err)
+	}
+	node.waitFreed(vol, "app2")
+}

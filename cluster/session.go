@@ -34,6 +34,7 @@ type Session struct {
 	renewSent time.Time           // guarded by mu; send time of the last acknowledged keepalive (or grant)
 	frees     map[claimRef]string // guarded by mu; claims to remove from etcd, with their nonce
 	nonces    map[claimRef]string // guarded by mu; the nonce of every claim this session admitted
+	requested map[string]bool     // guarded by mu; keys of this host's controller requests (see ControllerRequested)
 	closed    bool                // guarded by mu
 
 	kick      chan struct{}   // wakes the free loop
@@ -87,21 +88,27 @@ func Open(ctx context.Context, cfg Config) (*Session, error) {
 		return nil, fmt.Errorf("%w: etcd %v: %w", ErrUnavailable, cfg.Endpoints, err)
 	}
 	s := &Session{
-		cfg:      cfg,
-		log:      log,
-		cli:      cli,
-		metrics:  newMetrics(),
-		reg:      cfg.Registerer,
-		frees:    map[claimRef]string{},
-		nonces:   map[claimRef]string{},
-		kick:     make(chan struct{}, 1),
-		rejoined: make(chan struct{}, 1),
+		cfg:       cfg,
+		log:       log,
+		cli:       cli,
+		metrics:   newMetrics(),
+		reg:       cfg.Registerer,
+		frees:     map[claimRef]string{},
+		nonces:    map[claimRef]string{},
+		requested: map[string]bool{},
+		kick:      make(chan struct{}, 1),
+		rejoined:  make(chan struct{}, 1),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if err := s.grant(ctx); err != nil {
 		s.cancel()
 		_ = cli.Close()
 		return nil, fmt.Errorf("%w: etcd %v does not answer: %w", ErrUnavailable, cfg.Endpoints, err)
+	}
+	if err := s.loadRequested(ctx); err != nil {
+		s.cancel()
+		_ = cli.Close()
+		return nil, err
 	}
 	if s.reg != nil {
 		for i, c := range s.metrics.collectors() {

@@ -26,7 +26,9 @@ import (
 //     on a host without a healthy controller allocation of the plugin goes
 //     to the plugin's controller leader in the cluster (a host with one,
 //     elected in etcd), which runs it with this host's node ID and writes
-//     back the answer. Other controller calls stay local.
+//     back the answer; so do the later ones of the volume, until an
+//     unpublish there succeeded, even once the host has a controller of
+//     its own. Other controller calls stay local.
 //   - A node plugin that says the plugin has a controller service, on a
 //     host without a controller allocation, cannot know whether the
 //     controller publishes volumes (PUBLISH_UNPUBLISH_VOLUME): the hosts
@@ -67,14 +69,20 @@ func isControllerStep(ctx context.Context) (claim.Step, bool) {
 func (p *clusterPlugins) Client(ctx context.Context, name string, typ claim.PluginType) (csi.Client, claim.Facts, error) {
 	c, facts, err := p.local.Client(ctx, name, typ)
 	if typ == claim.ControllerPlugin {
-		if err == nil {
+		step, ok := isControllerStep(ctx)
+		// A volume with a request of this host still in etcd stays with
+		// the leader (see cluster.Session.ControllerRequested).
+		sticky := ok && p.s.ControllerRequested(name, step.Volume)
+		if err == nil && !sticky {
 			return c, facts, nil
 		}
-		step, ok := isControllerStep(ctx)
 		if !ok {
 			return nil, claim.Facts{}, err
 		}
 		if _, lerr := p.s.ControllerLeader(ctx, name); lerr != nil {
+			if err == nil {
+				err = fmt.Errorf("the controller steps of volume %q go through the controller leader of plugin %q until its request there is undone", step.Volume, name)
+			}
 			return nil, claim.Facts{}, fmt.Errorf("%w; %w", err, lerr)
 		}
 		return &remoteController{p: p, plugin: name, volume: step.Volume}, facts, nil
