@@ -123,6 +123,24 @@ func (s *Session) ControllerRequested(plugin, volume string) bool {
 	return false
 }
 
+// HasControllerRequest reports whether etcd holds a controller request of
+// plugin for volume and the CSI node ID node, pending or answered, that no
+// successful unpublish through the leader removed: a ControllerUnpublish
+// of them (a fence's) must then go through the leader too (see
+// ControllerRequested). It fails with ErrUnavailable when etcd does not
+// answer.
+func (s *Session) HasControllerRequest(ctx context.Context, plugin, volume, node string) (bool, error) {
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	start := time.Now()
+	resp, err := s.cli.Get(rctx, s.controllerKey(plugin, volume, node), clientv3.WithCountOnly())
+	s.metrics.observe("get", start)
+	if err != nil {
+		return false, fmt.Errorf("%w: read controller request: %w", ErrUnavailable, err)
+	}
+	return resp.Count > 0, nil
+}
+
 func (s *Session) noteRequested(key string, on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

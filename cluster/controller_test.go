@@ -674,3 +674,56 @@ func TestCluster_RemotePublishUndoneRemotely(t *testing.T) {
 	}
 	node.waitFreed(vol, "app2")
 }
+
+// TestCluster_FenceUndoesRemotePublish: a host whose claim the controller
+// leader published is fenced through another host with a controller of
+// its own: the unpublish goes to the leader, where the host's request is,
+// and the leader's publication to the fenced host is gone.
+func TestCluster_FenceUndoesRemotePublish(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	srv := etcdtest.Start(t)
+	c1 := startAgent(t, "n1", srv.Endpoint())
+	c3 := startAgent(t, "n3", srv.Endpoint())
+	down := startNodeOnly(t, "n2", srv.Endpoint())
+	ctx := context.Background()
+	const vol, am = "fdisk", "single-node-writer"
+	if _, err := c1.rt.RegisterVolume(ctx, vol, volSpec(vol, am)); err != nil {
+		t.Fatal(err)
+	}
+	down.waitVolume(vol)
+	c3.waitVolume(vol)
+	leader := leaderOf(t, c1, c3)
+	via := c1
+	if leader == c1 {
+		via = c3
+	}
+	if _, err := claimOnce(t, down, vol, claimReq("app", "write", am)); err != nil {
+		t.Fatal(err)
+	}
+	if got := leader.plugin.ControllerPublished(); got["ext-"+vol] != "csi-n2" {
+		t.Fatalf("leader's controller publications = %v, want ext-%s to csi-n2", got, vol)
+	}
+	down.stop()
+	eventually(t, "n2 down", func() (bool, error) {
+		n, err := via.rt.Node(ctx, "n2")
+		return err == nil && n.Status == runtime.NodeDown, nil
+	})
+	res, err := via.rt.FenceNode(ctx, "n2")
+	if err != nil || len(res.Claims) != 1 || !res.Claims[0].ControllerUnpublished {
+		t.Fatalf("FenceNode(n2) = %+v, %v", res, err)
+	}
+	if got := leader.plugin.ControllerPublished(); len(got) != 0 {
+		t.Fatalf("leader's controller publications after the fence = %v, want none", got)
+	}
+	if n := via.plugin.Calls("ControllerUnpublishVolume"); n != 0 {
+		t.Fatalf("the fencing host's own controller got %d ControllerUnpublishVolume calls, want 0", n)
+	}
+	eventually(t, "the controller request gone from etcd", func() (bool, error) {
+		return etcdKeys(t, srv.Endpoint(), runtime.DefaultClusterPrefix+"/controller/") == 0, nil
+	})
+	cctx, cancel := context.WithTimeout(ctx, waitLimit)
+	defer cancel()
+	if _, err := via.rt.Claim(cctx, vol, claimReq("next", "write", am)); err != nil {
+		t.Fatalf("claim after the fence: %v", err)
+	}
+}

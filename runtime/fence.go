@@ -40,7 +40,8 @@ type FenceResult struct {
 // volumes: for each of its claims that went through
 // ControllerPublishVolume, a controller of the volume's plugin unpublishes
 // the volume from the host's node ID (this agent's, or, when it has no
-// healthy one, the plugin's controller leader in the cluster); then the
+// healthy one or etcd holds a controller request of the host for the
+// volume, the plugin's controller leader in the cluster); then the
 // claims are removed from etcd and recorded as fenced, in a transaction
 // that requires the host to be down still. The host, when it is back,
 // releases them locally (unpublish and unstage).
@@ -150,19 +151,30 @@ func (r *Runtime) fenceVolume(ctx context.Context, host, vol, plugin string, cs 
 
 // controllerUnpublish runs ControllerUnpublishVolume of vol (as the
 // cluster defines it, with its secrets) for nodeID on this agent's
-// controller of the volume's plugin, or, without a healthy one here, on
-// the plugin's controller leader in the cluster. NotFound counts as done.
+// controller of the volume's plugin, or, without a healthy one here or
+// while etcd holds a controller request of the fenced host for the volume
+// (the leader may have published it, or may yet: its unpublish must come
+// after), on the plugin's controller leader in the cluster. NotFound
+// counts as done.
 func (r *Runtime) controllerUnpublish(ctx context.Context, vol string, cv clusterVolume, nodeID string) error {
 	req := &csipb.ControllerUnpublishVolumeRequest{VolumeId: cv.Spec.ExternalID, NodeId: nodeID, Secrets: cv.Spec.Secrets}
-	var err error
-	if c, _, lerr := r.plugins.Client(ctx, cv.Spec.Plugin, claim.ControllerPlugin); lerr == nil {
+	requested, err := r.cluster.HasControllerRequest(ctx, cv.Spec.Plugin, vol, nodeID)
+	if err != nil {
+		return mapErr(err)
+	}
+	c, _, lerr := r.plugins.Client(ctx, cv.Spec.Plugin, claim.ControllerPlugin)
+	if lerr == nil && !requested {
 		err = c.ControllerUnpublishVolume(ctx, req)
 	} else {
 		rc := &remoteController{p: r.ctrl, plugin: cv.Spec.Plugin, volume: vol}
 		err = rc.ControllerUnpublishVolume(ctx, req)
-		if errors.Is(err, cluster.ErrNoController) {
+		switch {
+		case errors.Is(err, cluster.ErrNoController) && lerr != nil:
 			return fmt.Errorf("%w: no healthy controller of plugin %q on this host or any host of the cluster to unpublish volume %q from the fenced host: %w",
 				ErrPluginUnavailable, cv.Spec.Plugin, vol, err)
+		case errors.Is(err, cluster.ErrNoController):
+			return fmt.Errorf("%w: the fenced host's controller request of volume %q waits in the cluster, and no host leads the controller of plugin %q to unpublish it after that request: %w",
+				ErrPluginUnavailable, vol, cv.Spec.Plugin, err)
 		}
 	}
 	if csi.Classify(csi.UnpublishKind, err) == csi.Success {
