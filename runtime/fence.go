@@ -25,9 +25,8 @@ type FencedClaim struct {
 	Mode   string `json:"mode"`
 	// ControllerUnpublished says ControllerUnpublishVolume ran (on this
 	// agent's controller or the plugin's controller leader) for the
-	// fenced host's node ID. It is false for
-	// a claim that never went through ControllerPublishVolume: then only
-	// the claim was taken.
+	// fenced host's node ID. It is false for a claim that never went
+	// through ControllerPublishVolume: then only the claim was taken.
 	ControllerUnpublished bool `json:"controller_unpublished"`
 }
 
