@@ -93,24 +93,33 @@ func (s *Session) loadRequested(ctx context.Context) error {
 	defer s.mu.Unlock()
 	for _, kv := range resp.Kvs {
 		var r ControllerRequest
-		if json.Unmarshal(kv.Value, &r) == nil && r.Host == s.cfg.NodeID {
+		if json.Unmarshal(kv.Value, &r) == nil && r.Host == s.cfg.NodeID && r.binds() {
 			s.requested[string(kv.Key)] = true
 		}
 	}
 	return nil
 }
 
-// ControllerRequested reports whether etcd may hold a controller request
-// of this host for volume of plugin: one this host wrote (in this run, or
-// found at Open) and no successful unpublish through the leader removed
-// since. While it does, the host's controller steps of the volume must go
-// through the leader too (RequestController), even with a controller of
-// its own: the leader runs the requests of a volume and node one at a
-// time, in order, so an unpublish sent there cannot be overtaken by a
-// publish still pending there, and it undoes a publish the leader ran.
-// Run on the host's own controller, the unpublish would leave either one
-// standing: the volume stays published to this host with no claim
-// holding it, and other hosts' ControllerPublishVolume fails.
+// binds says whether r keeps its host's later controller steps of the
+// volume with the leader (see ControllerRequested): it is pending, or
+// the leader published the volume (a publish that succeeded, or an
+// unpublish that failed).
+func (r *ControllerRequest) binds() bool {
+	return r.Answer == nil || (r.Op == OpPublish) == (r.Answer.Code == 0)
+}
+
+// ControllerRequested reports whether this host has a controller request
+// for volume of plugin with the leader that is still pending, or whose
+// publish the leader ran and no unpublish there undid since (as this
+// host wrote and saw them in this run, or found them at Open). While it
+// has, the host's controller steps of the volume must go through the
+// leader too (RequestController), even with a controller of its own: the
+// leader runs the requests of a volume and node one at a time, in order,
+// so an unpublish sent there cannot be overtaken by a publish still
+// pending there, and it undoes the publish where it ran. Run on the
+// host's own controller, the unpublish would leave the publication
+// standing, held by no claim, and other hosts' ControllerPublishVolume of
+// the volume would fail.
 func (s *Session) ControllerRequested(plugin, volume string) bool {
 	prefix := s.controllerPrefix(plugin) + url.PathEscape(volume) + "/"
 	s.mu.Lock()
@@ -124,21 +133,17 @@ func (s *Session) ControllerRequested(plugin, volume string) bool {
 }
 
 // HasControllerRequest reports whether etcd holds a controller request of
-// plugin for volume and the CSI node ID node, pending or answered, that no
-// successful unpublish through the leader removed: a ControllerUnpublish
-// of them (a fence's) must then go through the leader too (see
-// ControllerRequested). It fails with ErrUnavailable when etcd does not
-// answer.
+// plugin for volume and the CSI node ID node that is pending, or whose
+// publish the leader ran and no unpublish there undid since: a
+// ControllerUnpublishVolume for them (a fence's) must then go through
+// the leader too (see ControllerRequested). It fails with ErrUnavailable
+// when etcd does not answer.
 func (s *Session) HasControllerRequest(ctx context.Context, plugin, volume, node string) (bool, error) {
-	rctx, cancel := s.reqCtx(ctx)
-	defer cancel()
-	start := time.Now()
-	resp, err := s.cli.Get(rctx, s.controllerKey(plugin, volume, node), clientv3.WithCountOnly())
-	s.metrics.observe("get", start)
+	r, _, err := s.readRequest(ctx, s.controllerKey(plugin, volume, node))
 	if err != nil {
-		return false, fmt.Errorf("%w: read controller request: %w", ErrUnavailable, err)
+		return false, err
 	}
-	return resp.Count > 0, nil
+	return r != nil && r.binds(), nil
 }
 
 func (s *Session) noteRequested(key string, on bool) {
@@ -261,16 +266,14 @@ func (s *Session) RequestController(ctx context.Context, plugin string, req Cont
 		if ans == nil {
 			continue // replaced by another request for the step: ask again
 		}
+		s.noteRequested(key, (&ControllerRequest{Op: req.Op, Answer: ans}).binds())
 		if req.Op == OpUnpublish && ans.Code == 0 {
 			rctx, cancel := s.reqCtx(ctx)
 			start := time.Now()
-			resp, err := s.cli.Txn(rctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+			_, _ = s.cli.Txn(rctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
 				Then(clientv3.OpDelete(key)).Commit()
 			cancel()
 			s.metrics.observe("txn", start)
-			if err == nil && resp.Succeeded {
-				s.noteRequested(key, false)
-			}
 		}
 		return *ans, nil
 	}

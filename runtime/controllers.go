@@ -26,9 +26,10 @@ import (
 //     on a host without a healthy controller allocation of the plugin goes
 //     to the plugin's controller leader in the cluster (a host with one,
 //     elected in etcd), which runs it with this host's node ID and writes
-//     back the answer; so do the later ones of the volume, until an
-//     unpublish there succeeded, even once the host has a controller of
-//     its own. Other controller calls stay local.
+//     back the answer; so do the later ones of the volume while that
+//     request is pending or the leader published the volume for this
+//     host, until an unpublish there succeeded, even once the host has a
+//     controller of its own. Other controller calls stay local.
 //   - A node plugin that says the plugin has a controller service, on a
 //     host without a controller allocation, cannot know whether the
 //     controller publishes volumes (PUBLISH_UNPUBLISH_VOLUME): the hosts
@@ -81,7 +82,7 @@ func (p *clusterPlugins) Client(ctx context.Context, name string, typ claim.Plug
 		}
 		if _, lerr := p.s.ControllerLeader(ctx, name); lerr != nil {
 			if err == nil {
-				err = fmt.Errorf("the controller steps of volume %q go through the controller leader of plugin %q until its request there is undone", step.Volume, name)
+				err = fmt.Errorf("the controller steps of volume %q go through the controller leader of plugin %q while this host's request there is pending or published", step.Volume, name)
 			}
 			return nil, claim.Facts{}, fmt.Errorf("%w; %w", err, lerr)
 		}

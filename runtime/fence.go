@@ -40,8 +40,9 @@ type FenceResult struct {
 // volumes: for each of its claims that went through
 // ControllerPublishVolume, a controller of the volume's plugin unpublishes
 // the volume from the host's node ID (this agent's, or, when it has no
-// healthy one or etcd holds a controller request of the host for the
-// volume, the plugin's controller leader in the cluster); then the
+// healthy one or while the leader has a publish of the host's for the
+// volume, pending or done, the plugin's controller leader in the
+// cluster); then the
 // claims are removed from etcd and recorded as fenced, in a transaction
 // that requires the host to be down still. The host, when it is back,
 // releases them locally (unpublish and unstage).
@@ -152,10 +153,10 @@ func (r *Runtime) fenceVolume(ctx context.Context, host, vol, plugin string, cs 
 // controllerUnpublish runs ControllerUnpublishVolume of vol (as the
 // cluster defines it, with its secrets) for nodeID on this agent's
 // controller of the volume's plugin, or, without a healthy one here or
-// while etcd holds a controller request of the fenced host for the volume
-// (the leader may have published it, or may yet: its unpublish must come
-// after), on the plugin's controller leader in the cluster. NotFound
-// counts as done.
+// while the fenced host has a controller request for the volume pending
+// with the leader or the leader published it for the host (the unpublish
+// must come after, where the publish ran), on the plugin's controller
+// leader in the cluster. NotFound counts as done.
 func (r *Runtime) controllerUnpublish(ctx context.Context, vol string, cv clusterVolume, nodeID string) error {
 	req := &csipb.ControllerUnpublishVolumeRequest{VolumeId: cv.Spec.ExternalID, NodeId: nodeID, Secrets: cv.Spec.Secrets}
 	requested, err := r.cluster.HasControllerRequest(ctx, cv.Spec.Plugin, vol, nodeID)
