@@ -225,15 +225,7 @@ func (e *realEnv) release(b *testing.B, alloc string) {
 	if _, err := e.rt.Release(context.Background(), realVolume, alloc); err != nil {
 		b.Fatal(err)
 	}
-	for ev := range e.events {
-		switch {
-		case ev.Type == runtime.EventClaimFreed && ev.Alloc == alloc:
-			return
-		case ev.Type == runtime.EventClaimFailed, ev.Type == runtime.EventsDropped:
-			b.Fatalf("%s: %s", ev.Type, ev.Message)
-		}
-	}
-	b.Fatal("event stream closed")
+	awaitFreed(b, e.events, alloc)
 }
 
 // bare sends the runtime's six RPCs for one lifecycle from a plain gRPC

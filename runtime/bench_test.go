@@ -101,7 +101,13 @@ func (e *benchEnv) viaRuntime(b *testing.B) {
 	if _, err := e.rt.Release(ctx, "bench", alloc); err != nil {
 		b.Fatal(err)
 	}
-	for ev := range e.events {
+	awaitFreed(b, e.events, alloc)
+}
+
+// awaitFreed reads events until alloc's claim is freed, failing b on a
+// failed claim, dropped events or the end of the stream.
+func awaitFreed(b *testing.B, events <-chan runtime.Event, alloc string) {
+	for ev := range events {
 		switch {
 		case ev.Type == runtime.EventClaimFreed && ev.Alloc == alloc:
 			return
