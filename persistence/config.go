@@ -33,10 +33,9 @@ type Config struct {
 	// LockTimeout is how long Open waits for the file lock held by another
 	// process before it fails with ErrInUse. Zero means DefaultLockTimeout.
 	LockTimeout time.Duration
-	// NoSync skips fsync on commit: a volume write is then a copy into the
-	// journal's shared file mapping (the page cache; one write(2) on
-	// systems other than Linux), which survives a crash of the process but
-	// not of the machine. A power loss may lose or corrupt committed
+	// NoSync skips fsync on commit: a volume write is then one pwrite(2)
+	// into the journal file (the page cache), which survives a crash of
+	// the process but not of the machine. A power loss may lose or corrupt committed
 	// writes: for benchmarks and tests only.
 	NoSync bool
 	// MaxBatchDelay bounds how long a commit keeps adding writes that are

@@ -3,11 +3,11 @@ package persistence
 import "testing"
 
 // TestGroupCommit_UnlockCommitsWriterQueuedBehind holds each queue's lock
-// for something other than a commit (as the journal's checkpoints and
-// prefaults do) while a lone writer queues behind it. The writer does not
-// commit itself and nothing else would wake the committer goroutine (no
-// other writer, no timed checkpoint): only unlock can see that its write
-// is committed. Without that the write would wait until its ctx ends.
+// for something other than a commit (as the journal's checkpoints do)
+// while a lone writer queues behind it. The committer goroutine, woken by
+// the writer, waits for the lock, and nothing else would wake it again
+// (no other writer, no timed checkpoint): only unlock can see that the
+// write is committed. Without that the write would wait until its ctx ends.
 func TestGroupCommit_UnlockCommitsWriterQueuedBehind(t *testing.T) {
 	for _, q := range writeQueues {
 		t.Run(q.name, func(t *testing.T) {

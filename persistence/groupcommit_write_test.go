@@ -94,12 +94,12 @@ func TestStore_Write_FirstOfBatchFailsRestCommitted(t *testing.T) {
 	boom := errors.New("boom")
 	tests := []struct {
 		name    string
-		fail    func() error // runs at the end of the leader's write
+		fail    func() error // runs at the end of the first write
 		wantErr func(error) bool
 	}{
 		{"error", func() error { return boom }, func(err error) bool { return err == boom }},
-		{"panic", func() error { panic("leader panicked") }, func(err error) bool {
-			return errors.Is(err, ErrCorrupt) && strings.Contains(err.Error(), "leader panicked")
+		{"panic", func() error { panic("first write panicked") }, func(err error) bool {
+			return errors.Is(err, ErrCorrupt) && strings.Contains(err.Error(), "first write panicked")
 		}},
 	}
 	for _, tt := range tests {
@@ -108,13 +108,14 @@ func TestStore_Write_FirstOfBatchFailsRestCommitted(t *testing.T) {
 			ctx := ctxT(t)
 			s := openT(t, storePath(t), Config{MaxBatchDelay: time.Hour})
 
-			// The leader's write holds commits.mu until gate closes, so the
-			// followers queue behind it and join its batch.
+			// The first write holds the committer inside its transaction
+			// until gate closes, so the others queue behind it and join
+			// its batch.
 			entered, gate := make(chan struct{}), make(chan struct{})
-			leader := make(chan error, 1)
+			first := make(chan error, 1)
 			go func() {
-				leader <- s.write(ctx, func(tx *bolt.Tx) error {
-					if err := putRaw("leader")(tx); err != nil {
+				first <- s.write(ctx, func(tx *bolt.Tx) error {
+					if err := putRaw("first")(tx); err != nil {
 						return err
 					}
 					select {
@@ -128,19 +129,19 @@ func TestStore_Write_FirstOfBatchFailsRestCommitted(t *testing.T) {
 			}()
 			<-entered
 			const n = 5
-			followers := make(chan error, n)
+			others := make(chan error, n)
 			for i := range n {
-				go func() { followers <- s.write(ctx, putRaw(fmt.Sprintf("f%d", i))) }()
+				go func() { others <- s.write(ctx, putRaw(fmt.Sprintf("f%d", i))) }()
 			}
 			waitQueued(t, &s.commits, n)
 			close(gate)
 
-			if err := <-leader; !tt.wantErr(err) {
-				t.Errorf("leader: %v, want its own failure", err)
+			if err := <-first; !tt.wantErr(err) {
+				t.Errorf("first write: %v, want its own failure", err)
 			}
 			for range n {
-				if err := <-followers; err != nil {
-					t.Errorf("follower: %v", err)
+				if err := <-others; err != nil {
+					t.Errorf("write queued behind it: %v", err)
 				}
 			}
 			got, err := s.VolumeIDs(ctx)
@@ -148,7 +149,7 @@ func TestStore_Write_FirstOfBatchFailsRestCommitted(t *testing.T) {
 				t.Fatal(err)
 			}
 			if want := []string{"f0", "f1", "f2", "f3", "f4"}; !reflect.DeepEqual(got, want) {
-				t.Fatalf("stored %v, want %v (the followers only)", got, want)
+				t.Fatalf("stored %v, want %v (the writes queued behind the first only)", got, want)
 			}
 		})
 	}
@@ -158,7 +159,7 @@ func TestStore_Write_LeftQueuedCommittedNext(t *testing.T) {
 	checkLeaks(t)
 	ctx := ctxT(t)
 	reg := prometheus.NewPedanticRegistry()
-	// One write per transaction: the leader's batch is its own write, and
+	// One write per transaction: the blocker's batch is its own write, and
 	// the writes queued behind it are left for the next commits.
 	s := openT(t, storePath(t), Config{MaxBatchSize: 1, Registerer: reg})
 	release := s.blockCommitter(t)
@@ -171,7 +172,7 @@ func TestStore_Write_LeftQueuedCommittedNext(t *testing.T) {
 	release()
 	for range n {
 		if err := <-errs; err != nil {
-			t.Errorf("write queued behind the leader: %v", err)
+			t.Errorf("write queued behind the blocker: %v", err)
 		}
 	}
 	got, err := s.VolumeIDs(ctx)
