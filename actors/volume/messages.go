@@ -76,6 +76,9 @@ type stepFinished struct {
 	owner *volumeActor
 	step  claim.Step
 	res   claim.Result
+	// stagingMounted: after a NodeStageVolume that succeeded, the staging
+	// path is a mount point (see persistence.Staging.Mounted).
+	stagingMounted bool
 }
 
 // retryDue is sent to a volume actor by the goroutine that waited out a
