@@ -47,6 +47,10 @@ const (
 	ClaimControllerPublished = "controller-published"
 	ClaimStaged              = "staged"
 	ClaimPublished           = "published"
+	// ClaimLost: the host was found missing what the claim published; the
+	// plugin's record of it is reset (NodeUnpublishVolume) before it goes
+	// through its publish steps again from reserved.
+	ClaimLost = "lost"
 
 	ClaimTaken              = "taken"
 	ClaimNodeDetached       = "node-detached"
