@@ -64,8 +64,8 @@ type Config struct {
 	// OnEvent, when set, is called after every persisted change that the
 	// agent's event stream shows (see the Event* constants): volumes
 	// registered, created, deregistered and deleted; claims published,
-	// failed, released, freed and repaired. It is called from volume
-	// actors and must not block.
+	// failed, released, freed, repaired and stalled. It is called from
+	// volume actors and the manager's stall watcher and must not block.
 	OnEvent func(Event)
 	// Host, when set, is how the manager looks at the host's mounts:
 	// Start and Reconcile send a published claim whose target or staging
