@@ -264,7 +264,7 @@ func (b *stallBook) counts() map[string]int {
 func (m *Manager) noteStalls(id string, v *persistence.Volume) {
 	for _, n := range m.stalls.observe(id, v) {
 		m.log.WithFields(logrus.Fields{"plugin": n.plugin, "volume": n.volume, "alloc": n.key.alloc, "state": n.state}).
-			Info(claimKind(n.key) + " moves again after it stalled")
+			Info(claimKind(n.key) + " is no longer stalled: it moved on, or it is gone")
 	}
 }
 
