@@ -6,43 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 
 	"github.com/csiactor/csiactor/internal/fakeplugin"
+	"github.com/csiactor/csiactor/internal/metrictest"
 	"github.com/csiactor/csiactor/runtime"
 )
-
-// sample returns the value of the sample of metric name with exactly
-// labels in reg, and whether there is one.
-func sample(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) (float64, bool) {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			if len(m.GetLabel()) != len(labels) {
-				continue
-			}
-			for _, l := range m.GetLabel() {
-				if labels[l.GetName()] != l.GetValue() {
-					continue next
-				}
-			}
-			if c := m.GetCounter(); c != nil {
-				return c.GetValue(), true
-			}
-			return m.GetGauge().GetValue(), true
-		}
-	}
-	return 0, false
-}
 
 // TestRuntime_StalledRelease: a release whose NodeUnstageVolume keeps
 // failing is counted per failure, and once it has not moved for
@@ -92,11 +61,11 @@ func TestRuntime_StalledRelease(t *testing.T) {
 	}
 	labels := map[string]string{"plugin": testPlugin}
 	eventually(t, "csiactor_volume_claims_stalled at 1", func() (bool, error) {
-		n, ok := sample(t, e.reg, "csiactor_volume_claims_stalled", labels)
+		n, ok := metrictest.Value(t, e.reg, "csiactor_volume_claims_stalled", labels)
 		return ok && n == 1, nil
 	})
 	failures := map[string]string{"plugin": testPlugin, "step": "NodeUnstageVolume", "code": "Internal"}
-	if n, ok := sample(t, e.reg, "csiactor_claim_step_failures_total", failures); !ok || n < 1 {
+	if n, ok := metrictest.Value(t, e.reg, "csiactor_claim_step_failures_total", failures); !ok || n < 1 {
 		t.Errorf("csiactor_claim_step_failures_total%v = %v (%t), want at least 1", failures, n, ok)
 	}
 	var ev runtime.Event
@@ -120,7 +89,7 @@ func TestRuntime_StalledRelease(t *testing.T) {
 	p.ClearFaults()
 	e.waitFreed("data1", "web")
 	eventually(t, "csiactor_volume_claims_stalled at 0", func() (bool, error) {
-		n, ok := sample(t, e.reg, "csiactor_volume_claims_stalled", labels)
+		n, ok := metrictest.Value(t, e.reg, "csiactor_volume_claims_stalled", labels)
 		return ok && n == 0, nil
 	})
 }

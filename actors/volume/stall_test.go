@@ -7,50 +7,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 
 	"github.com/csiactor/csiactor/actors/claim"
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/fakeplugin"
+	"github.com/csiactor/csiactor/internal/metrictest"
 	"github.com/csiactor/csiactor/persistence"
 )
-
-// sampleValue returns the value of the sample of metric name whose labels
-// are labels (all of them), and whether there is one.
-func sampleValue(t testing.TB, reg prometheus.Gatherer, name string, labels map[string]string) (float64, bool) {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				got[lp.GetName()] = lp.GetValue()
-			}
-			if len(got) != len(labels) {
-				continue
-			}
-			for k, v := range labels {
-				if got[k] != v {
-					continue next
-				}
-			}
-			if c := m.GetCounter(); c != nil {
-				return c.GetValue(), true
-			}
-			return m.GetGauge().GetValue(), true
-		}
-	}
-	return 0, false
-}
 
 // stalledGauge is the exposition of csiactor_volume_claims_stalled for the
 // test plugin at n.
@@ -71,7 +36,7 @@ func (e *env) waitStalledGauge(n string) {
 
 func (e *env) stepFailures(step, code string) float64 {
 	e.t.Helper()
-	n, _ := sampleValue(e.t, e.reg, "csiactor_claim_step_failures_total", map[string]string{"plugin": testPlugin, "step": step, "code": code})
+	n, _ := metrictest.Value(e.t, e.reg, "csiactor_claim_step_failures_total", map[string]string{"plugin": testPlugin, "step": step, "code": code})
 	return n
 }
 
@@ -159,7 +124,7 @@ func TestManager_Stall_PublishStepThatKeepsFailing(t *testing.T) {
 	if vs, err := e.m.List(context.Background(), Filter{}); err != nil || len(vs) != 1 || vs[0].Claims[0].Condition != ConditionStalled {
 		t.Errorf("List: %+v, %v; want the claim stalled", vs, err)
 	}
-	if n, ok := sampleValue(t, e.reg, "csiactor_claim_step_failures_total",
+	if n, ok := metrictest.Value(t, e.reg, "csiactor_claim_step_failures_total",
 		map[string]string{"plugin": testPlugin, "step": "NodeStageVolume", "code": "FailedPrecondition"}); ok {
 		t.Errorf("NodeStageVolume counted %v failures; it never failed", n)
 	}
