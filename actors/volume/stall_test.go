@@ -94,6 +94,20 @@ func (e *env) checkStallEvent(events *eventLog, alloc, state, step, code, want s
 	}
 }
 
+// releaseFailing claims volume v for alloc a and releases it with the
+// release step method failing with f.
+func (e *env) releaseFailing(method string, f fakeplugin.Fault) {
+	e.t.Helper()
+	e.register("v")
+	if _, err := e.m.Claim(ctxT(e.t), claimReq("v", "a", claim.ModeWrite, csi.AccessModeSingleNodeWriter)); err != nil {
+		e.t.Fatal(err)
+	}
+	e.plugin.SetFault(method, f)
+	if _, err := e.m.Release(ctxT(e.t), "v", "a"); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 func TestManager_Stall_PublishStepThatKeepsFailing(t *testing.T) {
 	e, events := stallEnv(t)
 	e.register("v")
@@ -146,14 +160,7 @@ func TestManager_Stall_PublishStepThatKeepsFailing(t *testing.T) {
 
 func TestManager_Stall_ReleaseStepThatKeepsFailing(t *testing.T) {
 	e, events := stallEnv(t)
-	e.register("v")
-	if _, err := e.m.Claim(ctxT(t), claimReq("v", "a", claim.ModeWrite, csi.AccessModeSingleNodeWriter)); err != nil {
-		t.Fatal(err)
-	}
-	e.plugin.SetFault("NodeUnstageVolume", fakeplugin.Fault{Code: codes.Internal, Message: "still busy"})
-	if _, err := e.m.Release(ctxT(t), "v", "a"); err != nil {
-		t.Fatal(err)
-	}
+	e.releaseFailing("NodeUnstageVolume", fakeplugin.Fault{Code: codes.Internal, Message: "still busy"})
 	var c Claim
 	waitFor(t, "the past claim stalled", func() bool {
 		v, err := e.m.Get(context.Background(), "v")
@@ -182,14 +189,7 @@ func TestManager_Stall_ReleaseStepThatKeepsFailing(t *testing.T) {
 
 func TestManager_Stall_ForceDeregisterDropsIt(t *testing.T) {
 	e, _ := stallEnv(t)
-	e.register("v")
-	if _, err := e.m.Claim(ctxT(t), claimReq("v", "a", claim.ModeWrite, csi.AccessModeSingleNodeWriter)); err != nil {
-		t.Fatal(err)
-	}
-	e.plugin.SetFault("NodeUnpublishVolume", fakeplugin.Fault{Code: codes.Internal, Message: "stuck"})
-	if _, err := e.m.Release(ctxT(t), "v", "a"); err != nil {
-		t.Fatal(err)
-	}
+	e.releaseFailing("NodeUnpublishVolume", fakeplugin.Fault{Code: codes.Internal, Message: "stuck"})
 	e.waitStalledGauge("1")
 	if _, err := e.m.ForceDeregister(ctxT(t), "v"); err != nil {
 		t.Fatal(err)
