@@ -256,6 +256,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 		MaxInFlightPerPlugin: pc.MaxInFlight,
 		MaxClaimAttempts:     r.cfg.Volumes.MaxClaimAttempts,
 		StatsInterval:        r.cfg.Volumes.StatsInterval,
+		StallAfter:           r.cfg.Volumes.StallAfter,
 		Restarts:             r.restarts,
 		RetryMetrics:         metrics,
 		Logger:               r.log.WithField("component", "volumes"),

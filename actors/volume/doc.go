@@ -84,6 +84,16 @@
 // an EventVolumeAbnormal or EventVolumeNormal; they are dropped when the
 // volume's last published claim goes.
 //
+// # Stalls
+//
+// A claim short of published, or a past claim not yet freed, that has not
+// changed state for [Config.StallAfter] is stalled: its Claim.Condition is
+// [ConditionStalled] (before repairing and degraded), it is an
+// [EventClaimStalled] once per stall, and it counts in
+// csiactor_volume_claims_stalled {plugin}. Every failed claim step counts
+// in csiactor_claim_step_failures_total {plugin, step, code}. A stall
+// changes no step: they retry as before. See stall.go.
+//
 // # Caveats
 //
 // A publish step that fails with a retryable error (unavailable, timeout,

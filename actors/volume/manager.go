@@ -73,6 +73,10 @@ type Manager struct {
 	// published claim; poller polls them (nil when off). See stats.go.
 	stats  *statsBook
 	poller *statsPoller // set by Start, read by Shutdown after m.closed
+	// stalls follows the unfinished claims; stallWatch marks the ones
+	// that stall. See stall.go.
+	stalls     *stallBook
+	stallWatch *stallWatch // set by Start, read by Shutdown after m.closed
 
 	// hook, when set, is called at every point where a crash matters; see
 	// crashPoints in the tests. Tests set it; a binary built with the
@@ -134,6 +138,7 @@ func NewManager(root *actor.RootContext, cfg Config, store Store, plugins Plugin
 		orphans:      map[string]*persistence.Volume{},
 		repairing:    map[string]struct{}{},
 		stats:        newStatsBook(),
+		stalls:       newStallBook(cfg.StallAfter),
 		shutdownDone: make(chan struct{}),
 		waits:        newWaitSet(),
 	}
@@ -142,11 +147,13 @@ func NewManager(root *actor.RootContext, cfg Config, store Store, plugins Plugin
 		Help: "Volume RPCs (publish, stage, unpublish, create, ...) in flight to plugins.",
 	})
 	m.repairs = newRepairsCounter()
+	failures := claim.NewStepFailures()
 	m.pool = &jobs{pool: claim.NewPool(0)}
 	m.runner = claim.NewRunner(plugins, claim.RunnerConfig{
 		MaxInFlightPerPlugin: cfg.MaxInFlightPerPlugin,
 		InFlight:             m.inflight,
 		RetryMetrics:         cfg.RetryMetrics,
+		StepFailures:         failures,
 		Logger:               m.log,
 	})
 	var err error
@@ -157,7 +164,8 @@ func NewManager(root *actor.RootContext, cfg Config, store Store, plugins Plugin
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{newClaimsCollector(m), m.inflight, m.repairs, newStatsCollector(m.stats)} {
+		for _, c := range []prometheus.Collector{newClaimsCollector(m), m.inflight, m.repairs, newStatsCollector(m.stats),
+			failures, newStalledCollector(m.stalls)} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				m.unregister()
 				return nil, fmt.Errorf("register metrics: %w", err)
@@ -295,6 +303,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	if m.cfg.StatsInterval > 0 {
 		m.poller = m.startStatsPoller()
 	}
+	m.stallWatch = m.startStallWatch()
 	m.log.WithFields(logrus.Fields{"volumes": len(index), "active": active, "resumed": resumed, "repairing": len(repairing)}).Info("volume manager started")
 	return nil
 }
@@ -549,6 +558,7 @@ func (m *Manager) removed(h *handle, v *persistence.Volume) {
 	h.counted, h.baselined = nil, true
 	delete(m.repairing, h.id)
 	m.countsMu.Unlock()
+	m.noteStalls(h.id, nil)
 	m.waits.changed(h.id)
 }
 
@@ -566,6 +576,7 @@ func (m *Manager) orphaned(h *handle) {
 // publish makes rec the snapshot of h and updates the claim counts.
 func (m *Manager) publish(h *handle, rec *persistence.Volume) {
 	h.snap.Store(&snapshot{rec: rec})
+	m.noteStalls(h.id, rec)
 	defer m.waits.changed(h.id)
 	m.countsMu.Lock()
 	defer m.countsMu.Unlock()
@@ -733,7 +744,9 @@ func (m *Manager) Release(ctx context.Context, volumeID, alloc string) (Claim, e
 	if err != nil {
 		return Claim{}, err
 	}
-	return claimOf(volumeID, &r.claim), nil
+	c := claimOf(volumeID, &r.claim)
+	m.stalls.overlayClaim(volumeID, &c, true)
+	return c, nil
 }
 
 // Get returns volume id's status. It never waits for a volume's work: it
@@ -771,9 +784,11 @@ func (m *Manager) Get(ctx context.Context, id string) (Volume, error) {
 	return m.withStats(viewOf(&v)), nil
 }
 
-// withStats adds the volume's last usage and condition to v.
+// withStats adds the volume's last usage and condition to v, and the
+// condition of its stalled claims.
 func (m *Manager) withStats(v Volume) Volume {
 	m.stats.overlay(&v)
+	m.stalls.overlay(&v)
 	return v
 }
 
@@ -820,11 +835,12 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		for _, h := range m.live {
 			hs = append(hs, h)
 		}
-		poller := m.poller
+		poller, stalls := m.poller, m.stallWatch
 		m.mu.Unlock()
 		go func() {
 			defer close(m.shutdownDone)
 			poller.shutdown() // its requests end with ErrShutdown now
+			stalls.shutdown()
 			// No restart may fire once actors are told to stop.
 			m.volSup.Close()
 			m.claimSup.Close()

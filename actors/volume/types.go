@@ -220,8 +220,10 @@ type Volume struct {
 type Claim struct {
 	Volume string `json:"volume"`
 	persistence.Claim
-	// Condition is ConditionRepairing or ConditionDegraded while Repair is
-	// set, empty otherwise.
+	// Condition is ConditionStalled when the claim has not changed state
+	// for Config.StallAfter (status reads set it, see stall.go), else
+	// ConditionRepairing or ConditionDegraded while Repair is set, empty
+	// otherwise.
 	Condition string `json:"condition,omitempty"`
 }
 
