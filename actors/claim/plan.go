@@ -80,7 +80,9 @@ func NextPublish(v *persistence.Volume, alloc string) (Step, bool) {
 			return stepFor(v, c, ControllerPublish), true
 		}
 		fallthrough
-	case StateControllerPublished:
+	case StateControllerPublished, StateStaged:
+		// A staged claim whose staging is marked unstaged (see
+		// Unstaged) is staged again before its NodePublishVolume.
 		if c.StagingPath != "" {
 			// A staging missing from the record (it cannot be, Reserve
 			// adds it) is staged again; ApplyPublish records it.
@@ -125,6 +127,9 @@ func ApplyPublish(v *persistence.Volume, s Step, r Result, now time.Time) {
 		return
 	}
 	c := &v.Claims[i]
+	// Staging a staged claim again (see Unstaged) keeps the failure that
+	// led to it: a NodePublishVolume that fails again backs off further.
+	restaged := s.Method == NodeStage && c.State == StateStaged
 	switch s.Method {
 	case ControllerPublish:
 		v.ControllerPublished = true
@@ -145,25 +150,27 @@ func ApplyPublish(v *persistence.Volume, s Step, r Result, now time.Time) {
 			v.Stagings[j].Lost = false
 		}
 	}
-	c.LastError, c.Attempts, c.UpdatedAt = "", 0, now
+	if !restaged {
+		c.LastError, c.Attempts = "", 0
+	}
+	c.UpdatedAt = now
 }
 
 // Unstaged records in v (in place) that alloc's current claim found its
 // staging gone on the plugin (NodePublishVolume answered
-// FailedPrecondition): the staging is marked unstaged and the claim goes
-// back to reserved, so that NextPublish stages it again instead of
-// retrying a NodePublishVolume that cannot succeed. A claim without a
-// staging is left as it is.
+// FailedPrecondition): the staging is marked unstaged, so that NextPublish
+// stages it again before the next NodePublishVolume instead of retrying
+// one that cannot succeed. The claim stays in its state, with its failure:
+// a claim that keeps failing is not moving. A claim without a staging is
+// left as it is.
 func Unstaged(v *persistence.Volume, alloc string) {
 	i := FindClaim(v.Claims, alloc)
 	if i < 0 || v.Claims[i].StagingPath == "" {
 		return
 	}
-	c := &v.Claims[i]
-	if j := FindStaging(v, c.StagingPath); j >= 0 {
+	if j := FindStaging(v, v.Claims[i].StagingPath); j >= 0 {
 		v.Stagings[j].Staged = false
 	}
-	c.State = StateReserved
 }
 
 // DistrustTeardowns makes v (in place) trust nothing that a teardown under

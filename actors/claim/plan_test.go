@@ -580,9 +580,18 @@ func TestUnstaged_FailedPreconditionStagesAgain(t *testing.T) {
 		Claims:   []persistence.Claim{{Alloc: "b", State: StateStaged, StagingPath: "/s"}, {Alloc: "c", State: StateReserved}},
 		Stagings: []persistence.Staging{{Path: "/s", Users: []string{"b"}, Staged: true}},
 	}
+	RecordFailure(v.Claims, "b", "not staged", time.Now())
 	Unstaged(v, "b")
-	if s, _ := NextPublish(v, "b"); s.Method != NodeStage {
+	s, _ := NextPublish(v, "b")
+	if s.Method != NodeStage {
 		t.Fatalf("next step %v, want NodeStageVolume", s.Method)
+	}
+	ApplyPublish(v, s, Result{}, time.Now())
+	if c := v.Claims[0]; c.State != StateStaged || c.Attempts != 1 || c.LastError != "not staged" || !v.Stagings[0].Staged {
+		t.Fatalf("after staging again: %+v, staging %+v; want staged, the failure kept", c, v.Stagings[0])
+	}
+	if s, _ := NextPublish(v, "b"); s.Method != NodePublish {
+		t.Fatalf("next step %v, want NodePublishVolume", s.Method)
 	}
 	Unstaged(v, "c") // no staging: left as it is
 	if v.Claims[1].State != StateReserved {

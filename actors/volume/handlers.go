@@ -423,10 +423,10 @@ func (a *volumeActor) stepFinished(ctx actor.Context, msg *stepFinished) {
 	default:
 		v := claim.CloneVolume(a.rec)
 		n := claim.RecordFailure(v.Claims, alloc, msg.res.Err.Error(), now)
-		if msg.step.Method == claim.NodePublish && csi.Code(msg.res.Err) == codes.FailedPrecondition {
-			// The plugin says the volume is not staged (or not
-			// attached) although the record says so: stage it again
-			// rather than retry a NodePublishVolume that cannot work.
+		if msg.step.Method == claim.NodePublish && n == 1 && csi.Code(msg.res.Err) == codes.FailedPrecondition {
+			// The plugin may have lost the staging the record
+			// believes in: stage it again, once; a NodePublishVolume
+			// that fails again after that backs off as any other.
 			claim.Unstaged(v, alloc)
 		}
 		a.persistStep(v, "failure")
