@@ -35,6 +35,43 @@ func (s *Session) PutVolume(ctx context.Context, id string, def []byte) error {
 	return fmt.Errorf("%w: volume %q is registered in the cluster with a different definition", ErrConflict, id)
 }
 
+// UpdateVolume replaces volume id's definition, read at mod revision rev
+// (VolumeDefRev), with def, and returns the new revision. With unclaimed,
+// only while no host holds a claim on the volume: ErrInUse otherwise,
+// naming the hosts and allocations. A definition changed or removed since
+// rev is ErrConflict: read it again.
+func (s *Session) UpdateVolume(ctx context.Context, id string, rev int64, def []byte, unclaimed bool) (int64, error) {
+	key, ck := s.volumeKey(id), s.claimsKey(id)
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev)}
+	if unclaimed {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(ck), "=", 0))
+	}
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	start := time.Now()
+	resp, err := s.cli.Txn(rctx).If(cmps...).Then(clientv3.OpPut(key, string(def))).
+		Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
+	s.metrics.observe("txn", start)
+	if err != nil {
+		return 0, fmt.Errorf("%w: update volume %q: %w", ErrUnavailable, id, err)
+	}
+	if resp.Succeeded {
+		return resp.Header.Revision, nil
+	}
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 0 || kvs[0].ModRevision != rev {
+		return 0, fmt.Errorf("%w: the definition of volume %q changed meanwhile", ErrConflict, id)
+	}
+	cs, err := s.Claims(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	held := make([]string, 0, len(cs))
+	for _, c := range cs {
+		held = append(held, fmt.Sprintf("alloc %q on host %q", c.Alloc, c.Host))
+	}
+	return 0, fmt.Errorf("%w: volume %q is claimed by %s", ErrInUse, id, strings.Join(held, ", "))
+}
+
 // DeleteVolume removes volume id's definition, unless a host holds a
 // claim on it (ErrInUse, naming the hosts). A volume that is not there is
 // not an error.
@@ -66,10 +103,13 @@ func (s *Session) DeleteVolume(ctx context.Context, id string) error {
 }
 
 // VolumeEvent is a change of a volume definition: Def is nil when the
-// volume was deregistered.
+// volume was deregistered. Rev is the etcd revision of the change (of the
+// definition's last change, for a listed one): a later change has a
+// higher one.
 type VolumeEvent struct {
 	ID  string
 	Def []byte
+	Rev int64
 }
 
 // WatchVolumes calls fn with every volume definition in etcd, then with
@@ -100,7 +140,7 @@ func (s *Session) WatchVolumes(ctx context.Context, fn func(VolumeEvent)) error 
 				break
 			}
 			for _, e := range wr.Events {
-				ev := VolumeEvent{ID: strings.TrimPrefix(string(e.Kv.Key), prefix)}
+				ev := VolumeEvent{ID: strings.TrimPrefix(string(e.Kv.Key), prefix), Rev: e.Kv.ModRevision}
 				if e.Type == clientv3.EventTypePut {
 					ev.Def = e.Kv.Value
 				}
@@ -124,7 +164,7 @@ func (s *Session) listVolumes(ctx context.Context, prefix string, fn func(Volume
 		return 0, err
 	}
 	for _, kv := range resp.Kvs {
-		fn(VolumeEvent{ID: strings.TrimPrefix(string(kv.Key), prefix), Def: kv.Value})
+		fn(VolumeEvent{ID: strings.TrimPrefix(string(kv.Key), prefix), Def: kv.Value, Rev: kv.ModRevision})
 	}
 	return resp.Header.Revision, nil
 }

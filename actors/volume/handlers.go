@@ -662,10 +662,12 @@ func (a *volumeActor) respawnClaimer(ctx actor.Context, msg *respawnClaimer) {
 	a.settle(ctx)
 }
 
-// register handles Register and Create. The slot is free.
+// register handles Register, Create and Mirror. The slot is free.
 func (a *volumeActor) register(ctx actor.Context, req *registerRequest) {
 	if a.rec != nil {
 		switch {
+		case req.mirror:
+			a.update(req)
 		case req.spec.sameAs(a.rec, req.create):
 			answer(req.reply, reply{vol: a.rec})
 		case !req.create:
@@ -676,6 +678,13 @@ func (a *volumeActor) register(ctx actor.Context, req *registerRequest) {
 		return
 	}
 	spec := req.spec
+	if req.mirror {
+		// Validated by the host that registered it; see Manager.Mirror.
+		v := spec.record(time.Now())
+		v.AccessibleTopology = cloneTopology(spec.AccessibleTopology)
+		a.record(req, v, "register")
+		return
+	}
 	if !req.create {
 		if err := a.m.extConflict(extKey{spec.Plugin, spec.ExternalID}, a.h.id); err != nil {
 			answer(req.reply, reply{err: err})

@@ -632,7 +632,30 @@ func (m *Manager) Register(ctx context.Context, spec Spec) (Volume, error) {
 	if err := spec.validate(false); err != nil {
 		return Volume{}, err
 	}
-	return m.register(ctx, spec, false)
+	return m.register(ctx, &registerRequest{ctx: ctx, spec: spec})
+}
+
+// Mirror registers volume spec.ID as another host of the cluster defined
+// it, or brings this host's record of it up to that definition. Unlike
+// Register it never asks the plugin: the host that registered or created
+// the volume did, and with node-local storage this host's plugin does not
+// know the volume at all. Only a claim here asks it: one outside the
+// volume's accessible topology is refused first (ErrOutsideTopology,
+// naming the volume's topology and this host's), and the plugin's own
+// refusal fails the claim with the plugin's error.
+//
+// The record takes spec.AccessibleTopology, and spec.CapacityBytes when it
+// is more than the record's (volumes do not shrink). A registered volume is
+// updated as Register updates it (event EventVolumeUpdated, naming the
+// changed fields): the capacity and the secrets at any time, every other
+// field a claim depends on only while the volume has no claim here
+// (ErrInUse naming the claims), the plugin and the external ID never
+// (ErrInvalid).
+func (m *Manager) Mirror(ctx context.Context, spec Spec) (Volume, error) {
+	if err := spec.validate(false); err != nil {
+		return Volume{}, err
+	}
+	return m.register(ctx, &registerRequest{ctx: ctx, spec: spec, mirror: true})
 }
 
 // Create creates a volume through the plugin's controller (CreateVolume,
@@ -656,12 +679,15 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Volume, error) {
 		return Volume{}, err
 	}
 	defer release()
-	return m.register(ctx, spec, true)
+	return m.register(ctx, &registerRequest{ctx: ctx, spec: spec, create: true})
 }
 
-func (m *Manager) register(ctx context.Context, spec Spec, create bool) (Volume, error) {
-	r, err := m.ask(ctx, spec.ID, true, func(ch chan<- reply) any {
-		return &registerRequest{ctx: ctx, spec: spec, create: create, reply: ch}
+// register sends req (without its reply channel) to the volume's actor.
+func (m *Manager) register(ctx context.Context, req *registerRequest) (Volume, error) {
+	r, err := m.ask(ctx, req.spec.ID, true, func(ch chan<- reply) any {
+		rq := *req
+		rq.reply = ch
+		return &rq
 	})
 	if err == nil {
 		err = r.err

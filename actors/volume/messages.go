@@ -17,12 +17,14 @@ type reply struct {
 	err      error
 }
 
-// registerRequest is sent to a volume actor by Manager.Register and
-// Manager.Create. ctx is the caller's, for the CreateVolume call.
+// registerRequest is sent to a volume actor by Manager.Register,
+// Manager.Create and Manager.Mirror (mirror set). ctx is the caller's, for
+// the CreateVolume call.
 type registerRequest struct {
 	ctx    context.Context
 	spec   Spec
 	create bool
+	mirror bool
 	reply  chan<- reply
 }
 

@@ -53,6 +53,11 @@ type Spec struct {
 	FromSnapshot string
 	// snapshotSource is FromSnapshot's external ID, resolved by Create.
 	snapshotSource string
+	// AccessibleTopology is where the volume is reachable from, as its
+	// plugin said when it created the volume. Only Mirror takes it (with
+	// CapacityBytes as the volume's capacity); Create learns it from the
+	// plugin, and Register ignores it.
+	AccessibleTopology []map[string]string
 }
 
 func (s Spec) validate(create bool) error {
