@@ -114,6 +114,8 @@
 // volume with the plugin's ValidateVolumeCapabilities only when a
 // controller of the plugin can answer at the time; otherwise the volume is
 // registered unchecked (logged at info) and its first claim finds out.
+// [Manager.Mirror] takes a definition another host of the cluster
+// registered without asking the plugin at all.
 //
 // Volume and allocation IDs and plugin names become path components: they
 // may not contain "/" or control characters. Secrets and mount flags never
