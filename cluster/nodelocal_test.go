@@ -173,3 +173,48 @@ func TestCluster_NodeLocalStorage(t *testing.T) {
 		return errors.Is(err, runtime.ErrNotFound), nil
 	})
 }
+
+// TestCluster_LegacyCreatedDefinitionCompleted: a created volume shared
+// before definitions carried what the plugin said of it (its context,
+// capacity and accessible topology) is completed by the host that created
+// it, so that neither that host's record loses them nor the other hosts'
+// lack them.
+func TestCluster_LegacyCreatedDefinitionCompleted(t *testing.T) {
+	bin := hostpath.Binary(t)
+	t.Cleanup(leakcheck.Check(t)) // last: after the agents and the server stopped
+	srv := etcdtest.Start(t)
+	a := startHostpathAgent(t, "na", srv.Endpoint(), bin)
+	b := startHostpathAgent(t, "nb", srv.Endpoint(), bin)
+	ctx := context.Background()
+	const vol = "legacy"
+	caps := []runtime.Capability{{AccessMode: "single-node-writer", AttachmentMode: "file-system"}}
+	created, err := a.rt.CreateVolume(ctx, runtime.CreateVolumeSpec{ID: vol, CapacityBytes: 1 << 20,
+		VolumeSpec: runtime.VolumeSpec{Plugin: hostpath.PluginName, Capabilities: caps}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.waitVolume(vol)
+	// The form an earlier agent wrote: the spec the caller gave, with the
+	// plugin's external ID only.
+	legacy := `{"id":"` + vol + `","spec":{"plugin":"` + hostpath.PluginName + `","external_id":"` + created.ExternalID +
+		`","capabilities":[{"access_mode":"single-node-writer","attachment_mode":"file-system"}]}}`
+	cli := directClient(t, srv.Endpoint())
+	if _, err := cli.Put(ctx, runtime.DefaultClusterPrefix+"/volumes/"+vol, legacy); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the definition completed in etcd", func() (bool, error) {
+		resp, err := cli.Get(ctx, runtime.DefaultClusterPrefix+"/volumes/"+vol)
+		if err != nil || len(resp.Kvs) == 0 {
+			return false, err
+		}
+		def := string(resp.Kvs[0].Value)
+		return strings.Contains(def, `"created":true`) && strings.Contains(def, `"topology.hostpath.csi/node":"na"`), nil
+	})
+	for _, h := range []*hostpathAgent{a, b} {
+		eventually(t, "the completed definition on "+h.node, func() (bool, error) {
+			v, err := h.rt.Volume(ctx, vol)
+			return len(v.AccessibleTopology) == 1 && v.AccessibleTopology[0]["topology.hostpath.csi/node"] == "na" &&
+				v.CapacityBytes == created.CapacityBytes, err
+		})
+	}
+}

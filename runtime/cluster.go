@@ -221,8 +221,12 @@ func (c *ClusterConfig) sessionConfig() (cluster.Config, error) {
 type clusterVolume struct {
 	ID   string     `json:"id"`
 	Spec VolumeSpec `json:"spec"`
-	// CapacityBytes and AccessibleTopology are what the plugin said of a
-	// volume created through it; the capacity grows with an expansion.
+	// Created marks a volume created through a plugin; CapacityBytes and
+	// AccessibleTopology are what the plugin said of it (Spec.Context
+	// holds the volume context it gave too); the capacity grows with an
+	// expansion. A created volume shared before definitions carried them
+	// lacks Created; see completeShared.
+	Created            bool                `json:"created,omitempty"`
 	CapacityBytes      int64               `json:"capacity_bytes,omitempty"`
 	AccessibleTopology []map[string]string `json:"accessible_topology,omitempty"`
 }
@@ -233,9 +237,10 @@ func (cv clusterVolume) encode() ([]byte, error) {
 	return json.Marshal(struct {
 		ID                 string              `json:"id"`
 		Spec               volumeSpecWire      `json:"spec"`
+		Created            bool                `json:"created,omitempty"`
 		CapacityBytes      int64               `json:"capacity_bytes,omitempty"`
 		AccessibleTopology []map[string]string `json:"accessible_topology,omitempty"`
-	}{cv.ID, wireVolumeSpec(cv.Spec), cv.CapacityBytes, cv.AccessibleTopology})
+	}{cv.ID, wireVolumeSpec(cv.Spec), cv.Created, cv.CapacityBytes, cv.AccessibleTopology})
 }
 
 // volumeSpec is cv as the volume manager's Mirror takes it.
@@ -337,11 +342,38 @@ func (r *Runtime) clusterVolumeChanged(e cluster.VolumeEvent) {
 		log.WithError(err).Warn("cannot decode a volume definition from the cluster; skipped")
 		return
 	}
+	if !cv.Created {
+		if v, err := r.volumes.Get(ctx, e.ID); err == nil && v.Created && v.ExternalID == cv.Spec.ExternalID {
+			if err := r.completeShared(ctx, v); err != nil {
+				log.WithError(err).Warn("cannot complete the cluster's definition of a volume created here")
+			}
+			return // the watch brings the completed definition
+		}
+	}
 	if _, err := r.mirror(ctx, cv, e.Rev); err != nil {
 		log.WithError(err).Warn("cannot mirror the cluster's definition of a volume here")
 		return
 	}
 	log.Debug("mirrored the cluster's definition of a volume")
+}
+
+// completeShared adds to the cluster's definition of v, a volume this host
+// created and shared before definitions carried what the plugin said of
+// a created volume, the volume context, capacity and accessible topology
+// of this host's record: mirrored as it was, it would take them from
+// this host's record too.
+func (r *Runtime) completeShared(ctx context.Context, v volume.Volume) error {
+	_, err := r.updateShared(ctx, v.ID, func(cur *clusterVolume) (clusterVolume, bool, bool, error) {
+		if cur == nil || cur.Created || cur.Spec.ExternalID != v.ExternalID {
+			return clusterVolume{}, false, false, nil
+		}
+		next := *cur
+		next.Created, next.Spec.Context = true, v.Context
+		next.CapacityBytes = max(cur.CapacityBytes, v.CapacityBytes)
+		next.AccessibleTopology = v.AccessibleTopology
+		return next, false, true, nil
+	})
+	return err
 }
 
 // mirror makes this host's record of volume cv.ID the cluster's

@@ -579,8 +579,8 @@ func (r *Runtime) CreateVolume(ctx context.Context, spec CreateVolumeSpec) (Volu
 		// what the plugin said of it.
 		shared := spec.VolumeSpec
 		shared.ExternalID, shared.Context = v.ExternalID, v.Context
-		if err := r.shareVolume(ctx, clusterVolume{ID: spec.ID, Spec: shared, CapacityBytes: v.CapacityBytes,
-			AccessibleTopology: v.AccessibleTopology}); err != nil {
+		if err := r.shareVolume(ctx, clusterVolume{ID: spec.ID, Spec: shared, Created: true,
+			CapacityBytes: v.CapacityBytes, AccessibleTopology: v.AccessibleTopology}); err != nil {
 			return Volume{}, err
 		}
 	}
