@@ -54,6 +54,26 @@ func (a *hostpathAgent) settled(what string, want hostpath.Want) {
 	}
 }
 
+// hostpathCluster starts an etcd server and two agents on it, na and nb,
+// each with its own hostpath driver, and creates volume vol (single-node
+// writer, 1 MiB) on na. It returns the agents, the created volume and its
+// capabilities. It skips t where the driver is not available.
+func hostpathCluster(t *testing.T, vol string) (srv *etcdtest.Server, a, b *hostpathAgent, created runtime.Volume, caps []runtime.Capability) {
+	t.Helper()
+	bin := hostpath.Binary(t)
+	t.Cleanup(leakcheck.Check(t)) // last: after the agents and the server stopped
+	srv = etcdtest.Start(t)
+	a = startHostpathAgent(t, "na", srv.Endpoint(), bin)
+	b = startHostpathAgent(t, "nb", srv.Endpoint(), bin)
+	caps = []runtime.Capability{{AccessMode: "single-node-writer", AttachmentMode: "file-system"}}
+	created, err := a.rt.CreateVolume(context.Background(), runtime.CreateVolumeSpec{ID: vol, CapacityBytes: 1 << 20,
+		VolumeSpec: runtime.VolumeSpec{Plugin: hostpath.PluginName, Capabilities: caps}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, a, b, created, caps
+}
+
 // TestCluster_NodeLocalStorage: two agents share one etcd, each with its
 // own hostpath driver, which knows only the volumes created through it. A
 // volume created on one host is listed and shown on the other at once,
@@ -63,19 +83,9 @@ func (a *hostpathAgent) settled(what string, want hostpath.Want) {
 // and the host's. Each driver and mount table end with what the claims
 // own.
 func TestCluster_NodeLocalStorage(t *testing.T) {
-	bin := hostpath.Binary(t)
-	t.Cleanup(leakcheck.Check(t)) // last: after the agents and the server stopped
-	srv := etcdtest.Start(t)
-	a := startHostpathAgent(t, "na", srv.Endpoint(), bin)
-	b := startHostpathAgent(t, "nb", srv.Endpoint(), bin)
-	ctx := context.Background()
 	const vol, am = "local-disk", "single-node-writer"
-	caps := []runtime.Capability{{AccessMode: am, AttachmentMode: "file-system"}}
-	created, err := a.rt.CreateVolume(ctx, runtime.CreateVolumeSpec{ID: vol, CapacityBytes: 1 << 20,
-		VolumeSpec: runtime.VolumeSpec{Plugin: hostpath.PluginName, Capabilities: caps}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, a, b, created, caps := hostpathCluster(t, vol)
+	ctx := context.Background()
 	topoA := map[string]string{"topology.hostpath.csi/node": "na"}
 	if len(created.AccessibleTopology) != 1 || !maps.Equal(created.AccessibleTopology[0], topoA) {
 		t.Fatalf("created volume's accessible topology = %v, want [%v]", created.AccessibleTopology, topoA)
@@ -180,19 +190,9 @@ func TestCluster_NodeLocalStorage(t *testing.T) {
 // it, so that neither that host's record loses them nor the other hosts'
 // lack them.
 func TestCluster_LegacyCreatedDefinitionCompleted(t *testing.T) {
-	bin := hostpath.Binary(t)
-	t.Cleanup(leakcheck.Check(t)) // last: after the agents and the server stopped
-	srv := etcdtest.Start(t)
-	a := startHostpathAgent(t, "na", srv.Endpoint(), bin)
-	b := startHostpathAgent(t, "nb", srv.Endpoint(), bin)
-	ctx := context.Background()
 	const vol = "legacy"
-	caps := []runtime.Capability{{AccessMode: "single-node-writer", AttachmentMode: "file-system"}}
-	created, err := a.rt.CreateVolume(ctx, runtime.CreateVolumeSpec{ID: vol, CapacityBytes: 1 << 20,
-		VolumeSpec: runtime.VolumeSpec{Plugin: hostpath.PluginName, Capabilities: caps}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, a, b, created, _ := hostpathCluster(t, vol)
+	ctx := context.Background()
 	b.waitVolume(vol)
 	// The form an earlier agent wrote: the spec the caller gave, with the
 	// plugin's external ID only.
