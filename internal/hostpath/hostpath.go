@@ -132,6 +132,12 @@ func Diff(stateDir, dataDir string, w Want) []string {
 	if err != nil {
 		return []string{err.Error()}
 	}
+	return Compare(s, dataDir, w)
+}
+
+// Compare is Diff with the driver's state already read (or converted from
+// another driver's bookkeeping, such as the example plugin's).
+func Compare(s State, dataDir string, w Want) []string {
 	mounts, err := mountinfo.Read("", dataDir)
 	if err != nil {
 		return []string{"mount table: " + err.Error()}
