@@ -15,6 +15,7 @@ import (
 )
 
 // crashPoints are the persisted steps of a claim and of a release at which
+// crashPoints are the persisted steps of a claim and of a release at which
 // TestAgent_SIGKILLAtEveryStep kills the agent: just before a step's record
 // is written (the plugin acted, the store does not know), just after (the
 // store knows, nothing else happened yet), and in a claim actor just before
@@ -39,106 +40,97 @@ var crashPoints = []struct {
 // TestAgent_SIGKILLAtEveryStep kills the agent binary itself with SIGKILL
 // (through its crash points, built in with the crashpoints tag) at every
 // persisted step of a claim and of a release in turn, each on its own
-// volume, and starts it again. After every restart the interrupted claim,
-// retried by its caller, ends published with its mount in place and its
-// data writable, and the interrupted release ends freed; then the volume is
-// released, and the store, the plugin's own record (its state.json) and the
-// mount table must agree that nothing is staged, published or mounted.
+// volume, and starts it again, with each driver. After every restart the
+// interrupted claim, retried by its caller, ends published with its mount
+// in place and its data writable, and the interrupted release ends freed;
+// then the volume is released, and the store, the driver's own record and
+// the mount table must agree that nothing is staged, published, attached
+// or mounted.
 func TestAgent_SIGKILLAtEveryStep(t *testing.T) {
 	defer leakcheck.Check(t)()
-	h := newHost(t)
-	h.writeConfig(h.exampleAllocation(0))
-	const alloc = "w"
-	claimArgs := func(vol string) []string {
-		return []string{"volume", "claim", "-alloc", alloc, "-mode", "write", "-access-mode", "single-node-writer", vol}
-	}
-	target := func(vol string) string {
-		return filepath.Join(h.dataDir, "volumes", "example", "per-alloc", alloc, vol, "rw-file-system-single-node-writer")
-	}
+	forEachDriver(t, func(t *testing.T, d driver) {
+		h := newHost(t)
+		h.writeConfig(d.allocation(h))
+		const alloc = "w"
+		claimArgs := func(vol string) []string {
+			return []string{"volume", "claim", "-alloc", alloc, "-mode", "write", "-access-mode", "single-node-writer", vol}
+		}
 
-	// finish takes the volume the last run was killed on to its end and
-	// checks it: a claim is retried (the caller saw its agent die) and must
-	// be published and usable; then the volume is released (again, for a
-	// release the kill interrupted) and must reach freed, and everything
-	// must agree that nothing is left.
-	finish := func(vol string, released bool) {
-		t.Helper()
-		if !released {
-			got := strings.TrimSpace(h.ok(claimArgs(vol)...))
-			if got != target(vol) {
-				t.Errorf("%s: the retried claim printed %q, want %q", vol, got, target(vol))
+		// finish takes the volume the last run was killed on to its end
+		// and checks it: a claim is retried (the caller saw its agent die)
+		// and must be published and usable; then the volume is released
+		// (again, for a release the kill interrupted) and must reach
+		// freed, and everything must agree that nothing is left.
+		finish := func(vol string, released bool) {
+			t.Helper()
+			if !released {
+				got := strings.TrimSpace(h.ok(claimArgs(vol)...))
+				if want := h.target(d, alloc, vol, "rw-file-system-single-node-writer"); got != want {
+					t.Errorf("%s: the retried claim printed %q, want %q", vol, got, want)
+				}
+				if isRoot() && !mountinfo.IsMountPoint(got) {
+					t.Errorf("%s: the claim is published but %s is not a mount point", vol, got)
+				}
+				if err := os.WriteFile(filepath.Join(got, "data"), []byte(vol), 0o644); err != nil {
+					t.Errorf("%s: write through the target path: %v", vol, err)
+				}
+				if c, ok := claimOf(h.volume(vol), alloc); !ok || c.State != runtime.ClaimPublished {
+					t.Errorf("%s: claim after the retry: %+v (present %t), want published", vol, c, ok)
+				}
+				h.checkSettled(d, vol+": after the retried claim")
 			}
-			if isRoot() && !mountinfo.IsMountPoint(got) {
-				t.Errorf("%s: the claim is published but %s is not a mount point", vol, got)
+			// The caller of a release cut off by the kill retries it; one
+			// that was answered may repeat it, and hears "not found" once
+			// the claim is freed. Either way it must end freed.
+			if r := h.cli("volume", "release", "-alloc", alloc, vol); r.code != 0 &&
+				!(released && r.code == 1 && strings.Contains(r.stderr, "holds no claim")) {
+				t.Errorf("%s: release: %s", vol, r)
 			}
-			if err := os.WriteFile(filepath.Join(got, "data"), []byte(vol), 0o644); err != nil {
-				t.Errorf("%s: write through the target path: %v", vol, err)
-			}
-			if c, ok := claimOf(h.volume(vol), alloc); !ok || c.State != runtime.ClaimPublished {
-				t.Errorf("%s: claim after the retry: %+v (present %t), want published", vol, c, ok)
+			for _, v := range h.checkSettled(d, vol+": after the release") {
+				if len(v.Claims) > 0 {
+					t.Errorf("%s: after the release: %s", vol, describe(v))
+				}
 			}
 		}
-		// The caller of a release cut off by the kill retries it; one that
-		// was answered may repeat it, and hears "not found" once the claim
-		// is freed. Either way it must end freed.
-		if r := h.cli("volume", "release", "-alloc", alloc, vol); r.code != 0 &&
-			!(released && r.code == 1 && strings.Contains(r.stderr, "holds no claim")) {
-			t.Errorf("%s: release: %s", vol, r)
-		}
-		h.eventually(vol+": every claim freed", settleDeadline, func() (bool, string) {
-			v := h.volume(vol)
-			return len(v.Claims) == 0 && len(v.PastClaims) == 0, describe(v)
-		})
-		h.checkNothingLeft(vol)
-	}
 
-	prev, prevReleased := "", false
-	for i, cp := range crashPoints {
-		vol := fmt.Sprintf("v%d", i)
-		h.agentEnv = []string{"CSIACTOR_CRASH_AT=" + cp.point + "@" + vol}
+		prev, prevReleased := "", false
+		for i, cp := range crashPoints {
+			vol := fmt.Sprintf("v%d", i)
+			h.agentEnv = []string{"CSIACTOR_CRASH_AT=" + cp.point + "@" + vol}
+			a := h.startAgent()
+			h.waitPluginHealthy(d)
+			if prev != "" {
+				finish(prev, prevReleased)
+			}
+			h.createVolume(d, vol, "single-node-writer")
+			if cp.release {
+				got := strings.TrimSpace(h.ok(claimArgs(vol)...))
+				if err := os.WriteFile(filepath.Join(got, "data"), []byte(vol), 0o644); err != nil {
+					t.Errorf("%s: write through the target path: %v", vol, err)
+				}
+				h.cli("volume", "release", "-alloc", alloc, vol) // answered or cut off by the kill
+			} else {
+				if r := h.cli(claimArgs(vol)...); r.code == 0 {
+					t.Errorf("%s: the claim succeeded although the agent was to be killed at %s: %s", vol, cp.point, r)
+				}
+			}
+			if st := a.wait(shutdownDeadline); st.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("%s: agent ended with %s, want killed at %s", vol, st, cp.point)
+			}
+			a.checkNoRace()
+			prev, prevReleased = vol, cp.release
+		}
+		h.agentEnv = nil
 		a := h.startAgent()
-		h.waitHealthy()
-		if prev != "" {
-			finish(prev, prevReleased)
-		}
-		h.ok("volume", "create", "-plugin", "example", "-capability", "single-node-writer", vol)
-		if cp.release {
-			got := strings.TrimSpace(h.ok(claimArgs(vol)...))
-			if err := os.WriteFile(filepath.Join(got, "data"), []byte(vol), 0o644); err != nil {
-				t.Errorf("%s: write through the target path: %v", vol, err)
-			}
-			h.cli("volume", "release", "-alloc", alloc, vol) // answered or cut off by the kill
-		} else {
-			if r := h.cli(claimArgs(vol)...); r.code == 0 {
-				t.Errorf("%s: the claim succeeded although the agent was to be killed at %s: %s", vol, cp.point, r)
-			}
-		}
-		if st := a.wait(shutdownDeadline); st.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-			t.Fatalf("%s: agent ended with %s, want killed at %s", vol, st, cp.point)
+		h.waitPluginHealthy(d)
+		finish(prev, prevReleased)
+
+		a.signal(syscall.SIGTERM)
+		if st := a.wait(shutdownDeadline); st.ExitCode() != 0 {
+			t.Errorf("agent exit after SIGTERM: %s", st)
 		}
 		a.checkNoRace()
-		prev, prevReleased = vol, cp.release
-	}
-	h.agentEnv = nil
-	a := h.startAgent()
-	h.waitHealthy()
-	finish(prev, prevReleased)
-
-	// Across every volume: nothing mounted under the volumes directory, and
-	// the plugin holds nothing staged or published.
-	if m := mountsUnder(filepath.Join(h.dataDir, "volumes")); len(m) > 0 {
-		t.Errorf("still mounted under the volumes directory: %v", m)
-	}
-	for id, pv := range h.pluginVolumes() {
-		if len(pv.Published)+len(pv.Staged)+len(pv.Targets) > 0 {
-			t.Errorf("the plugin still holds volume %s: %+v", id, pv)
-		}
-	}
-	a.signal(syscall.SIGTERM)
-	if st := a.wait(shutdownDeadline); st.ExitCode() != 0 {
-		t.Errorf("agent exit after SIGTERM: %s", st)
-	}
-	a.checkNoRace()
+	})
 }
 
 // expandCrashPoints are the persisted steps of an expansion.
