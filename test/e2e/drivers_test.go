@@ -23,6 +23,8 @@ type driver struct {
 	plugin, alloc string
 	// create is what volume create needs beside -plugin and -capability.
 	create []string
+	// dir returns the plugin's state dir (named on its command line).
+	dir func(h *host) string
 	// allocation returns the config entry (a YAML list item).
 	allocation func(h *host) string
 	// state reads what the plugin records as staged, published and
@@ -33,12 +35,14 @@ type driver struct {
 var (
 	exampleDriver = driver{
 		plugin: "example", alloc: "example",
+		dir:        func(h *host) string { return h.stateDir },
 		allocation: func(h *host) string { return h.exampleAllocation(0) },
 		state:      (*host).exampleState,
 	}
 	hostpathDriver = driver{
 		plugin: hostpath.PluginName, alloc: "hostpath",
 		create: []string{"-capacity", "1MiB"},
+		dir:    (*host).hostpathDir,
 		allocation: func(h *host) string {
 			cmd := hostpath.Command(hostpath.Binary(h.t), "e2e-node", h.hostpathDir())
 			for i, a := range cmd {

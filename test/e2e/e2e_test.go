@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -304,21 +303,10 @@ func TestAgent_KillAndRestart_KeepsClaimsAndMounts(t *testing.T) {
 }
 
 // waitHealthy waits until the example plugin's controller and node are
-// healthy, as `csiactor plugin status -json` shows.
+// healthy.
 func (h *host) waitHealthy() {
 	h.t.Helper()
-	h.eventually("the example plugin is healthy", readyDeadline, func() (bool, string) {
-		r := h.cli("plugin", "status", "example", "-json")
-		if r.code != 0 {
-			return false, r.String()
-		}
-		var p runtime.Plugin
-		if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {
-			return false, err.Error()
-		}
-		return p.ControllersHealthy == 1 && p.NodesHealthy == 1 && len(p.Allocations) == 1 &&
-			p.Allocations[0].Singleton && p.Allocations[0].NodeID == "e2e-node", r.stdout
-	})
+	h.waitPluginHealthy(exampleDriver)
 }
 
 // checkMetrics checks that /metrics has every metric family README lists

@@ -43,12 +43,13 @@ func (h *host) exampleAllocationWith(extra ...string) string {
 // published is a claim the test made and the file it wrote through it.
 type published struct{ alloc, vol, target, file, data string }
 
-// claimAll creates data1 and logs and claims them (web1 writes data1, web2
-// writes logs and web3 reads it), writing a file through each write claim.
-func (h *host) claimAll() []published {
+// claimAll creates data1 and logs on d and claims them (web1 writes data1,
+// web2 writes logs and web3 reads it), writing a file through each write
+// claim.
+func (h *host) claimAll(d driver) []published {
 	h.t.Helper()
-	h.ok("volume", "create", "-plugin", "example", "-capability", "single-node-writer", "data1")
-	h.ok("volume", "create", "-plugin", "example", "-capability", "multi-node-multi-writer", "logs")
+	h.createVolume(d, "data1", "single-node-writer")
+	h.createVolume(d, "logs", "multi-node-multi-writer")
 	var out []published
 	for _, c := range []struct{ alloc, vol, mode, access, file string }{
 		{"web1", "data1", "write", "single-node-writer", "hello.txt"},
@@ -110,149 +111,211 @@ func (h *host) loseEverything(claims []published) {
 	}
 }
 
-// repairs returns csiactor_claim_repairs_total{plugin=example,result}.
-func repairs(a *agent, result string) float64 {
-	v, _ := value(a.metrics(), "csiactor_claim_repairs_total", map[string]string{"plugin": "example", "result": result})
+// repairs returns csiactor_claim_repairs_total{plugin,result}.
+func repairs(a *agent, d driver, result string) float64 {
+	v, _ := value(a.metrics(), "csiactor_claim_repairs_total", map[string]string{"plugin": d.plugin, "result": result})
 	return v
 }
 
-// TestAgent_Reboot_RepublishesBeforeReady simulates a reboot: the agent
-// and its plugin stop, every mount under the data dir goes, the boot ID
-// changes. The next agent publishes every claim again before GET
-// /v1/ready answers 200: at that moment every target is mounted with its
-// data.
-func TestAgent_Reboot_RepublishesBeforeReady(t *testing.T) {
-	defer leakcheck.Check(t)()
-	h := newHost(t)
-	h.bootSeam("boot-before")
-	h.writeConfig(h.exampleAllocationWith())
-	a1 := h.startAgent()
-	h.waitHealthy()
-	claims := h.claimAll()
-	h.checkPublished("first run", claims)
-
-	a1.signal(syscall.SIGTERM)
-	if st := a1.wait(shutdownDeadline); st.ExitCode() != 0 {
-		t.Fatalf("agent exit after SIGTERM: %s", st)
-	}
-	a1.checkNoRace()
-	// A reboot ends every process: the plugin, which outlives the agent,
-	// and anything else of this host (its log shim).
-	testbin.KillProcessesWith(h.base)
-	h.eventually("no process of the host left", settleDeadline, func() (bool, string) {
-		left := testbin.ProcessesWith(h.base)
-		return len(left) == 0, fmt.Sprint(left)
-	})
-	h.loseEverything(claims)
-	h.bootSeam("boot-after")
-
-	a2 := h.startAgent()
-	sawStarting := false
-	h.eventually("GET /v1/ready answers 200", readyDeadline, func() (bool, string) {
-		body, code, err := httpGet("http://" + a2.httpAddr + "/v1/ready")
-		if code == http.StatusServiceUnavailable && strings.Contains(body, `"status":"starting"`) {
-			sawStarting = true
-		}
-		return err == nil && code == http.StatusOK && body == `{"status":"ok"}`+"\n", fmt.Sprintf("%d %s %v", code, body, err)
-	})
-	// Ready: everything is back, before anything else is waited for.
-	h.checkPublished("when /v1/ready first says ok", claims)
-	t.Logf("saw /v1/ready starting before ok: %t", sawStarting)
-
-	evs := h.events()
-	for _, c := range claims {
-		found := false
-		for _, ev := range evs {
-			if ev.Type == runtime.EventClaimRepaired && ev.Alloc == c.alloc && ev.Volume == c.vol && strings.Contains(ev.Message, "boot ID changed") {
-				found = true
-			}
-		}
-		if !found {
-			t.Errorf("no claim-repaired event naming the reboot for %s on %s: %+v", c.alloc, c.vol, evs)
-		}
-	}
-	if n := repairs(a2, "success"); n != float64(len(claims)) {
-		t.Errorf("csiactor_claim_repairs_total{result=success} = %g, want %d", n, len(claims))
-	}
-	if out := h.ok("status"); !strings.Contains(out, "Ready    yes") {
-		t.Errorf("status after ready:\n%s", out)
-	}
-	// The same claim again is the same claim, answered without a repair.
-	if again := strings.TrimSpace(h.ok("volume", "claim", "-alloc", "web1", "-mode", "write", "-access-mode", "single-node-writer", "data1")); again != claims[0].target {
-		t.Errorf("claiming web1 again printed %q, want %q", again, claims[0].target)
-	}
-
+// releaseAll releases every claim and checks that the host settles with
+// nothing left: no claim, nothing the driver records, nothing mounted.
+func (h *host) releaseAll(d driver, claims []published) {
+	h.t.Helper()
 	for _, c := range claims {
 		h.ok("volume", "release", "-alloc", c.alloc, c.vol)
 	}
-	for _, id := range []string{"data1", "logs"} {
-		h.eventually(id+" has no claims left", settleDeadline, func() (bool, string) {
-			v := h.volume(id)
-			return len(v.Claims) == 0 && len(v.PastClaims) == 0, describe(v)
-		})
+	for _, v := range h.checkSettled(d, "after every release") {
+		if len(v.Claims) > 0 {
+			h.t.Errorf("after every release: %s", describe(v))
+		}
 	}
 	if m := mountsUnder(h.dataDir); len(m) > 0 {
-		t.Errorf("mounts left under the data dir after every release: %v", m)
+		h.t.Errorf("mounts left under the data dir after every release: %v", m)
 	}
-	a2.signal(syscall.SIGTERM)
-	if st := a2.wait(shutdownDeadline); st.ExitCode() != 0 {
-		t.Errorf("agent exit after SIGTERM: %s", st)
-	}
-	a2.checkNoRace()
 }
 
-// TestAgent_PluginLosesMounts_ClaimsRepaired kills the example plugin,
-// started with -lose-mounts-on-start (its mounts die with it, as a FUSE
-// plugin's do): the agent restarts it, and once it is healthy again every
-// claim is published again, with its data.
-func TestAgent_PluginLosesMounts_ClaimsRepaired(t *testing.T) {
-	defer leakcheck.Check(t)()
-	h := newHost(t)
-	h.bootSeam("boot-1")
-	h.writeConfig(h.exampleAllocationWith("-lose-mounts-on-start"))
-	a := h.startAgent()
-	h.waitHealthy()
-	claims := h.claimAll()
-	h.checkPublished("before the plugin restart", claims)
-
-	pids := testbin.ProcessesWith(h.stateDir)
-	if len(pids) != 1 {
-		t.Fatalf("want one example plugin process, found %v", pids)
-	}
-	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	h.eventually("a new plugin process", settleDeadline, func() (bool, string) {
-		now := testbin.ProcessesWith(h.stateDir)
-		return len(now) == 1 && now[0] != pids[0], fmt.Sprint(now)
-	})
-	h.eventually("every claim repaired", settleDeadline, func() (bool, string) {
-		n := repairs(a, "success")
-		return n >= float64(len(claims)), fmt.Sprintf("%g repairs", n)
-	})
-	h.checkPublished("after the plugin came back", claims)
-	evs := h.events()
-	for _, c := range claims {
-		if !hasEvent(evs, runtime.EventClaimRepaired, c.alloc, c.vol) {
-			t.Errorf("no claim-repaired event for %s on %s: %+v", c.alloc, c.vol, evs)
-		}
-	}
-	if out := h.ok("volume", "status", "data1"); !strings.Contains(out, "published") || strings.Contains(out, "degraded") {
-		t.Errorf("volume status after the repair:\n%s", out)
-	}
-
-	for _, c := range claims {
-		h.ok("volume", "release", "-alloc", c.alloc, c.vol)
-	}
-	for _, id := range []string{"data1", "logs"} {
-		h.eventually(id+" has no claims left", settleDeadline, func() (bool, string) {
-			v := h.volume(id)
-			return len(v.Claims) == 0 && len(v.PastClaims) == 0, describe(v)
-		})
-	}
+// stop stops the agent with SIGTERM and checks that it exits cleanly.
+func (a *agent) stop() {
+	a.h.t.Helper()
 	a.signal(syscall.SIGTERM)
 	if st := a.wait(shutdownDeadline); st.ExitCode() != 0 {
-		t.Errorf("agent exit after SIGTERM: %s", st)
+		a.h.t.Errorf("agent exit after SIGTERM: %s", st)
 	}
 	a.checkNoRace()
+}
+
+// TestAgent_Reboot_RepublishesBeforeReady simulates a reboot, with each
+// driver: the agent and its plugin stop, every mount under the data dir
+// goes, the boot ID changes. The next agent publishes every claim again
+// before GET /v1/ready answers 200: at that moment every target is mounted
+// with its data, and the driver records each once. Then every claim
+// releases to the end.
+func TestAgent_Reboot_RepublishesBeforeReady(t *testing.T) {
+	defer leakcheck.Check(t)()
+	forEachDriver(t, func(t *testing.T, d driver) {
+		h := newHost(t)
+		h.bootSeam("boot-before")
+		h.writeConfig(d.allocation(h))
+		a1 := h.startAgent()
+		h.waitPluginHealthy(d)
+		claims := h.claimAll(d)
+		h.checkPublished("first run", claims)
+
+		a1.stop()
+		// A reboot ends every process: the plugin, which outlives the
+		// agent, and anything else of this host (its log shim).
+		testbin.KillProcessesWith(h.base)
+		h.eventually("no process of the host left", settleDeadline, func() (bool, string) {
+			left := testbin.ProcessesWith(h.base)
+			return len(left) == 0, fmt.Sprint(left)
+		})
+		h.loseEverything(claims)
+		h.bootSeam("boot-after")
+
+		a2 := h.startAgent()
+		sawStarting := false
+		h.eventually("GET /v1/ready answers 200", readyDeadline, func() (bool, string) {
+			body, code, err := httpGet("http://" + a2.httpAddr + "/v1/ready")
+			if code == http.StatusServiceUnavailable && strings.Contains(body, `"status":"starting"`) {
+				sawStarting = true
+			}
+			return err == nil && code == http.StatusOK && body == `{"status":"ok"}`+"\n", fmt.Sprintf("%d %s %v", code, body, err)
+		})
+		// Ready: everything is back, before anything else is waited for.
+		h.checkPublished("when /v1/ready first says ok", claims)
+		t.Logf("saw /v1/ready starting before ok: %t", sawStarting)
+		h.checkSettled(d, "after the reboot")
+
+		evs := h.events()
+		for _, c := range claims {
+			found := false
+			for _, ev := range evs {
+				if ev.Type == runtime.EventClaimRepaired && ev.Alloc == c.alloc && ev.Volume == c.vol && strings.Contains(ev.Message, "boot ID changed") {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("no claim-repaired event naming the reboot for %s on %s: %+v", c.alloc, c.vol, evs)
+			}
+		}
+		if n := repairs(a2, d, "success"); n != float64(len(claims)) {
+			t.Errorf("csiactor_claim_repairs_total{result=success} = %g, want %d", n, len(claims))
+		}
+		if out := h.ok("status"); !strings.Contains(out, "Ready    yes") {
+			t.Errorf("status after ready:\n%s", out)
+		}
+		// The same claim again is the same claim, answered without a
+		// repair.
+		if again := strings.TrimSpace(h.ok("volume", "claim", "-alloc", "web1", "-mode", "write", "-access-mode", "single-node-writer", "data1")); again != claims[0].target {
+			t.Errorf("claiming web1 again printed %q, want %q", again, claims[0].target)
+		}
+
+		h.releaseAll(d, claims)
+		a2.stop()
+	})
+}
+
+// TestAgent_PluginLosesMounts_ClaimsRepaired kills the plugin after its
+// mounts went (the example plugin, started with -lose-mounts-on-start,
+// unmounts them as it starts again, as a FUSE plugin's mounts die with
+// it; the hostpath driver's are unmounted behind its back first): the
+// agent restarts it, and once it is healthy again every claim is
+// published again, with its data, and releases to the end.
+func TestAgent_PluginLosesMounts_ClaimsRepaired(t *testing.T) {
+	defer leakcheck.Check(t)()
+	forEachDriver(t, func(t *testing.T, d driver) {
+		h := newHost(t)
+		h.bootSeam("boot-1")
+		cfg := d.allocation(h)
+		if d.plugin == exampleDriver.plugin {
+			cfg = h.exampleAllocationWith("-lose-mounts-on-start")
+		}
+		h.writeConfig(cfg)
+		a := h.startAgent()
+		h.waitPluginHealthy(d)
+		claims := h.claimAll(d)
+		h.checkPublished("before the plugin restart", claims)
+
+		pids := testbin.ProcessesWith(d.dir(h))
+		if len(pids) != 1 {
+			t.Fatalf("want one %s process, found %v", d.plugin, pids)
+		}
+		if d.plugin != exampleDriver.plugin {
+			h.unmountTargets(claims)
+		}
+		if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		h.eventually("a new plugin process", settleDeadline, func() (bool, string) {
+			now := testbin.ProcessesWith(d.dir(h))
+			return len(now) == 1 && now[0] != pids[0], fmt.Sprint(now)
+		})
+		h.eventually("every claim repaired", settleDeadline, func() (bool, string) {
+			n := repairs(a, d, "success")
+			return n >= float64(len(claims)), fmt.Sprintf("%g repairs", n)
+		})
+		h.checkSettled(d, "after the plugin came back")
+		h.checkPublished("after the plugin came back", claims)
+		evs := h.events()
+		for _, c := range claims {
+			if !hasEvent(evs, runtime.EventClaimRepaired, c.alloc, c.vol) {
+				t.Errorf("no claim-repaired event for %s on %s: %+v", c.alloc, c.vol, evs)
+			}
+		}
+		if out := h.ok("volume", "status", "data1"); !strings.Contains(out, "published") || strings.Contains(out, "degraded") {
+			t.Errorf("volume status after the repair:\n%s", out)
+		}
+
+		h.releaseAll(d, claims)
+		a.stop()
+	})
+}
+
+// TestAgent_LostTarget_RepairedClaimReleases unmounts a published claim's
+// target behind the agent's back, with each driver; the alloc claims
+// again, which publishes it again (a repair), with its data. The driver
+// must then record the target once, and the release must run to the end
+// and leave the driver nothing.
+func TestAgent_LostTarget_RepairedClaimReleases(t *testing.T) {
+	defer leakcheck.Check(t)()
+	forEachDriver(t, func(t *testing.T, d driver) {
+		h := newHost(t)
+		h.writeConfig(d.allocation(h))
+		a := h.startAgent()
+		h.waitPluginHealthy(d)
+		claims := h.claimAll(d)
+		h.checkSettled(d, "after the claims")
+
+		lost := claims[:1] // web1's target on data1
+		h.unmountTargets(lost)
+		again := strings.TrimSpace(h.ok("volume", "claim", "-alloc", "web1", "-mode", "write", "-access-mode", "single-node-writer", "data1"))
+		if again != lost[0].target {
+			t.Errorf("claiming web1 again printed %q, want %q", again, lost[0].target)
+		}
+		h.checkSettled(d, "after the repair")
+		h.checkPublished("after the repair", claims)
+		if !hasEvent(h.events(), runtime.EventClaimRepaired, "web1", "data1") {
+			t.Errorf("no claim-repaired event for web1 on data1")
+		}
+
+		h.releaseAll(d, claims)
+		a.stop()
+	})
+}
+
+// unmountTargets unmounts the claims' target paths behind the agent's
+// back (as root; the test needs real mounts).
+func (h *host) unmountTargets(claims []published) {
+	h.t.Helper()
+	if !isRoot() {
+		h.t.Skip("losing a mount needs root (the plugins bind-mount only as root)")
+	}
+	for _, c := range claims {
+		if err := syscall.Unmount(c.target, 0); err != nil {
+			h.t.Fatalf("unmount %s: %v", c.target, err)
+		}
+		if mountinfo.IsMountPoint(c.target) {
+			h.t.Fatalf("%s is still a mount point", c.target)
+		}
+	}
 }
