@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/csiactor/csiactor/internal/hostpath"
 	"github.com/csiactor/csiactor/persistence"
@@ -172,18 +173,26 @@ func (h *host) staging(d driver, st hostpath.State, v runtime.Volume) string {
 	return filepath.Join(dir, filepath.Base(v.Claims[0].TargetPath))
 }
 
-// checkSettled waits until every claim on d's volumes is published or
-// freed, then checks that d's bookkeeping and the mount table agree with
-// the claims and that no single-node-writer volume has more than one
-// claim. It returns the volumes.
-func (h *host) checkSettled(d driver, when string) []runtime.Volume {
+// settle waits until every claim on d's volumes is published or freed,
+// failing the test (and going on) when they are not within
+// settleDeadline. Then, settled or not, it checks that d's bookkeeping and
+// the mount table agree with the published claims and that no
+// single-node-writer volume has more than one claim. It returns the
+// volumes, and whether they settled.
+func (h *host) settle(d driver, when string) ([]runtime.Volume, bool) {
 	h.t.Helper()
 	var vols []runtime.Volume
-	h.eventually(when+": every claim on "+d.plugin+" published or freed", settleDeadline, func() (bool, string) {
+	var u []string
+	for end := time.Now().Add(settleDeadline); ; time.Sleep(pollInterval) {
 		vols = h.volumes(d)
-		u := unsettled(vols)
-		return len(u) == 0, strings.Join(u, "\n")
-	})
+		if u = unsettled(vols); len(u) == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			h.t.Errorf("%s: waited %s for every claim on %s to be published or freed; still:\n%s", when, settleDeadline, d.plugin, strings.Join(u, "\n"))
+			break
+		}
+	}
 	if diff := h.driverDiff(d, vols); len(diff) > 0 {
 		h.t.Errorf("%s: %s and the mount table disagree with the claims:\n  %s", when, d.plugin, strings.Join(diff, "\n  "))
 	}
@@ -191,6 +200,17 @@ func (h *host) checkSettled(d driver, when string) []runtime.Volume {
 		if len(v.Claims) > 1 && slices.ContainsFunc(v.Capabilities, func(c runtime.Capability) bool { return c.AccessMode == "single-node-writer" }) {
 			h.t.Errorf("%s: single-node-writer limit exceeded: %s", when, describe(v))
 		}
+	}
+	return vols, len(u) == 0
+}
+
+// checkSettled is settle, and stops the test when the claims did not
+// settle (nothing after would).
+func (h *host) checkSettled(d driver, when string) []runtime.Volume {
+	h.t.Helper()
+	vols, ok := h.settle(d, when)
+	if !ok {
+		h.t.FailNow()
 	}
 	return vols
 }
