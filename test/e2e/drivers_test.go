@@ -73,6 +73,16 @@ func forEachDriver(t *testing.T, test func(t *testing.T, d driver)) {
 	}
 }
 
+// startWith writes a config with d's allocation alone, starts the agent
+// and waits until d is healthy.
+func (h *host) startWith(d driver) *agent {
+	h.t.Helper()
+	h.writeConfig(d.allocation(h))
+	a := h.startAgent()
+	h.waitPluginHealthy(d)
+	return a
+}
+
 // hostpathDir is the hostpath driver's state dir: its state.json and the
 // volumes' data.
 func (h *host) hostpathDir() string { return filepath.Join(h.base, "hostpath") }

@@ -72,6 +72,8 @@ type host struct {
 	// pluginsExtra is added to the plugins section of the config file
 	// (indented lines).
 	pluginsExtra string
+	// retryInitial and retryMax are volumes.retry in the config file.
+	retryInitial, retryMax string
 }
 
 // newHost makes the base directory and registers the cleanup that runs
@@ -90,7 +92,8 @@ func newHost(t *testing.T) *host {
 		stateDir: filepath.Join(base, "plugin"),
 		config:   filepath.Join(base, "csiactor.yaml"),
 
-		killTimeout: "10s",
+		killTimeout:  "10s",
+		retryInitial: "1s", retryMax: "10s",
 	}
 	t.Cleanup(func() {
 		testbin.KillProcessesWith(base)
@@ -132,14 +135,14 @@ plugins:
     initial: 100ms
     max: 2s
 %svolumes:
-  # A publish step that keeps failing is given up after 10 attempts; these
-  # make that about a minute, far longer than the test keeps a claim
-  # waiting, with retries no more than 10 s apart.
+  # A publish step that keeps failing is given up after 10 attempts; the
+  # defaults (1s, 10s) make that about a minute, far longer than the test
+  # keeps a claim waiting, with retries no more than 10 s apart.
   retry:
-    initial: 1s
-    max: 10s
+    initial: %s
+    max: %s
 allocations:
-%s`, h.dataDir, h.killTimeout, h.pluginsExtra, allocations)
+%s`, h.dataDir, h.killTimeout, h.pluginsExtra, h.retryInitial, h.retryMax, allocations)
 	if err := os.WriteFile(h.config, []byte(cfg), 0o600); err != nil {
 		h.t.Fatal(err)
 	}

@@ -280,9 +280,7 @@ func TestAgent_LostTarget_RepairedClaimReleases(t *testing.T) {
 	defer leakcheck.Check(t)()
 	forEachDriver(t, func(t *testing.T, d driver) {
 		h := newHost(t)
-		h.writeConfig(d.allocation(h))
-		a := h.startAgent()
-		h.waitPluginHealthy(d)
+		a := h.startWith(d)
 		claims := h.claimAll(d)
 		h.checkSettled(d, "after the claims")
 

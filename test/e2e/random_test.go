@@ -31,18 +31,19 @@ const SeedEnv = "CSIACTOR_E2E_SEED"
 const (
 	randomKills       = 15
 	randomWorkers     = 4
-	randomVolumes     = 10 // per driver, half single-node-writer
+	randomVolumes     = 10 // per driver, 4 single-node-writer, 6 multi-node-multi-writer
 	randomMinGap      = 300 * time.Millisecond
 	randomMaxGap      = 2 * time.Second
 	randomCallTimeout = 20 * time.Second // one claim; then it is left to the agent
 )
 
 // TestAgent_RandomKills SIGKILLs the agent at random moments (randomKills
-// times, randomMinGap to randomMaxGap after it came up again) while
+// times, randomMinGap to randomMaxGap after it and its plugins came up
+// again) while
 // randomWorkers workers, each an alloc of its own, claim and release
 // volumes of every driver through the API, one agent running both drivers.
-// Half the volumes are single-node-writer, half multi-node-multi-writer
-// (claimed for writing or reading). A claim answered 409 (the access
+// Of each driver's volumes, 4 are single-node-writer and 6
+// multi-node-multi-writer (claimed for writing or reading). A claim answered 409 (the access
 // mode's limit, or the alloc's previous claim still being released) is
 // fine; a claim or release cut off by the kill, or refused while the
 // agent starts, is retried as a caller would. Any other answer is an
@@ -68,6 +69,10 @@ func TestAgent_RandomKills(t *testing.T) {
 	t.Logf("seed %d (run again with %s=%d)", seed, SeedEnv, seed)
 
 	h := newHost(t)
+	// Steps the restarted agent finds its plugins not yet healthy for
+	// are retried sooner than elsewhere, so that claims and releases keep
+	// going between kills.
+	h.retryInitial, h.retryMax = "100ms", "1s"
 	ds := []driver{exampleDriver}
 	if os.Getenv(hostpath.Env) != "" {
 		ds = append(ds, hostpathDriver)
@@ -85,7 +90,7 @@ func TestAgent_RandomKills(t *testing.T) {
 		h.waitPluginHealthy(d)
 		for i := range randomVolumes {
 			v := randomVolume{id: fmt.Sprintf("%s-%d", d.alloc, i), access: "single-node-writer"}
-			if i%2 == 1 {
+			if i%5 >= 2 {
 				v.access = "multi-node-multi-writer"
 			}
 			h.createVolume(d, v.id, v.access)
@@ -121,6 +126,9 @@ func TestAgent_RandomKills(t *testing.T) {
 		}
 		a.checkNoRace()
 		a = h.startAgent()
+		for _, d := range ds {
+			h.waitPluginHealthy(d)
+		}
 	}
 	close(stop)
 	wg.Wait()
@@ -241,6 +249,7 @@ func (w *randomWorker) claim(v randomVolume, mode string) {
 			return
 		case http.StatusConflict:
 			w.tally.conflicts++
+			time.Sleep(time.Duration(20+w.rng.IntN(30)) * time.Millisecond) // as a caller would back off
 			return
 		case http.StatusServiceUnavailable:
 			w.tally.retries++
