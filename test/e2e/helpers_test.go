@@ -202,7 +202,9 @@ func (h *host) startAgent() *agent {
 	// Registered before Start's cleanup, so it runs after the agent is
 	// gone and its logs are complete.
 	h.t.Cleanup(func() {
-		if h.t.Failed() {
+		// The logs of the last runs only: a test that restarts the agent
+		// many times leaves the others in the base dir.
+		if h.t.Failed() && n > h.starts-3 {
 			h.t.Logf("agent run %d stdout:\n%s", n, readFile(a.stdout))
 			h.t.Logf("agent run %d stderr (last 80 lines):\n%s", n, testbin.Tail(readFile(a.stderr), 80))
 		}
