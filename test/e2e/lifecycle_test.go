@@ -8,12 +8,14 @@ import (
 	"testing"
 
 	"github.com/csiactor/csiactor/internal/leakcheck"
+	"github.com/csiactor/csiactor/runtime"
 )
 
 // TestAgent_Lifecycle runs a volume's life through the CLI with each
 // driver: create, claim (a single-node-writer volume by one writer, a
 // multi-node-multi-writer one by a writer and a reader), a SIGKILL of the
-// agent and a restart, release and delete. After every step that settles,
+// agent and a restart (which repairs nothing: nothing was lost), release
+// and delete. After every step that settles,
 // the driver's own bookkeeping and the mount table hold exactly what the
 // claims own.
 func TestAgent_Lifecycle(t *testing.T) {
@@ -46,6 +48,13 @@ func TestAgent_Lifecycle(t *testing.T) {
 		h.waitPluginHealthy(d)
 		h.checkSettled(d, "after the restart")
 		h.checkPublished("after the restart", claims)
+		// Nothing was lost: nothing is repaired (a staging the driver
+		// never mounted is not a lost one).
+		for _, ev := range h.events() {
+			if ev.Type == runtime.EventClaimRepaired {
+				t.Errorf("a claim repaired after a restart that lost nothing: %s %s: %s", ev.Alloc, ev.Volume, ev.Message)
+			}
+		}
 
 		h.releaseAll(d, claims)
 		for _, vol := range []string{"data1", "logs"} {
