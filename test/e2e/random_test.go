@@ -260,7 +260,7 @@ func (w *randomWorker) claim(v randomVolume, mode string) {
 			w.held = append(w.held, v)
 			return
 		default:
-			w.seen[fmt.Sprintf("claim %s %s by %s: %v", v.id, mode, w.alloc, err)]++
+			w.seen[fmt.Sprintf("claim %s %s by %s: %d %v", v.id, mode, w.alloc, status(err), err)]++
 			w.held = append(w.held, v) // it may exist: release it
 			return
 		}
@@ -284,7 +284,7 @@ func (w *randomWorker) release(v randomVolume) {
 			time.Sleep(100 * time.Millisecond)
 			continue
 		default:
-			w.seen[fmt.Sprintf("release %s by %s: %v", v.id, w.alloc, err)]++
+			w.seen[fmt.Sprintf("release %s by %s: %d %v", v.id, w.alloc, status(err), err)]++
 			return
 		}
 	}
