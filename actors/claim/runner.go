@@ -2,7 +2,9 @@ package claim
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -172,7 +174,7 @@ func (r *Runner) step(ctx context.Context, s Step) Result {
 			}
 			return err
 		case NodeStage:
-			if err := os.MkdirAll(s.StagingPath, 0o750); err != nil {
+			if err := mkdirAll(s.StagingPath); err != nil {
 				return fmt.Errorf("create staging directory: %w", err)
 			}
 			return c.NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
@@ -184,7 +186,7 @@ func (r *Runner) step(ctx context.Context, s Step) Result {
 				VolumeContext:     s.VolumeContext,
 			})
 		case NodePublish:
-			if err := os.MkdirAll(filepath.Dir(s.TargetPath), 0o750); err != nil {
+			if err := mkdirAll(filepath.Dir(s.TargetPath)); err != nil {
 				return fmt.Errorf("create target parent directory: %w", err)
 			}
 			return c.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
@@ -263,4 +265,19 @@ func (r *Runner) Pause(ctx context.Context, plugin string, typ PluginType, d tim
 		return ctx.Err()
 	}
 	return nil
+}
+
+// mkdirAll is os.MkdirAll (mode 0750) that tolerates a concurrent removal
+// of an empty parent: the teardown of another volume of the same
+// allocation removes per-alloc/<alloc> once it is empty, which may happen
+// between MkdirAll's mkdir of the parent and that of the child (it then
+// fails with ENOENT). Each removal needs a teardown, so a few tries do.
+func mkdirAll(dir string) error {
+	var err error
+	for range 8 {
+		if err = os.MkdirAll(dir, 0o750); !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return err
 }
