@@ -326,9 +326,9 @@ func (fo *follower) resume(pos position) {
 	fo.close()
 	// Newest first: a rotation while they are opened makes a file seen
 	// twice (kept once), never a newer one missed.
-	var files []*os.File // oldest first
+	var newest []*os.File
 	seen := map[uint64]bool{}
-	start, off := -1, int64(0)
+	match, off := -1, int64(0)
 	for n := 0; ; n++ {
 		f, err := os.Open(outputPath(fo.dir, n))
 		if errors.Is(err, os.ErrNotExist) && n > 0 {
@@ -347,21 +347,23 @@ func (fo *follower) resume(pos position) {
 			continue
 		}
 		seen[st.Ino] = true
-		files = append([]*os.File{f}, files...)
-		if start < 0 && pos.Inode != 0 && st.Ino == pos.Inode && fi.Size() >= pos.Offset {
-			start, off = len(files), pos.Offset // counted from the end
+		if match < 0 && pos.Inode != 0 && st.Ino == pos.Inode && fi.Size() >= pos.Offset {
+			match, off = len(newest), pos.Offset
 		}
+		newest = append(newest, f)
 	}
-	if start < 0 {
-		start, off = len(files), 0
+	if match < 0 {
+		match = len(newest) - 1 // the oldest (-1: no file yet)
 	}
-	i := len(files) - start
-	for _, f := range files[:i] {
+	for _, f := range newest[match+1:] {
 		_ = f.Close() // older than pos
 	}
-	if i < len(files) {
-		fo.attach(files[i], off)
-		fo.next = files[i+1:]
+	if match < 0 {
+		return
+	}
+	fo.attach(newest[match], off)
+	for i := match - 1; i >= 0; i-- {
+		fo.next = append(fo.next, newest[i])
 	}
 }
 
