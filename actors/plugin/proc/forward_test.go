@@ -209,3 +209,44 @@ func TestLauncher_Start_LogsWhatTheDetachedPluginWroteLast(t *testing.T) {
 		t.Errorf("the new process's agent forwarded %v, want %v", got, want)
 	}
 }
+
+// A broken position file is named in a warning and removed; the output
+// is then followed from its end, as with none.
+func TestLauncher_Start_BrokenPositionFile(t *testing.T) {
+	defer leakcheck.Check(t)()
+	l := NewLauncher()
+	defer l.Close()
+	dir := t.TempDir()
+	if err := os.WriteFile(outputPath(dir, 0), Line{Time: time.Now(), Stream: Stdout, Text: "old"}.format(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, PositionFile)
+	if err := os.WriteFile(path, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	log, hook := newHookLog()
+	p, err := l.Start(context.Background(), Spec{Command: []string{"sh", "-c", "echo new"}, OutputDir: dir, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, p)
+	var lines []string
+	warned := false
+	for _, e := range hook.AllEntries() {
+		if e.Level == logrus.WarnLevel {
+			err, _ := e.Data[logrus.ErrorKey].(error)
+			warned = err != nil && strings.Contains(err.Error(), path)
+			continue
+		}
+		lines = append(lines, e.Message)
+	}
+	if !warned {
+		t.Errorf("no warning naming %s: %v", path, messages(hook))
+	}
+	if !slices.Equal(lines, []string{"new"}) {
+		t.Errorf("forwarded %v, want [new]", lines)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the broken position file is still there: %v", err)
+	}
+}
