@@ -353,6 +353,21 @@ func answersFakeBackend(t *testing.T, sc *specChecker) {
 			body: `{"plugin":"p","type":"node","socket":"/` + strings.Repeat("s", 600) + `"}`, status: 413},
 	})
 
+	// A past claim whose release has stalled.
+	runSpecSteps(t, sc, rc, []specStep{
+		{name: "node to stall on", method: "PUT", path: "/v1/allocations/n1", body: `{"plugin":"p","type":"monolith","socket":"/run/p.sock"}`, status: 200},
+		{name: "register volume to stall", method: "PUT", path: "/v1/volumes/s1",
+			body: `{"plugin":"p","external_id":"e1","capabilities":[{"access_mode":"single-node-writer","attachment_mode":"file-system"}]}`, status: 200},
+		{name: "claim to stall", method: "POST", path: "/v1/volumes/s1/claims",
+			body: `{"alloc":"w1","mode":"write","access_mode":"single-node-writer","attachment_mode":"file-system"}`, status: 200},
+		{name: "release to stall", method: "DELETE", path: "/v1/volumes/s1/claims/w1", status: 200},
+	})
+	b.SetClaimCondition("s1", "w1", runtime.ClaimStalled, "NodeUnstageVolume: rpc error: code = Internal desc = busy")
+	runSpecSteps(t, sc, rc, []specStep{
+		{name: "volume with a stalled past claim", method: "GET", path: "/v1/volumes/s1", status: 200, want: `"condition":"stalled"`},
+		{name: "deregister stalled alloc", method: "DELETE", path: "/v1/allocations/n1", status: 204},
+	})
+
 	b.SetPending("allocation a1: not fingerprinted yet")
 	runSpecSteps(t, sc, rc, []specStep{{name: "ready starting", method: "GET", path: "/v1/ready", status: 503}})
 	b.SetPending()

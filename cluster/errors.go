@@ -8,10 +8,11 @@ var (
 	// admitted safely. Published claims are not affected.
 	ErrUnavailable = errors.New("etcd unavailable")
 	// ErrConflict is returned by PutVolume when the volume ID is
-	// registered in the cluster with another definition.
+	// registered in the cluster with another definition, and by
+	// UpdateVolume when the definition changed since it was read.
 	ErrConflict = errors.New("cluster conflict")
 	// ErrInUse is returned by DeleteVolume while a host holds a claim on
-	// the volume.
+	// the volume, and by UpdateVolume of a field a claim depends on.
 	ErrInUse = errors.New("volume claimed in the cluster")
 	// ErrInvalidConfig is returned by Open for a Config it cannot use;
 	// the message names the field.

@@ -160,19 +160,26 @@ func (s *Session) ClearFenced(ctx context.Context, volume, alloc string) error {
 // new one was granted: claims may have been fenced meanwhile.
 func (s *Session) Rejoined() <-chan struct{} { return s.rejoined }
 
-// VolumeDef returns volume id's definition as PutVolume recorded it, or
-// nil.
+// VolumeDef returns volume id's definition as PutVolume (or UpdateVolume)
+// recorded it, or nil.
 func (s *Session) VolumeDef(ctx context.Context, id string) ([]byte, error) {
+	def, _, err := s.VolumeDefRev(ctx, id)
+	return def, err
+}
+
+// VolumeDefRev returns volume id's definition and its mod revision (for
+// UpdateVolume), or nil and 0.
+func (s *Session) VolumeDefRev(ctx context.Context, id string) ([]byte, int64, error) {
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
 	start := time.Now()
 	resp, err := s.cli.Get(rctx, s.volumeKey(id))
 	s.metrics.observe("get", start)
 	if err != nil {
-		return nil, fmt.Errorf("%w: read volume %q: %w", ErrUnavailable, id, err)
+		return nil, 0, fmt.Errorf("%w: read volume %q: %w", ErrUnavailable, id, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
-	return resp.Kvs[0].Value, nil
+	return resp.Kvs[0].Value, resp.Kvs[0].ModRevision, nil
 }

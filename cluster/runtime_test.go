@@ -32,8 +32,8 @@ func threeAgents(t *testing.T) (*etcdtest.Server, []*agent) {
 
 // TestCluster_VolumeVisibleEverywhere: a volume registered on one agent
 // is registered on the others, with its secrets and mount flags; another
-// definition under its ID is a conflict, the same one is not;
-// deregistering it on one removes it everywhere.
+// external ID under its ID is refused (it never changes), the same
+// definition is not; deregistering it on one removes it everywhere.
 func TestCluster_VolumeVisibleEverywhere(t *testing.T) {
 	_, as := threeAgents(t)
 	ctx := context.Background()
@@ -47,8 +47,8 @@ func TestCluster_VolumeVisibleEverywhere(t *testing.T) {
 		a.waitVolume("shared")
 	}
 	_, err := as[2].rt.RegisterVolume(ctx, "shared", volSpec("other", "single-node-writer"))
-	if !errors.Is(err, runtime.ErrConflict) {
-		t.Fatalf("another definition = %v, want ErrConflict", err)
+	if !errors.Is(err, runtime.ErrInvalid) || !strings.Contains(err.Error(), "external_id") {
+		t.Fatalf("another external ID = %v, want ErrInvalid naming external_id", err)
 	}
 	if _, err := as[2].rt.RegisterVolume(ctx, "shared", spec); err != nil {
 		t.Fatalf("the same definition again, on a host that learnt it from the cluster: %v", err)

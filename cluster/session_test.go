@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -234,4 +235,95 @@ func TestSession_Partition(t *testing.T) {
 		t.Fatalf("claims after the partition = %+v, %v (want before and after)", cs, err)
 	}
 	cancel()
+}
+
+// TestSession_UpdateVolume: an update by compare-and-swap: a stale
+// revision (another host updated the definition meanwhile, or removed it)
+// is ErrConflict; with unclaimed, a claim on any host is ErrInUse naming
+// it; watchers see each change with a higher revision.
+func TestSession_UpdateVolume(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t)) // last: after the sessions and the server stopped
+	srv := etcdtest.Start(t)
+	a, b := open(t, "a", srv.Endpoint()), open(t, "b", srv.Endpoint())
+	ctx := context.Background()
+	if err := a.PutVolume(ctx, "v1", []byte("def1")); err != nil {
+		t.Fatal(err)
+	}
+	def, rev, err := b.VolumeDefRev(ctx, "v1")
+	if err != nil || string(def) != "def1" || rev == 0 {
+		t.Fatalf("VolumeDefRev = %q, %d, %v", def, rev, err)
+	}
+	rev2, err := b.UpdateVolume(ctx, "v1", rev, []byte("def2"), true)
+	if err != nil || rev2 <= rev {
+		t.Fatalf("UpdateVolume = %d, %v; want a revision after %d", rev2, err, rev)
+	}
+	if _, err := a.UpdateVolume(ctx, "v1", rev, []byte("def3"), false); !errors.Is(err, cluster.ErrConflict) {
+		t.Fatalf("UpdateVolume at a stale revision = %v, want ErrConflict", err)
+	}
+	if err := admit(a, "v1", csi.AccessModeSingleNodeWriter, "x"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.UpdateVolume(ctx, "v1", rev2, []byte("def3"), true)
+	if !errors.Is(err, cluster.ErrInUse) || !strings.Contains(err.Error(), `alloc "x" on host "a"`) {
+		t.Fatalf("UpdateVolume unclaimed while a holds a claim = %v, want ErrInUse naming it", err)
+	}
+	rev3, err := b.UpdateVolume(ctx, "v1", rev2, []byte("def3"), false)
+	if err != nil {
+		t.Fatalf("UpdateVolume of what no claim depends on: %v", err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := make(chan cluster.VolumeEvent, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = a.WatchVolumes(wctx, func(e cluster.VolumeEvent) {
+			select {
+			case got <- e:
+			default:
+			}
+		})
+	}()
+	select {
+	case e := <-got:
+		if string(e.Def) != "def3" || e.Rev != rev3 {
+			t.Errorf("watched %q at %d, want def3 at %d", e.Def, e.Rev, rev3)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("the watch listed nothing")
+	}
+	cancel()
+	<-done
+}
+
+// TestSession_DeleteVolumeAfterFree: this host's claim freed just before
+// (its removal from etcd may still be under way) does not hold a
+// deregistration back; another host's claim does, named.
+func TestSession_DeleteVolumeAfterFree(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t)) // last: after the sessions and the server stopped
+	srv := etcdtest.Start(t)
+	a, b := open(t, "a", srv.Endpoint()), open(t, "b", srv.Endpoint())
+	ctx := context.Background()
+	for _, v := range []string{"v1", "v2"} {
+		if err := a.PutVolume(ctx, v, []byte("def")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := admit(a, "v1", csi.AccessModeSingleNodeWriter, "x"); err != nil {
+		t.Fatal(err)
+	}
+	a.Free("v1", "x")
+	if err := a.DeleteVolume(ctx, "v1"); err != nil {
+		t.Fatalf("DeleteVolume right after this host's free: %v", err)
+	}
+	if def, err := b.VolumeDef(ctx, "v1"); err != nil || def != nil {
+		t.Fatalf("v1 after DeleteVolume = %q, %v", def, err)
+	}
+	if err := admit(b, "v2", csi.AccessModeSingleNodeWriter, "y"); err != nil {
+		t.Fatal(err)
+	}
+	err := a.DeleteVolume(ctx, "v2")
+	if !errors.Is(err, cluster.ErrInUse) || !strings.Contains(err.Error(), `alloc "y" on host "b"`) {
+		t.Fatalf("DeleteVolume while b holds a claim = %v, want ErrInUse naming it", err)
+	}
 }

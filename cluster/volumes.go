@@ -35,41 +35,100 @@ func (s *Session) PutVolume(ctx context.Context, id string, def []byte) error {
 	return fmt.Errorf("%w: volume %q is registered in the cluster with a different definition", ErrConflict, id)
 }
 
+// UpdateVolume replaces volume id's definition, read at mod revision rev
+// (VolumeDefRev), with def, and returns the new revision. With unclaimed,
+// only while no host holds a claim on the volume (this host's claims
+// being freed hold none): ErrInUse otherwise, naming each claim and its
+// host. A definition changed or removed since rev is ErrConflict: read it
+// again.
+func (s *Session) UpdateVolume(ctx context.Context, id string, rev int64, def []byte, unclaimed bool) (int64, error) {
+	key, ck := s.volumeKey(id), s.claimsKey(id)
+	for range maxCAS {
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev)}
+		if unclaimed {
+			crev, err := s.unclaimed(ctx, id)
+			if err != nil {
+				return 0, err
+			}
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(ck), "=", crev))
+		}
+		rctx, cancel := s.reqCtx(ctx)
+		start := time.Now()
+		resp, err := s.cli.Txn(rctx).If(cmps...).Then(clientv3.OpPut(key, string(def))).
+			Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
+		cancel()
+		s.metrics.observe("txn", start)
+		if err != nil {
+			return 0, fmt.Errorf("%w: update volume %q: %w", ErrUnavailable, id, err)
+		}
+		if resp.Succeeded {
+			return resp.Header.Revision, nil
+		}
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 0 || kvs[0].ModRevision != rev {
+			return 0, fmt.Errorf("%w: the definition of volume %q changed meanwhile", ErrConflict, id)
+		}
+		// The claims changed meanwhile: look at them again.
+	}
+	return 0, fmt.Errorf("%w: the claims of volume %q kept changing", ErrUnavailable, id)
+}
+
+// unclaimed returns the mod revision of volume id's claims document (0
+// for none) when no host holds a claim on the volume but this host's
+// claims being freed (see pendingFrees), and ErrInUse naming each claim
+// and its host otherwise.
+func (s *Session) unclaimed(ctx context.Context, id string) (int64, error) {
+	freeing := s.pendingFrees(id) // before the read, as in Admit
+	d, rev, err := s.readClaims(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	s.dropFreed(freeing, &d)
+	if len(d.Claims) == 0 {
+		return rev, nil
+	}
+	sortClaims(d.Claims)
+	held := make([]string, 0, len(d.Claims))
+	for _, c := range d.Claims {
+		held = append(held, fmt.Sprintf("alloc %q on host %q", c.Alloc, c.Host))
+	}
+	return 0, fmt.Errorf("%w: volume %q is claimed by %s", ErrInUse, id, strings.Join(held, ", "))
+}
+
 // DeleteVolume removes volume id's definition, unless a host holds a
-// claim on it (ErrInUse, naming the hosts). A volume that is not there is
-// not an error.
+// claim on it (ErrInUse, naming each claim and its host). This host's
+// claims being freed go with it. A volume that is not there is not an
+// error.
 func (s *Session) DeleteVolume(ctx context.Context, id string) error {
 	ck := s.claimsKey(id)
-	rctx, cancel := s.reqCtx(ctx)
-	defer cancel()
-	start := time.Now()
-	resp, err := s.cli.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(ck), "=", 0)).
-		Then(clientv3.OpDelete(s.volumeKey(id))).Commit()
-	s.metrics.observe("txn", start)
-	if err != nil {
-		return fmt.Errorf("%w: deregister volume %q: %w", ErrUnavailable, id, err)
-	}
-	if resp.Succeeded {
-		return nil
-	}
-	cs, err := s.Claims(ctx, id)
-	if err != nil {
-		return err
-	}
-	hosts := make([]string, 0, len(cs))
-	for _, c := range cs {
-		if len(hosts) == 0 || hosts[len(hosts)-1] != c.Host {
-			hosts = append(hosts, c.Host)
+	for range maxCAS {
+		crev, err := s.unclaimed(ctx, id)
+		if err != nil {
+			return err
+		}
+		rctx, cancel := s.reqCtx(ctx)
+		start := time.Now()
+		resp, err := s.cli.Txn(rctx).If(clientv3.Compare(clientv3.ModRevision(ck), "=", crev)).
+			Then(clientv3.OpDelete(s.volumeKey(id)), clientv3.OpDelete(ck)).Commit()
+		cancel()
+		s.metrics.observe("txn", start)
+		if err != nil {
+			return fmt.Errorf("%w: deregister volume %q: %w", ErrUnavailable, id, err)
+		}
+		if resp.Succeeded {
+			return nil
 		}
 	}
-	return fmt.Errorf("%w: volume %q has %d claims on hosts %s", ErrInUse, id, len(cs), strings.Join(hosts, ", "))
+	return fmt.Errorf("%w: the claims of volume %q kept changing", ErrUnavailable, id)
 }
 
 // VolumeEvent is a change of a volume definition: Def is nil when the
-// volume was deregistered.
+// volume was deregistered. Rev is the etcd revision of the change (of the
+// definition's last change, for a listed one): a later change has a
+// higher one.
 type VolumeEvent struct {
 	ID  string
 	Def []byte
+	Rev int64
 }
 
 // WatchVolumes calls fn with every volume definition in etcd, then with
@@ -100,7 +159,7 @@ func (s *Session) WatchVolumes(ctx context.Context, fn func(VolumeEvent)) error 
 				break
 			}
 			for _, e := range wr.Events {
-				ev := VolumeEvent{ID: strings.TrimPrefix(string(e.Kv.Key), prefix)}
+				ev := VolumeEvent{ID: strings.TrimPrefix(string(e.Kv.Key), prefix), Rev: e.Kv.ModRevision}
 				if e.Type == clientv3.EventTypePut {
 					ev.Def = e.Kv.Value
 				}
@@ -124,7 +183,7 @@ func (s *Session) listVolumes(ctx context.Context, prefix string, fn func(Volume
 		return 0, err
 	}
 	for _, kv := range resp.Kvs {
-		fn(VolumeEvent{ID: strings.TrimPrefix(string(kv.Key), prefix), Def: kv.Value})
+		fn(VolumeEvent{ID: strings.TrimPrefix(string(kv.Key), prefix), Def: kv.Value, Rev: kv.ModRevision})
 	}
 	return resp.Header.Revision, nil
 }

@@ -40,7 +40,7 @@ const volumeCodecShape = "Volume{ID string; Plugin string; ExternalID string; " 
 	"Usage string; TargetPath string; StagingPath string; LastError string; Attempts int; " +
 	"CreatedAt time.Time; UpdatedAt time.Time; NodeID string; ControllerRequired bool; Repair string}; " +
 	"PastClaims []Claim; " +
-	"Stagings []Staging{Usage string; Path string; Users []string; Staged bool}; " +
+	"Stagings []Staging{Usage string; Path string; Users []string; Staged bool; Mounted bool; Lost bool}; " +
 	"Revision uint64; CreatedAt time.Time; UpdatedAt time.Time; " +
 	"Expansion *Expansion{CapacityBytes int64; Controller bool; NodeCapable bool; Node bool; LastError string; Attempts int; NodeOffline bool}; " +
 	"AccessibleTopology []map[string]string; NodeExpandPending int64}"
@@ -132,7 +132,9 @@ func appendVolume(dst []byte, v *Volume) []byte {
 			dst = appendString(dst, st.Usage)
 			dst = appendString(dst, st.Path)
 			dst = appendStrings(dst, st.Users)
-			return appendBool(dst, st.Staged)
+			dst = appendBool(dst, st.Staged)
+			dst = appendBool(dst, st.Mounted)
+			return appendBool(dst, st.Lost)
 		})
 	}
 	dst = binary.AppendUvarint(dst, v.Revision)
@@ -433,6 +435,8 @@ func decodeVolumeBinary(data []byte, v *Volume) error {
 			st.Path = e.string("staging path")
 			st.Users = e.strings("staging users")
 			st.Staged = e.bool("staging staged")
+			st.Mounted = e.bool("staging mounted")
+			st.Lost = e.bool("staging lost")
 		}
 	}
 	v.Revision = r.uvarint("revision")

@@ -160,4 +160,13 @@ type Staging struct {
 	Users []string `json:"users"` // alloc IDs
 	// Staged is true once NodeStageVolume succeeded.
 	Staged bool `json:"staged"`
+	// Mounted is true when the staging path was a mount point after
+	// NodeStageVolume last succeeded: only such a staging can be found
+	// lost in the mount table (a plugin may stage without mounting
+	// anything, as the hostpath driver does).
+	Mounted bool `json:"mounted,omitempty"`
+	// Lost is true when the host was found missing the staging: the
+	// plugin's own record of it is reset (NodeUnstageVolume) before it is
+	// staged again.
+	Lost bool `json:"lost,omitempty"`
 }

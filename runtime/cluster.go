@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -215,11 +216,47 @@ func (c *ClusterConfig) sessionConfig() (cluster.Config, error) {
 
 // clusterVolume is a volume definition as the cluster shares it, secrets
 // and mount flags included (the other hosts send them to their plugins).
-// It is decoded into a VolumeSpec, and encoded from its wire form:
-// VolumeSpec's own MarshalJSON redacts.
+// It is decoded into a VolumeSpec, and encoded by encode from its wire
+// form: VolumeSpec's own MarshalJSON redacts.
 type clusterVolume struct {
 	ID   string     `json:"id"`
 	Spec VolumeSpec `json:"spec"`
+	// Created marks a volume created through a plugin; CapacityBytes and
+	// AccessibleTopology are what the plugin said of it (Spec.Context
+	// holds the volume context it gave too); the capacity grows with an
+	// expansion. A created volume shared before definitions carried them
+	// lacks Created; see completeShared.
+	Created            bool                `json:"created,omitempty"`
+	CapacityBytes      int64               `json:"capacity_bytes,omitempty"`
+	AccessibleTopology []map[string]string `json:"accessible_topology,omitempty"`
+}
+
+// encode returns cv as etcd holds it; the same definition always encodes
+// to the same bytes (PutVolume compares them).
+func (cv clusterVolume) encode() ([]byte, error) {
+	return json.Marshal(struct {
+		ID                 string              `json:"id"`
+		Spec               volumeSpecWire      `json:"spec"`
+		Created            bool                `json:"created,omitempty"`
+		CapacityBytes      int64               `json:"capacity_bytes,omitempty"`
+		AccessibleTopology []map[string]string `json:"accessible_topology,omitempty"`
+	}{cv.ID, wireVolumeSpec(cv.Spec), cv.Created, cv.CapacityBytes, cv.AccessibleTopology})
+}
+
+// volumeSpec is cv as the volume manager's Mirror takes it.
+func (cv clusterVolume) volumeSpec() (volume.Spec, error) {
+	vs, err := volumeSpec(cv.ID, cv.Spec)
+	vs.CapacityBytes, vs.AccessibleTopology = cv.CapacityBytes, cv.AccessibleTopology
+	return vs, err
+}
+
+func decodeClusterVolume(id string, def []byte) (clusterVolume, error) {
+	var cv clusterVolume
+	if err := json.Unmarshal(def, &cv); err != nil {
+		return cv, fmt.Errorf("decode the cluster's definition of volume %q: %w", id, err)
+	}
+	cv.ID = id
+	return cv, nil
 }
 
 // startCluster joins the cluster: r.cluster is the session, set before
@@ -277,8 +314,9 @@ func (r *Runtime) afterVolumesStarted(ctx context.Context) error {
 	return nil
 }
 
-// clusterVolumeChanged registers here a volume registered on another host,
-// and deregisters one deregistered there.
+// clusterVolumeChanged mirrors here a volume definition of the cluster
+// (every host has every volume, whatever its plugin knows: see
+// volume.Manager.Mirror), and deregisters a volume deregistered there.
 func (r *Runtime) clusterVolumeChanged(e cluster.VolumeEvent) {
 	log := r.log.WithFields(logrus.Fields{"component": "cluster", "volume": e.ID})
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Plugins.RPCTimeout)
@@ -287,30 +325,164 @@ func (r *Runtime) clusterVolumeChanged(e cluster.VolumeEvent) {
 		if r.isDeleting(e.ID) {
 			return // DeleteVolume on this host does it
 		}
+		r.mirrorMu.Lock()
+		defer r.mirrorMu.Unlock()
+		if e.Rev <= r.mirrored[e.ID] {
+			return // registered again since, and mirrored already
+		}
+		delete(r.mirrored, e.ID)
 		err := r.volumes.Deregister(ctx, e.ID)
 		if err != nil && !errors.Is(err, volume.ErrNotFound) {
 			log.WithError(err).Warn("volume deregistered in the cluster cannot be deregistered here")
 		}
 		return
 	}
-	if _, err := r.volumes.Get(ctx, e.ID); err == nil {
-		return
-	}
-	var cv clusterVolume
-	if err := json.Unmarshal(e.Def, &cv); err != nil {
+	cv, err := decodeClusterVolume(e.ID, e.Def)
+	if err != nil {
 		log.WithError(err).Warn("cannot decode a volume definition from the cluster; skipped")
 		return
 	}
-	vs, err := volumeSpec(e.ID, cv.Spec)
+	if !cv.Created {
+		if v, err := r.volumes.Get(ctx, e.ID); err == nil && v.Created && v.ExternalID == cv.Spec.ExternalID {
+			if err := r.completeShared(ctx, v); err != nil {
+				log.WithError(err).Warn("cannot complete the cluster's definition of a volume created here")
+			}
+			return // the watch brings the completed definition
+		}
+	}
+	if _, err := r.mirror(ctx, cv, e.Rev); err != nil {
+		log.WithError(err).Warn("cannot mirror the cluster's definition of a volume here")
+		return
+	}
+	log.Debug("mirrored the cluster's definition of a volume")
+}
+
+// completeShared adds to the cluster's definition of v, a volume this host
+// created and shared before definitions carried what the plugin said of
+// a created volume, the volume context, capacity and accessible topology
+// of this host's record: mirrored as it was, it would take them from
+// this host's record too.
+func (r *Runtime) completeShared(ctx context.Context, v volume.Volume) error {
+	_, err := r.updateShared(ctx, v.ID, func(cur *clusterVolume) (clusterVolume, bool, bool, error) {
+		if cur == nil || cur.Created || cur.Spec.ExternalID != v.ExternalID {
+			return clusterVolume{}, false, false, nil
+		}
+		next := *cur
+		next.Created, next.Spec.Context = true, v.Context
+		next.CapacityBytes = max(cur.CapacityBytes, v.CapacityBytes)
+		next.AccessibleTopology = v.AccessibleTopology
+		return next, false, true, nil
+	})
+	return err
+}
+
+// mirror makes this host's record of volume cv.ID the cluster's
+// definition cv, at etcd revision rev, unless a later one is mirrored
+// already; it returns the record.
+func (r *Runtime) mirror(ctx context.Context, cv clusterVolume, rev int64) (volume.Volume, error) {
+	vs, err := cv.volumeSpec()
 	if err != nil {
-		log.WithError(err).Warn("volume definition from the cluster is not valid here; skipped")
-		return
+		return volume.Volume{}, err
 	}
-	if _, err := r.volumes.Register(ctx, vs); err != nil {
-		log.WithError(err).Warn("cannot register a volume of the cluster here")
-		return
+	r.mirrorMu.Lock()
+	defer r.mirrorMu.Unlock()
+	if rev < r.mirrored[cv.ID] {
+		return r.volumes.Get(ctx, cv.ID)
 	}
-	log.Debug("registered a volume of the cluster")
+	v, err := r.volumes.Mirror(ctx, vs)
+	if err != nil {
+		return v, err
+	}
+	if r.mirrored == nil {
+		r.mirrored = map[string]int64{}
+	}
+	r.mirrored[cv.ID] = rev
+	return v, nil
+}
+
+// maxUpdateRounds bounds the compare-and-swap rounds of one update of a
+// definition in the cluster; each lost round means another host changed
+// it meanwhile.
+const maxUpdateRounds = 16
+
+// updateShared applies change to the cluster's definition of volume id
+// by compare-and-swap, and mirrors the result here. change gets the
+// definition (nil when the cluster has none) and returns the new one,
+// whether a claim anywhere must hold it back (ErrConflict naming the
+// claims), and false to leave the cluster as it is (cv is then ignored).
+func (r *Runtime) updateShared(ctx context.Context, id string,
+	change func(cur *clusterVolume) (next clusterVolume, unclaimed, write bool, err error)) (volume.Volume, error) {
+	for range maxUpdateRounds {
+		raw, rev, err := r.cluster.VolumeDefRev(ctx, id)
+		if err != nil {
+			return volume.Volume{}, mapErr(err)
+		}
+		var cur *clusterVolume
+		if raw != nil {
+			cv, err := decodeClusterVolume(id, raw)
+			if err != nil {
+				return volume.Volume{}, err
+			}
+			cur = &cv
+		}
+		next, unclaimed, write, err := change(cur)
+		if err != nil || !write {
+			return volume.Volume{}, err
+		}
+		def, err := next.encode()
+		if err != nil {
+			return volume.Volume{}, err
+		}
+		if !bytes.Equal(def, raw) {
+			rev, err = r.cluster.UpdateVolume(ctx, id, rev, def, unclaimed)
+			if errors.Is(err, cluster.ErrConflict) {
+				continue // changed meanwhile: read it again
+			}
+			if err != nil {
+				return volume.Volume{}, mapErr(err)
+			}
+		}
+		v, err := r.mirror(ctx, next, rev)
+		return v, mapErr(err)
+	}
+	return volume.Volume{}, kinderr.Errorf(ErrClusterUnavailable, "the cluster's definition of volume %q kept changing; try again", id)
+}
+
+// registerShared is RegisterVolume in cluster mode, where the definitions
+// in etcd are the truth. A volume new to the cluster is registered here
+// first (this host's plugin validates it), then shared. The definition the
+// cluster has is mirrored here without asking the plugin. Another
+// definition is an update by RegisterVolume's rules, written to etcd by
+// compare-and-swap (the fields a claim depends on only while no host holds
+// a claim) and mirrored here; every other host mirrors it from its watch.
+func (r *Runtime) registerShared(ctx context.Context, id string, spec VolumeSpec, vs volume.Spec) (volume.Volume, error) {
+	isNew := false
+	var held []string
+	v, err := r.updateShared(ctx, id, func(cur *clusterVolume) (clusterVolume, bool, bool, error) {
+		if isNew = cur == nil; isNew {
+			return clusterVolume{}, false, false, nil
+		}
+		next := *cur
+		next.Spec = spec
+		old, err := cur.volumeSpec()
+		if err != nil {
+			return next, false, false, err
+		}
+		if held, err = volume.CheckUpdate(old, vs); err != nil {
+			return next, false, false, mapErr(err)
+		}
+		return next, len(held) > 0, true, nil
+	})
+	if errors.Is(err, cluster.ErrInUse) {
+		return v, fmt.Errorf("%w: %s cannot change while it has claims (only secrets can); release them first", err, strings.Join(held, ", "))
+	}
+	if !isNew || err != nil {
+		return v, err
+	}
+	if v, err = r.volumes.Register(ctx, vs); err != nil {
+		return v, mapErr(err)
+	}
+	return v, r.shareVolume(ctx, clusterVolume{ID: id, Spec: spec})
 }
 
 // markDeleting counts a DeleteVolume of id under way; call the function
@@ -337,20 +509,35 @@ func (r *Runtime) isDeleting(id string) bool {
 	return r.deleting[id] > 0
 }
 
-// shareVolume records volume id's definition in the cluster (a no-op
-// outside cluster mode).
-func (r *Runtime) shareVolume(ctx context.Context, id string, spec VolumeSpec) error {
+// shareVolume records cv, the definition of a volume new to the cluster,
+// for every host (a no-op outside cluster mode).
+func (r *Runtime) shareVolume(ctx context.Context, cv clusterVolume) error {
 	if r.cluster == nil {
 		return nil
 	}
-	def, err := json.Marshal(struct {
-		ID   string         `json:"id"`
-		Spec volumeSpecWire `json:"spec"`
-	}{id, wireVolumeSpec(spec)})
+	def, err := cv.encode()
 	if err != nil {
 		return err
 	}
-	return mapErr(r.cluster.PutVolume(ctx, id, def))
+	return mapErr(r.cluster.PutVolume(ctx, cv.ID, def))
+}
+
+// shareCapacity records in the cluster that volume id was expanded to
+// capacity here, for every host's record (a no-op outside cluster mode,
+// and for a volume the cluster does not have).
+func (r *Runtime) shareCapacity(ctx context.Context, id string, capacity int64) error {
+	if r.cluster == nil {
+		return nil
+	}
+	_, err := r.updateShared(ctx, id, func(cur *clusterVolume) (clusterVolume, bool, bool, error) {
+		if cur == nil || cur.CapacityBytes >= capacity {
+			return clusterVolume{}, false, false, nil
+		}
+		next := *cur
+		next.CapacityBytes = capacity
+		return next, false, true, nil
+	})
+	return err
 }
 
 // Node is one host of the cluster.

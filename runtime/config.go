@@ -166,6 +166,13 @@ type VolumesConfig struct {
 	// a few volumes at a time. Zero means DefaultStatsInterval; in the
 	// config file it must be positive.
 	StatsInterval time.Duration `yaml:"stats_interval"`
+	// StallAfter is how long a claim short of published, or a released
+	// claim not yet freed, may stay in one state before it is stalled:
+	// its condition shows "stalled" beside its last error, an event
+	// claim-stalled is sent, and it counts in
+	// csiactor_volume_claims_stalled. Its steps go on retrying. Zero
+	// means DefaultStallAfter; in the config file it must be positive.
+	StallAfter time.Duration `yaml:"stall_after"`
 }
 
 // StoreConfig tunes the bbolt store.
@@ -224,7 +231,7 @@ func DefaultConfig() Config {
 			RestartBackoff:    DefaultBackoff(),
 			HealthTimeout:     DefaultHealthTimeout,
 		},
-		Volumes: VolumesConfig{Retry: DefaultBackoff(), StatsInterval: DefaultStatsInterval},
+		Volumes: VolumesConfig{Retry: DefaultBackoff(), StatsInterval: DefaultStatsInterval, StallAfter: DefaultStallAfter},
 	}
 }
 
@@ -245,6 +252,7 @@ func (c Config) WithDefaults() Config {
 	c.Plugins.RestartBackoff = c.Plugins.RestartBackoff.WithDefaults()
 	c.Volumes.Retry = c.Volumes.Retry.WithDefaults()
 	setDefault(&c.Volumes.StatsInterval, d.Volumes.StatsInterval)
+	setDefault(&c.Volumes.StallAfter, d.Volumes.StallAfter)
 	c.Allocations = append([]AllocationConfig(nil), c.Allocations...)
 	c.Cluster = c.Cluster.withDefaults()
 	return c
@@ -357,6 +365,9 @@ func (c Config) Validate() error {
 	}
 	if c.Volumes.StatsInterval < 0 {
 		return fieldErr("volumes.stats_interval", fmt.Sprintf("%s is negative; want a positive duration like \"1m\"", c.Volumes.StatsInterval))
+	}
+	if c.Volumes.StallAfter < 0 {
+		return fieldErr("volumes.stall_after", fmt.Sprintf("%s is negative; want a positive duration like \"5m\"", c.Volumes.StallAfter))
 	}
 	if err := c.Cluster.Validate(); err != nil {
 		return err
@@ -474,8 +485,18 @@ func ParseConfig(data []byte) (Config, error) {
 			return Config{}, err
 		}
 	}
-	if n, ok := lines["volumes.stats_interval"]; ok && cfg.Volumes.StatsInterval == 0 {
-		return Config{}, fmt.Errorf("line %d: %w", n, fieldErr("volumes.stats_interval", "0s: want a positive duration like \"1m\" (leave the key out for the default)"))
+	// Zero means the default in a Config, but a zero written in the file
+	// is a mistake.
+	for _, k := range []struct {
+		key, like string
+		zero      bool
+	}{
+		{"volumes.stats_interval", "1m", cfg.Volumes.StatsInterval == 0},
+		{"volumes.stall_after", "5m", cfg.Volumes.StallAfter == 0},
+	} {
+		if n, ok := lines[k.key]; ok && k.zero {
+			return Config{}, fmt.Errorf("line %d: %w", n, fieldErr(k.key, "0s: want a positive duration like \""+k.like+"\" (leave the key out for the default)"))
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		var fe *FieldError

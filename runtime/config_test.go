@@ -38,6 +38,7 @@ volumes:
   retry:
     initial: 250ms
   stats_interval: 15s
+  stall_after: 10m
 store:
   no_sync: true
 allocations:
@@ -72,6 +73,7 @@ func TestParseConfig_Full(t *testing.T) {
 	// Keys left out of a nested block keep their defaults.
 	want.Volumes.Retry.Initial = 250 * time.Millisecond
 	want.Volumes.StatsInterval = 15 * time.Second
+	want.Volumes.StallAfter = 10 * time.Minute
 	want.Store.NoSync = true
 	want.Allocations = []AllocationConfig{
 		{ID: "hostpath-node", AllocationSpec: AllocationSpec{Plugin: "hostpath", Type: TypeNode, Socket: "/var/lib/kubelet/plugins/hostpath/csi.sock"}},
@@ -145,6 +147,9 @@ func TestParseConfig_Errors(t *testing.T) {
 		{"stats interval zero", "volumes:\n  stats_interval: 0s\n", `line 2: volumes.stats_interval: 0s: want a positive duration like "1m" (leave the key out for the default)`},
 		{"stats interval negative", "volumes:\n  stats_interval: -5s\n", `line 2: volumes.stats_interval: -5s is negative; want a positive duration like "1m"`},
 		{"stats interval not a duration", "volumes:\n  stats_interval: often\n", `line 2: volumes.stats_interval: "often": want a duration like "30s" or "500ms"`},
+		{"stall after zero", "volumes:\n  stall_after: 0s\n", `line 2: volumes.stall_after: 0s: want a positive duration like "5m" (leave the key out for the default)`},
+		{"stall after negative", "volumes:\n  stall_after: -1m\n", `line 2: volumes.stall_after: -1m0s is negative; want a positive duration like "5m"`},
+		{"stall after not a duration", "volumes:\n  stall_after: soon\n", `line 2: volumes.stall_after: "soon": want a duration like "30s" or "500ms"`},
 		{"backoff max", "volumes:\n  retry:\n    initial: 1m\n    max: 1s\n", `line 4: volumes.retry.max: 1s is shorter than initial (1m0s)`},
 		{"backoff jitter", "plugins:\n  restart_backoff:\n    jitter: 2\n", `line 3: plugins.restart_backoff.jitter: 2: want a fraction from 0 to 1`},
 		{"relative data dir", "data_dir: var/lib\n", `line 1: data_dir: "var/lib" is not an absolute path`},

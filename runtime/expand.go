@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/csiactor/csiactor/actors/volume"
 )
@@ -59,6 +60,9 @@ func (r *Runtime) ExpandVolume(ctx context.Context, id string, req ExpandRequest
 	v, err := r.volumes.Expand(ctx, id, req.CapacityBytes)
 	if err != nil {
 		return Volume{}, mapErr(err)
+	}
+	if err := r.shareCapacity(ctx, id, v.CapacityBytes); err != nil {
+		return Volume{}, fmt.Errorf("volume %q is expanded to %d bytes, but the cluster's definition does not say so yet (expand it again): %w", id, v.CapacityBytes, err)
 	}
 	return volumeFromManager(v), nil
 }

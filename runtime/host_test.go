@@ -158,9 +158,10 @@ func TestRuntime_AllocationHealthyAgain_RepairsItsClaims(t *testing.T) {
 		return len(s.repairedEvents("web1")) == 1, nil
 	})
 	s.checkData()
-	// A link gone, a staging that is not a mount point: which mode the
-	// plugin is in cannot be told, so both are done again.
-	if m := s.repairedEvents("web1")[0].Message; !strings.Contains(m, "staging path and target path were not mounted") {
+	// A link gone; the staging was never a mount point (symlink mode),
+	// so the mount table cannot show it lost: the target is published
+	// again.
+	if m := s.repairedEvents("web1")[0].Message; !strings.Contains(m, "target path was not mounted") {
 		t.Errorf("claim-repaired message %q does not name the target path", m)
 	}
 }
@@ -190,15 +191,16 @@ func TestRuntime_Ready_PendingWhileARepairFails(t *testing.T) {
 		r, err = e.rt.Ready(ctx)
 		return err == nil && len(r.Pending) == 1 && strings.Contains(r.Pending[0], "disk on fire"), err
 	})
-	// The fake plugin mounts nothing: neither path is mounted.
-	if r.Status != runtime.ReadyStarting || !strings.Contains(r.Pending[0], "volume vol-1: alloc alloc-1 degraded (staging path and target path)") {
+	// The fake plugin mounts nothing: the target is not mounted, and the
+	// staging, never a mount point, is not checked.
+	if r.Status != runtime.ReadyStarting || !strings.Contains(r.Pending[0], "volume vol-1: alloc alloc-1 degraded (target path)") {
 		t.Errorf("Ready = %+v", r)
 	}
 	v, err := e.rt.Volume(ctx, "vol-1")
 	if err != nil || len(v.Claims) != 1 {
 		t.Fatal(v, err)
 	}
-	if c := v.Claims[0]; c.State == runtime.ClaimPublished || c.Condition != runtime.ClaimDegraded || c.Repair != "staging path and target path" || !strings.Contains(c.LastError, "disk on fire") {
+	if c := v.Claims[0]; c.State == runtime.ClaimPublished || c.Condition != runtime.ClaimDegraded || c.Repair != "target path" || !strings.Contains(c.LastError, "disk on fire") {
 		t.Errorf("claim while its repair fails = %+v", c)
 	}
 	p.ClearFaults()

@@ -133,8 +133,8 @@ csiactor_volume_operations_in_flight 0
 			t.Errorf("csiactor_volume_claims%v = %g after the release, want 0", m.GetLabel(), m.GetGauge().GetValue())
 		}
 	}
-	if n := len(families["csiactor_volume_claims"].GetMetric()); n != 16 {
-		t.Errorf("csiactor_volume_claims has %d series, want 8 states × 2 modes", n)
+	if n := len(families["csiactor_volume_claims"].GetMetric()); n != 18 {
+		t.Errorf("csiactor_volume_claims has %d series, want 9 states × 2 modes", n)
 	}
 
 	// The operations histogram: buckets from 1 ms to 600 s, the failed

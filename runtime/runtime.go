@@ -91,6 +91,11 @@ type Runtime struct {
 	// cluster watch leaves them to it. Guarded by deletingMu.
 	deletingMu sync.Mutex
 	deleting   map[string]int
+	// mirrored holds, by volume, the etcd revision of the cluster's
+	// definition last mirrored here: an older one is not mirrored over
+	// it. mirrorMu, held across each mirror, guards it.
+	mirrorMu sync.Mutex
+	mirrored map[string]int64
 }
 
 // New validates cfg (with defaults applied) and returns a runtime that has
@@ -256,6 +261,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 		MaxInFlightPerPlugin: pc.MaxInFlight,
 		MaxClaimAttempts:     r.cfg.Volumes.MaxClaimAttempts,
 		StatsInterval:        r.cfg.Volumes.StatsInterval,
+		StallAfter:           r.cfg.Volumes.StallAfter,
 		Restarts:             r.restarts,
 		RetryMetrics:         metrics,
 		Logger:               r.log.WithField("component", "volumes"),
@@ -513,8 +519,11 @@ func (r *Runtime) Plugin(ctx context.Context, name string) (Plugin, error) {
 // only while the volume has no claim (ErrConflict naming the claims), the
 // plugin and the external ID never (ErrInvalid naming the field). An
 // update is not checked with ValidateVolumeCapabilities; the first claim
-// after it finds out. In cluster mode a volume's definition cannot be
-// updated yet (ErrConflict).
+// after it finds out. In cluster mode the definition lives in etcd: a
+// volume new to the cluster is validated by this host's plugin, then
+// shared; an update is written to etcd by compare-and-swap (the fields a
+// claim depends on only while no host holds a claim, ErrConflict naming
+// them otherwise) and reaches every host's record; see registerShared.
 func (r *Runtime) RegisterVolume(ctx context.Context, id string, spec VolumeSpec) (Volume, error) {
 	if err := ValidateID("id", id); err != nil {
 		return Volume{}, err
@@ -529,10 +538,13 @@ func (r *Runtime) RegisterVolume(ctx context.Context, id string, spec VolumeSpec
 	if err != nil {
 		return Volume{}, err
 	}
-	if err := r.shareVolume(ctx, id, spec); err != nil {
-		return Volume{}, err
+	register := r.volumes.Register
+	if r.cluster != nil {
+		register = func(ctx context.Context, vs volume.Spec) (volume.Volume, error) {
+			return r.registerShared(ctx, id, spec, vs)
+		}
 	}
-	v, err := r.volumes.Register(ctx, vs)
+	v, err := register(ctx, vs)
 	if err != nil {
 		return Volume{}, mapErr(err)
 	}
@@ -563,10 +575,12 @@ func (r *Runtime) CreateVolume(ctx context.Context, spec CreateVolumeSpec) (Volu
 		return Volume{}, mapErr(err)
 	}
 	if r.cluster != nil {
-		// The other hosts register the volume the plugin created.
+		// The other hosts mirror the volume the plugin created, with
+		// what the plugin said of it.
 		shared := spec.VolumeSpec
-		shared.ExternalID = v.ExternalID
-		if err := r.shareVolume(ctx, spec.ID, shared); err != nil {
+		shared.ExternalID, shared.Context = v.ExternalID, v.Context
+		if err := r.shareVolume(ctx, clusterVolume{ID: spec.ID, Spec: shared, Created: true,
+			CapacityBytes: v.CapacityBytes, AccessibleTopology: v.AccessibleTopology}); err != nil {
 			return Volume{}, err
 		}
 	}

@@ -12,6 +12,10 @@ import (
 // polled.
 const DefaultStatsInterval = time.Minute
 
+// DefaultStallAfter is the default of volumes.stall_after: how long a
+// claim or past claim may stay in one state before it is stalled.
+const DefaultStallAfter = volume.DefaultStallAfter
+
 // Event types of a volume's condition, as its plugin reports it.
 const (
 	// EventVolumeConditionAbnormal: the plugin reports the volume as

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/csiactor/csiactor/examples/csiplugin"
+	"github.com/csiactor/csiactor/internal/metrictest"
 	"github.com/csiactor/csiactor/runtime"
 )
 
@@ -19,23 +20,7 @@ import (
 // whether there is such a series.
 func metricValue(t *testing.T, reg *prometheus.Registry, name, volume string) (float64, bool) {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "volume" && l.GetValue() == volume {
-					return m.GetGauge().GetValue(), true
-				}
-			}
-		}
-	}
-	return 0, false
+	return metrictest.Value(t, reg, name, map[string]string{"volume": volume})
 }
 
 // TestRuntime_VolumeStats_ExamplePlugin: the usage and condition of a

@@ -47,6 +47,10 @@ const (
 	ClaimControllerPublished = "controller-published"
 	ClaimStaged              = "staged"
 	ClaimPublished           = "published"
+	// ClaimLost: the host was found missing what the claim published; the
+	// plugin's record of it is reset (NodeUnpublishVolume) before it goes
+	// through its publish steps again from reserved.
+	ClaimLost = "lost"
 
 	ClaimTaken              = "taken"
 	ClaimNodeDetached       = "node-detached"
@@ -88,6 +92,10 @@ const (
 	// EventClaimRetrying: a claim's step failed and is retried with
 	// backoff; Message has the attempt and the error, which names the RPC.
 	EventClaimRetrying = "claim-retrying"
+	// EventClaimStalled: a claim or past claim has not changed state for
+	// volumes.stall_after (its condition is ClaimStalled); Message names
+	// the state and its last error. Once per stall.
+	EventClaimStalled = volume.EventClaimStalled
 	// EventsDropped tells a subscriber that it fell behind and lost events;
 	// Message says how many.
 	EventsDropped = "events-dropped"
@@ -540,19 +548,27 @@ type Claim struct {
 	// Repair names what the host was missing while the claim is published
 	// again: "target path", "staging path" or "boot ID changed".
 	Repair string `json:"repair,omitempty"`
-	// Condition is ClaimRepairing or ClaimDegraded while Repair is set;
-	// a claim with a condition is never in state published.
+	// Condition is ClaimStalled when the claim or past claim has not
+	// changed state for volumes.stall_after, otherwise ClaimRepairing or
+	// ClaimDegraded while Repair is set; a claim with a condition is never
+	// in state published.
 	Condition string `json:"condition,omitempty"`
 }
 
-// Claim conditions, set while a claim whose volume the host was missing
-// goes through its publish steps again.
+// Claim conditions: ClaimRepairing and ClaimDegraded are set while a
+// claim whose volume the host was missing goes through its publish steps
+// again; ClaimStalled on a claim or past claim that has not changed state
+// for volumes.stall_after (it comes first: a stuck repair is stalled).
 const (
 	// ClaimRepairing: no attempt of the repair has failed yet.
 	ClaimRepairing = "repairing"
 	// ClaimDegraded: an attempt failed (LastError says why); it is
 	// retried with backoff.
 	ClaimDegraded = "degraded"
+	// ClaimStalled: the claim or past claim has not changed state for
+	// volumes.stall_after; LastError says why when a step failed. It
+	// goes on retrying, and the condition goes when it moves.
+	ClaimStalled = volume.ConditionStalled
 )
 
 // ClaimRequest is the body of a claim request

@@ -69,21 +69,54 @@ func NextPublish(v *persistence.Volume, alloc string) (Step, bool) {
 	switch c.State {
 	case StatePublished:
 		return Step{}, false
+	case StateLost:
+		// Drivers keep their own record of what they published (the
+		// hostpath driver lists a target once per NodePublishVolume):
+		// publishing a lost target again without unpublishing it first
+		// would leave one entry no release ever removes.
+		return stepFor(v, c, NodeUnpublish), true
 	case StateReserved:
 		if c.ControllerRequired && !v.ControllerPublished {
 			return stepFor(v, c, ControllerPublish), true
 		}
 		fallthrough
-	case StateControllerPublished:
+	case StateControllerPublished, StateStaged:
+		// A staged claim whose staging is marked unstaged (see
+		// Unstaged) is staged again before its NodePublishVolume.
 		if c.StagingPath != "" {
 			// A staging missing from the record (it cannot be, Reserve
 			// adds it) is staged again; ApplyPublish records it.
 			if j := FindStaging(v, c.StagingPath); j < 0 || !v.Stagings[j].Staged {
+				if j >= 0 && v.Stagings[j].Lost && !stagingHeld(v, c) {
+					// Lost on the host: reset the plugin's record of it
+					// first, once no target on it is left to unpublish.
+					return stepFor(v, c, NodeUnstage), true
+				}
 				return stepFor(v, c, NodeStage), true
 			}
 		}
 	}
 	return stepFor(v, c, NodePublish), true
+}
+
+// stagingHeld reports whether a claim other than c may still have a target
+// published from c's staging, which NodeUnstageVolume must not pull from
+// under it: a current claim published or lost (its reset comes first), or
+// a past claim not yet unpublished.
+func stagingHeld(v *persistence.Volume, c *persistence.Claim) bool {
+	for i := range v.Claims {
+		o := &v.Claims[i]
+		if o.Alloc != c.Alloc && o.StagingPath == c.StagingPath && (o.State == StatePublished || o.State == StateLost) {
+			return true
+		}
+	}
+	for i := range v.PastClaims {
+		o := &v.PastClaims[i]
+		if o.StagingPath == c.StagingPath && o.State == StateTaken {
+			return true
+		}
+	}
+	return false
 }
 
 // ApplyPublish records in v (in place) that s, a step NextPublish returned,
@@ -94,6 +127,9 @@ func ApplyPublish(v *persistence.Volume, s Step, r Result, now time.Time) {
 		return
 	}
 	c := &v.Claims[i]
+	// Staging a staged claim again (see Unstaged) keeps the failure that
+	// led to it: a NodePublishVolume that fails again backs off further.
+	restaged := s.Method == NodeStage && c.State == StateStaged
 	switch s.Method {
 	case ControllerPublish:
 		v.ControllerPublished = true
@@ -101,13 +137,81 @@ func ApplyPublish(v *persistence.Volume, s Step, r Result, now time.Time) {
 		c.State = StateControllerPublished
 	case NodeStage:
 		addUser(v, s.Usage, s.StagingPath, s.Alloc)
-		v.Stagings[FindStaging(v, s.StagingPath)].Staged = true
+		st := &v.Stagings[FindStaging(v, s.StagingPath)]
+		st.Staged, st.Lost = true, false
 		c.State = StateStaged
 	case NodePublish:
 		c.State = StatePublished
 		c.Repair = ""
+	case NodeUnpublish: // a lost claim's reset
+		c.State = StateReserved
+	case NodeUnstage: // a lost staging's reset
+		if j := FindStaging(v, s.StagingPath); j >= 0 {
+			v.Stagings[j].Lost = false
+		}
 	}
-	c.LastError, c.Attempts, c.UpdatedAt = "", 0, now
+	if !restaged {
+		c.LastError, c.Attempts = "", 0
+	}
+	c.UpdatedAt = now
+}
+
+// Unstaged records in v (in place) that alloc's current claim found its
+// staging gone on the plugin (NodePublishVolume answered
+// FailedPrecondition): the staging is marked unstaged, so that NextPublish
+// stages it again before the next NodePublishVolume instead of retrying
+// one that cannot succeed. The claim stays in its state, with its failure:
+// a claim that keeps failing is not moving. A claim without a staging is
+// left as it is.
+func Unstaged(v *persistence.Volume, alloc string) {
+	i := FindClaim(v.Claims, alloc)
+	if i < 0 || v.Claims[i].StagingPath == "" {
+		return
+	}
+	if j := FindStaging(v, v.Claims[i].StagingPath); j >= 0 {
+		v.Stagings[j].Staged = false
+	}
+}
+
+// DistrustTeardowns makes v (in place) trust nothing that a teardown under
+// way may already have removed, when v is loaded after the agent or the
+// volume actor stopped. A release's steps are not synced before their RPCs
+// (see the volume actor's persistStep), so a crash can lose the mark that
+// made a staging or an attachment uncertain while the plugin went on to
+// unstage or unpublish it. A staging that a past claim still uses and no
+// current claim does is marked unstaged, and so is the controller
+// attachment while a past claim may unpublish it and no current claim
+// holds it: a new claim then stages and publishes again (every CSI call is
+// idempotent) instead of joining what may be gone.
+//
+// What a current claim holds needs no such care: claims are added and
+// retired only by synced writes, so a staging or attachment that a current
+// claim in the loaded record holds was never torn down after that record.
+// It reports whether v changed.
+func DistrustTeardowns(v *persistence.Volume) bool {
+	changed := false
+	for i := range v.PastClaims {
+		p := &v.PastClaims[i]
+		if p.State != StateTaken && p.State != StateNodeDetached {
+			continue
+		}
+		if j := FindStaging(v, p.StagingPath); p.StagingPath != "" && j >= 0 && v.Stagings[j].Staged && !heldByClaim(v, j) {
+			v.Stagings[j].Staged = false
+			changed = true
+		}
+		if v.ControllerPublished && len(v.Claims) == 0 {
+			// The past claim keeps the unpublish to do.
+			v.ControllerPublished, v.PublishContext = false, nil
+			p.ControllerRequired = true
+			changed = true
+		}
+	}
+	return changed
+}
+
+// heldByClaim reports whether a current claim of v uses staging j.
+func heldByClaim(v *persistence.Volume, j int) bool {
+	return slices.ContainsFunc(v.Stagings[j].Users, func(u string) bool { return FindClaim(v.Claims, u) >= 0 })
 }
 
 // RecordFailure sets the last error of alloc's claim in claims (current or

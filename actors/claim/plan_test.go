@@ -501,3 +501,100 @@ func TestAdmit_Messages(t *testing.T) {
 		t.Errorf("sentinel texts: %q, %q, %q", ErrInUse, ErrClaimLimit, ErrConflict)
 	}
 }
+
+// TestDistrustTeardowns_ALostUnstageIsRedone plays the crash of issue
+// "claims hang after random crashes": a release's NodeUnpublishVolume and
+// NodeUnstageVolume ran, but their deferred writes were lost with the
+// agent. Loaded again, the record says staged; a new claim must stage
+// (and publish to the host) again rather than trust it.
+func TestDistrustTeardowns_ALostUnstageIsRedone(t *testing.T) {
+	now := time.Now()
+	v := &persistence.Volume{
+		ID: "v", ControllerPublished: true, PublishContext: map[string]string{"k": "v"},
+		PastClaims: []persistence.Claim{{Alloc: "a", State: StateTaken, StagingPath: "/s", TargetPath: "/t/a", ControllerRequired: true}},
+		Stagings:   []persistence.Staging{{Path: "/s", Usage: "u", Users: []string{"a"}, Staged: true}},
+	}
+	if !DistrustTeardowns(v) {
+		t.Fatal("DistrustTeardowns changed nothing")
+	}
+	if v.Stagings[0].Staged || v.ControllerPublished || v.PublishContext != nil || !v.PastClaims[0].ControllerRequired {
+		t.Fatalf("after DistrustTeardowns: staging %+v, controller published %t, context %v", v.Stagings[0], v.ControllerPublished, v.PublishContext)
+	}
+	// A new claim joins the staging: it publishes and stages again.
+	v.Claims = append(v.Claims, persistence.Claim{Alloc: "b", State: StateReserved, StagingPath: "/s", TargetPath: "/t/b", ControllerRequired: true})
+	addUser(v, "u", "/s", "b")
+	var got []string
+	for {
+		s, ok := NextPublish(v, "b")
+		if !ok {
+			break
+		}
+		got = append(got, s.Method.String())
+		ApplyPublish(v, s, Result{}, now)
+	}
+	want := []string{"ControllerPublishVolume", "NodeStageVolume", "NodePublishVolume"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("new claim's RPCs %v, want %v", got, want)
+	}
+	// The past claim's teardown leaves them to b.
+	var rel []string
+	for {
+		s, run, _ := AdvanceRelease(v, "a", now)
+		if !run {
+			break
+		}
+		rel = append(rel, s.Method.String())
+		ApplyRelease(v, s, now)
+	}
+	if !slices.Equal(rel, []string{"NodeUnpublishVolume"}) || !v.ControllerPublished || !v.Stagings[0].Staged {
+		t.Fatalf("release RPCs %v; controller published %t, staging %+v", rel, v.ControllerPublished, v.Stagings[0])
+	}
+}
+
+// TestDistrustTeardowns_CurrentClaimsHoldWhatTheyUse: what a current claim
+// uses was never torn down after the loaded record (claims come and go
+// only by synced writes), so it stays trusted.
+func TestDistrustTeardowns_CurrentClaimsHoldWhatTheyUse(t *testing.T) {
+	v := &persistence.Volume{
+		ID: "v", ControllerPublished: true,
+		Claims:     []persistence.Claim{{Alloc: "b", State: StatePublished, StagingPath: "/s", ControllerRequired: true}},
+		PastClaims: []persistence.Claim{{Alloc: "a", State: StateTaken, StagingPath: "/s", ControllerRequired: true}},
+		Stagings:   []persistence.Staging{{Path: "/s", Users: []string{"a", "b"}, Staged: true}},
+	}
+	if DistrustTeardowns(v) || !v.Stagings[0].Staged || !v.ControllerPublished {
+		t.Fatalf("a staging and attachment held by a current claim were distrusted: %+v, %t", v.Stagings[0], v.ControllerPublished)
+	}
+	v.PastClaims[0].State = StateControllerDetached
+	v.Claims = nil
+	if DistrustTeardowns(v) {
+		t.Fatal("a past claim done with the node and the controller made the record change")
+	}
+}
+
+// TestUnstaged_FailedPreconditionStagesAgain: NodePublishVolume answered
+// FailedPrecondition for a staging the record believes in; the claim
+// stages again instead of retrying the publish forever.
+func TestUnstaged_FailedPreconditionStagesAgain(t *testing.T) {
+	v := &persistence.Volume{
+		ID:       "v",
+		Claims:   []persistence.Claim{{Alloc: "b", State: StateStaged, StagingPath: "/s"}, {Alloc: "c", State: StateReserved}},
+		Stagings: []persistence.Staging{{Path: "/s", Users: []string{"b"}, Staged: true}},
+	}
+	RecordFailure(v.Claims, "b", "not staged", time.Now())
+	Unstaged(v, "b")
+	s, _ := NextPublish(v, "b")
+	if s.Method != NodeStage {
+		t.Fatalf("next step %v, want NodeStageVolume", s.Method)
+	}
+	ApplyPublish(v, s, Result{}, time.Now())
+	if c := v.Claims[0]; c.State != StateStaged || c.Attempts != 1 || c.LastError != "not staged" || !v.Stagings[0].Staged {
+		t.Fatalf("after staging again: %+v, staging %+v; want staged, the failure kept", c, v.Stagings[0])
+	}
+	if s, _ := NextPublish(v, "b"); s.Method != NodePublish {
+		t.Fatalf("next step %v, want NodePublishVolume", s.Method)
+	}
+	Unstaged(v, "c") // no staging: left as it is
+	if v.Claims[1].State != StateReserved {
+		t.Fatalf("claim without staging: %s", v.Claims[1].State)
+	}
+}

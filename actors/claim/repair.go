@@ -33,10 +33,13 @@ type HostView interface {
 
 // CheckHost compares v's claims with the host (in place) and sends every
 // claim whose volume is not where the record says back through its publish
-// steps: the claim returns to state reserved with Repair naming what was
-// missing, and a staging found missing is marked unstaged, so that
-// NextPublish runs NodeStageVolume (when the staging is gone) and
-// NodePublishVolume again. It returns the allocations of the claims sent
+// steps: the claim goes to state lost with Repair naming what was missing,
+// and a staging found missing is marked unstaged and lost, so that
+// NextPublish resets what the plugin recorded (NodeUnpublishVolume of the
+// target, then NodeUnstageVolume of a lost staging once no target on it is
+// left) and runs NodeStageVolume (when the staging is gone) and
+// NodePublishVolume again: the plugin ends with exactly what the claims
+// own. It returns the allocations of the claims sent
 // back; changed reports whether v was modified.
 //
 // With bootChanged, the host rebooted: every current claim is redone from
@@ -46,8 +49,9 @@ type HostView interface {
 // those last changed before asOf (when the host was looked at): a claim
 // published since then is not in that picture. A published claim's target
 // is in place when it is mounted or linked; its staging when it is mounted,
-// or when a target of its users is linked (a plugin that links stages
-// nothing it could lose).
+// or when it was not a mount point after NodeStageVolume (Staging.Mounted
+// unset: a plugin that stages without mounting, or links, stages nothing
+// the mount table could show lost).
 //
 // Past claims are left alone: their teardown is idempotent.
 func CheckHost(v *persistence.Volume, host HostView, bootChanged bool, asOf, now time.Time) (repaired []string, changed bool) {
@@ -55,7 +59,7 @@ func CheckHost(v *persistence.Volume, host HostView, bootChanged bool, asOf, now
 		if c.Repair == "" || why == RepairBootID {
 			c.Repair = why
 		}
-		c.State, c.LastError, c.Attempts, c.UpdatedAt = StateReserved, "", 0, now
+		c.State, c.LastError, c.Attempts, c.UpdatedAt = StateLost, "", 0, now
 		repaired = append(repaired, c.Alloc)
 		changed = true
 	}
@@ -63,9 +67,14 @@ func CheckHost(v *persistence.Volume, host HostView, bootChanged bool, asOf, now
 		if len(v.Claims) == 0 {
 			return nil, false
 		}
+		// The plugin may keep its own record across the reboot (the
+		// hostpath driver does, on disk): every staging is reset and
+		// every claim unpublished before it is published again, a claim
+		// still reserved too (its NodePublishVolume may have run before
+		// its outcome was recorded).
 		for i := range v.Stagings {
-			if v.Stagings[i].Staged {
-				v.Stagings[i].Staged = false
+			if st := &v.Stagings[i]; st.Staged || !st.Lost {
+				st.Staged, st.Lost = false, true
 				changed = true
 			}
 		}
@@ -75,7 +84,7 @@ func CheckHost(v *persistence.Volume, host HostView, bootChanged bool, asOf, now
 				v.ControllerPublished = false
 				changed = true
 			}
-			if c.State != StateReserved || c.Repair != "" {
+			if c.State != StateLost || c.Repair != RepairBootID {
 				regress(c, RepairBootID)
 			}
 		}
@@ -89,22 +98,16 @@ func CheckHost(v *persistence.Volume, host HostView, bootChanged bool, asOf, now
 	}
 	for i := range v.Stagings {
 		st := &v.Stagings[i]
-		if !st.Staged || host.Mounted(st.Path) {
-			continue
+		if !st.Staged || !st.Mounted || host.Mounted(st.Path) {
+			continue // only a staging that was mounted can be found lost
 		}
-		users, linked := 0, false
-		for _, u := range st.Users {
+		if !slices.ContainsFunc(st.Users, func(u string) bool {
 			j := FindClaim(v.Claims, u)
-			if j < 0 || !checked(&v.Claims[j]) {
-				continue
-			}
-			users++
-			linked = linked || host.Linked(v.Claims[j].TargetPath)
-		}
-		if users == 0 || linked {
+			return j >= 0 && checked(&v.Claims[j])
+		}) {
 			continue
 		}
-		st.Staged = false
+		st.Staged, st.Lost = false, true
 		changed = true
 		// Its users in state staged too: their NodePublishVolume would
 		// publish the empty staging directory.

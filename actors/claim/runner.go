@@ -35,6 +35,10 @@ type RunnerConfig struct {
 	// RetryMetrics, when set, counts every retry of a step or controller
 	// call (csiactor_csi_retries_total); see Runner.Retrying.
 	RetryMetrics *csi.Metrics
+	// StepFailures, when set, counts every claim step that fails
+	// (csiactor_claim_step_failures_total {plugin, step, code}; see
+	// NewStepFailures).
+	StepFailures *prometheus.CounterVec
 }
 
 // Runner sends claim RPCs to plugins. It is safe for concurrent use; every
@@ -44,6 +48,7 @@ type Runner struct {
 	max      int
 	inflight prometheus.Gauge
 	retries  *csi.Metrics
+	failures *prometheus.CounterVec
 	log      *logrus.Entry
 
 	mu    sync.Mutex
@@ -66,6 +71,7 @@ func NewRunner(plugins Plugins, cfg RunnerConfig) *Runner {
 		max:      cfg.MaxInFlightPerPlugin,
 		inflight: cfg.InFlight,
 		retries:  cfg.RetryMetrics,
+		failures: cfg.StepFailures,
 		log:      log,
 		gates:    map[string]*gate{},
 	}
@@ -225,6 +231,9 @@ func (r *Runner) step(ctx context.Context, s Step) Result {
 			_ = os.Remove(filepath.Dir(s.StagingPath))
 		}
 	} else {
+		if ctx.Err() == nil { // a step stopped by its owner did not fail
+			r.countFailure(s, res)
+		}
 		r.log.WithError(res.Err).WithFields(logrus.Fields{
 			"plugin": s.Plugin, "volume": s.Volume, "alloc": s.Alloc,
 			"method": s.Method.String(), "outcome": res.Outcome.String(),

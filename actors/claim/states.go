@@ -24,6 +24,12 @@ const (
 	// StatePublished: NodePublishVolume succeeded; the volume is at the
 	// claim's target path.
 	StatePublished = "published"
+	// StateLost: the host was found missing what the claim published
+	// (persistence.Claim.Repair says what). The plugin may still count
+	// the target as published, so NodeUnpublishVolume resets its record
+	// first; the claim then goes through its publish steps again from
+	// reserved.
+	StateLost = "lost"
 )
 
 // The states of a past claim (a released claim, or one whose publish failed),

@@ -64,8 +64,8 @@ type Config struct {
 	// OnEvent, when set, is called after every persisted change that the
 	// agent's event stream shows (see the Event* constants): volumes
 	// registered, created, deregistered and deleted; claims published,
-	// failed, released, freed and repaired. It is called from volume
-	// actors and must not block.
+	// failed, released, freed, repaired and stalled. It is called from
+	// volume actors and the manager's stall watcher and must not block.
 	OnEvent func(Event)
 	// Host, when set, is how the manager looks at the host's mounts:
 	// Start and Reconcile send a published claim whose target or staging
@@ -89,6 +89,12 @@ type Config struct {
 	StatsInterval    time.Duration
 	StatsConcurrency int
 	StatsTimeout     time.Duration
+	// StallAfter is how long a claim short of published, or a past claim
+	// not yet freed, may stay in one state before it is stalled: its
+	// Condition is ConditionStalled, it is an EventClaimStalled and it
+	// counts in csiactor_volume_claims_stalled (see stall.go). Its steps
+	// retry as before. Zero means DefaultStallAfter.
+	StallAfter time.Duration
 	// Snapshots, when set, is where Create finds the snapshot a volume is
 	// restored from (Spec.FromSnapshot); without it a restore is
 	// ErrInvalid.
@@ -97,8 +103,10 @@ type Config struct {
 	Logger *logrus.Entry
 	// Registerer receives csiactor_volume_claims,
 	// csiactor_volume_operations_in_flight,
-	// csiactor_claim_repairs_total, csiactor_volume_stats_* and
-	// csiactor_volume_condition_abnormal; nil registers nothing.
+	// csiactor_claim_repairs_total, csiactor_volume_stats_*,
+	// csiactor_volume_condition_abnormal,
+	// csiactor_claim_step_failures_total and
+	// csiactor_volume_claims_stalled; nil registers nothing.
 	Registerer prometheus.Registerer
 }
 
@@ -109,6 +117,7 @@ func DefaultConfig() Config {
 		MaxClaimAttempts:     DefaultMaxClaimAttempts,
 		MaxInFlightPerPlugin: claim.DefaultMaxInFlightPerPlugin,
 		IdleTimeout:          DefaultIdleTimeout,
+		StallAfter:           DefaultStallAfter,
 		Restart:              actorkit.DefaultBackoffConfig(),
 	}
 }
@@ -131,6 +140,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: stats_concurrency %d is negative", ErrInvalidConfig, c.StatsConcurrency)
 	case c.StatsTimeout < 0:
 		return fmt.Errorf("%w: stats_timeout %s is negative", ErrInvalidConfig, c.StatsTimeout)
+	case c.StallAfter < 0:
+		return fmt.Errorf("%w: stall_after %s is negative; want a positive duration like \"5m\"", ErrInvalidConfig, c.StallAfter)
 	}
 	if err := c.Backoff.Validate(); err != nil {
 		return fmt.Errorf("%w: backoff: %w", ErrInvalidConfig, err)
@@ -148,6 +159,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = d.IdleTimeout
+	}
+	if c.StallAfter == 0 {
+		c.StallAfter = d.StallAfter
 	}
 	if c.StatsConcurrency == 0 {
 		c.StatsConcurrency = DefaultStatsConcurrency

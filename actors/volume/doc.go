@@ -84,6 +84,16 @@
 // an EventVolumeAbnormal or EventVolumeNormal; they are dropped when the
 // volume's last published claim goes.
 //
+// # Stalls
+//
+// A claim short of published, or a past claim not yet freed, that has not
+// changed state for [Config.StallAfter] is stalled: its Claim.Condition is
+// [ConditionStalled] (before repairing and degraded), it is an
+// [EventClaimStalled] once per stall, and it counts in
+// csiactor_volume_claims_stalled {plugin}. Every failed claim step counts
+// in csiactor_claim_step_failures_total {plugin, step, code}. A stall
+// changes no step: they retry as before. See stall.go.
+//
 // # Caveats
 //
 // A publish step that fails with a retryable error (unavailable, timeout,
@@ -104,6 +114,8 @@
 // volume with the plugin's ValidateVolumeCapabilities only when a
 // controller of the plugin can answer at the time; otherwise the volume is
 // registered unchecked (logged at info) and its first claim finds out.
+// [Manager.Mirror] takes a definition another host of the cluster
+// registered without asking the plugin at all.
 //
 // Volume and allocation IDs and plugin names become path components: they
 // may not contain "/" or control characters. Secrets and mount flags never

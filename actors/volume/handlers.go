@@ -10,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc/codes"
 
 	"github.com/csiactor/csiactor/actors/claim"
 	"github.com/csiactor/csiactor/csi"
@@ -52,6 +53,7 @@ func (a *volumeActor) started(ctx actor.Context) {
 	case err != nil:
 		panic(fmt.Errorf("load volume %q: %w", a.h.id, err))
 	default:
+		claim.DistrustTeardowns(&v)
 		a.rec = &v
 		a.m.registered(a.h.id, a.rec)
 	}
@@ -350,8 +352,19 @@ func (a *volumeActor) advance(ctx actor.Context, alloc string) {
 		return
 	}
 	a.slot = slot{kind: slotPublish, alloc: alloc}
+	host := a.m.cfg.Host
 	a.slot.job = a.m.runner.StartStep(a.m.pool.pool, ctx.ActorSystem().Root, ctx.Self(), step, func(res claim.Result) any {
-		return &stepFinished{owner: a, step: step, res: res}
+		msg := &stepFinished{owner: a, step: step, res: res}
+		if step.Method == claim.NodeStage && res.OK() && host != nil {
+			// Looked at here, in the step's goroutine: the mount table
+			// is read from the kernel.
+			lctx, cancel := context.WithTimeout(context.Background(), hostLookTimeout)
+			if view, err := host.Look(lctx); err == nil {
+				msg.stagingMounted = view.Mounted(step.StagingPath)
+			}
+			cancel()
+		}
+		return msg
 	})
 }
 
@@ -392,6 +405,9 @@ func (a *volumeActor) stepFinished(ctx actor.Context, msg *stepFinished) {
 	case msg.res.Outcome == csi.Success:
 		v := claim.CloneVolume(a.rec)
 		claim.ApplyPublish(v, msg.step, msg.res, now)
+		if j := claim.FindStaging(v, msg.step.StagingPath); msg.step.Method == claim.NodeStage && j >= 0 {
+			v.Stagings[j].Mounted = msg.stagingMounted
+		}
 		if c := v.Claims[claim.FindClaim(v.Claims, alloc)]; c.State == claim.StatePublished {
 			a.mustPersist(v, msg.step.Method.String()) // the outcome its caller hears
 		} else {
@@ -407,6 +423,12 @@ func (a *volumeActor) stepFinished(ctx actor.Context, msg *stepFinished) {
 	default:
 		v := claim.CloneVolume(a.rec)
 		n := claim.RecordFailure(v.Claims, alloc, msg.res.Err.Error(), now)
+		if msg.step.Method == claim.NodePublish && n == 1 && csi.Code(msg.res.Err) == codes.FailedPrecondition {
+			// The plugin may have lost the staging the record
+			// believes in: stage it again, once; a NodePublishVolume
+			// that fails again after that backs off as any other.
+			claim.Unstaged(v, alloc)
+		}
 		a.persistStep(v, "failure")
 		if repair != "" {
 			a.m.repairs.WithLabelValues(a.rec.Plugin, repairFailed).Inc()
@@ -640,10 +662,12 @@ func (a *volumeActor) respawnClaimer(ctx actor.Context, msg *respawnClaimer) {
 	a.settle(ctx)
 }
 
-// register handles Register and Create. The slot is free.
+// register handles Register, Create and Mirror. The slot is free.
 func (a *volumeActor) register(ctx actor.Context, req *registerRequest) {
 	if a.rec != nil {
 		switch {
+		case req.mirror:
+			a.update(req)
 		case req.spec.sameAs(a.rec, req.create):
 			answer(req.reply, reply{vol: a.rec})
 		case !req.create:
@@ -654,6 +678,13 @@ func (a *volumeActor) register(ctx actor.Context, req *registerRequest) {
 		return
 	}
 	spec := req.spec
+	if req.mirror {
+		// Validated by the host that registered it; see Manager.Mirror.
+		v := spec.record(time.Now())
+		v.AccessibleTopology = cloneTopology(spec.AccessibleTopology)
+		a.record(req, v, "register")
+		return
+	}
 	if !req.create {
 		if err := a.m.extConflict(extKey{spec.Plugin, spec.ExternalID}, a.h.id); err != nil {
 			answer(req.reply, reply{err: err})

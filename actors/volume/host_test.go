@@ -19,10 +19,11 @@ import (
 	"github.com/csiactor/csiactor/internal/fakeplugin"
 )
 
-// fakeHost is a hand-written Host: the test says what is mounted.
+// fakeHost is a hand-written Host: the test says what is not mounted;
+// every other path is (what a plugin stages or publishes is a mount).
 type fakeHost struct {
 	mu      sync.Mutex
-	mounted map[string]bool // guarded by mu
+	mounted map[string]bool // guarded by mu; a path not in it is mounted
 	looks   int             // guarded by mu
 }
 
@@ -45,7 +46,7 @@ func (h *fakeHost) set(mounted bool, paths ...string) {
 
 type hostSnapshot map[string]bool
 
-func (s hostSnapshot) Mounted(p string) bool { return s[p] }
+func (s hostSnapshot) Mounted(p string) bool { m, set := s[p]; return m || !set }
 func (hostSnapshot) Linked(string) bool      { return false }
 
 // hostEnv is an env whose manager looks at a fakeHost, with one write

@@ -73,6 +73,10 @@ type Manager struct {
 	// published claim; poller polls them (nil when off). See stats.go.
 	stats  *statsBook
 	poller *statsPoller // set by Start, read by Shutdown after m.closed
+	// stalls follows the unfinished claims; stallWatch marks the ones
+	// that stall. See stall.go.
+	stalls     *stallBook
+	stallWatch *stallWatch // set by Start, read by Shutdown after m.closed
 
 	// hook, when set, is called at every point where a crash matters; see
 	// crashPoints in the tests. Tests set it; a binary built with the
@@ -134,6 +138,7 @@ func NewManager(root *actor.RootContext, cfg Config, store Store, plugins Plugin
 		orphans:      map[string]*persistence.Volume{},
 		repairing:    map[string]struct{}{},
 		stats:        newStatsBook(),
+		stalls:       newStallBook(cfg.StallAfter),
 		shutdownDone: make(chan struct{}),
 		waits:        newWaitSet(),
 	}
@@ -142,11 +147,13 @@ func NewManager(root *actor.RootContext, cfg Config, store Store, plugins Plugin
 		Help: "Volume RPCs (publish, stage, unpublish, create, ...) in flight to plugins.",
 	})
 	m.repairs = newRepairsCounter()
+	failures := claim.NewStepFailures()
 	m.pool = &jobs{pool: claim.NewPool(0)}
 	m.runner = claim.NewRunner(plugins, claim.RunnerConfig{
 		MaxInFlightPerPlugin: cfg.MaxInFlightPerPlugin,
 		InFlight:             m.inflight,
 		RetryMetrics:         cfg.RetryMetrics,
+		StepFailures:         failures,
 		Logger:               m.log,
 	})
 	var err error
@@ -157,7 +164,8 @@ func NewManager(root *actor.RootContext, cfg Config, store Store, plugins Plugin
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{newClaimsCollector(m), m.inflight, m.repairs, newStatsCollector(m.stats)} {
+		for _, c := range []prometheus.Collector{newClaimsCollector(m), m.inflight, m.repairs, newStatsCollector(m.stats),
+			failures, newStalledCollector(m.stalls)} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				m.unregister()
 				return nil, fmt.Errorf("register metrics: %w", err)
@@ -295,6 +303,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	if m.cfg.StatsInterval > 0 {
 		m.poller = m.startStatsPoller()
 	}
+	m.stallWatch = m.startStallWatch()
 	m.log.WithFields(logrus.Fields{"volumes": len(index), "active": active, "resumed": resumed, "repairing": len(repairing)}).Info("volume manager started")
 	return nil
 }
@@ -549,6 +558,7 @@ func (m *Manager) removed(h *handle, v *persistence.Volume) {
 	h.counted, h.baselined = nil, true
 	delete(m.repairing, h.id)
 	m.countsMu.Unlock()
+	m.noteStalls(h.id, nil)
 	m.waits.changed(h.id)
 }
 
@@ -566,6 +576,7 @@ func (m *Manager) orphaned(h *handle) {
 // publish makes rec the snapshot of h and updates the claim counts.
 func (m *Manager) publish(h *handle, rec *persistence.Volume) {
 	h.snap.Store(&snapshot{rec: rec})
+	m.noteStalls(h.id, rec)
 	defer m.waits.changed(h.id)
 	m.countsMu.Lock()
 	defer m.countsMu.Unlock()
@@ -621,7 +632,30 @@ func (m *Manager) Register(ctx context.Context, spec Spec) (Volume, error) {
 	if err := spec.validate(false); err != nil {
 		return Volume{}, err
 	}
-	return m.register(ctx, spec, false)
+	return m.register(ctx, &registerRequest{ctx: ctx, spec: spec})
+}
+
+// Mirror registers volume spec.ID as another host of the cluster defined
+// it, or brings this host's record of it up to that definition. Unlike
+// Register it never asks the plugin: the host that registered or created
+// the volume did, and with node-local storage this host's plugin does not
+// know the volume at all. Only a claim here asks it: one outside the
+// volume's accessible topology is refused first (ErrOutsideTopology,
+// naming the volume's topology and this host's), and the plugin's own
+// refusal fails the claim with the plugin's error.
+//
+// The record takes spec.AccessibleTopology, and spec.CapacityBytes when it
+// is more than the record's (volumes do not shrink). A registered volume is
+// updated as Register updates it (event EventVolumeUpdated, naming the
+// changed fields): the capacity and the secrets at any time, every other
+// field a claim depends on only while the volume has no claim here
+// (ErrInUse naming the claims), the plugin and the external ID never
+// (ErrInvalid).
+func (m *Manager) Mirror(ctx context.Context, spec Spec) (Volume, error) {
+	if err := spec.validate(false); err != nil {
+		return Volume{}, err
+	}
+	return m.register(ctx, &registerRequest{ctx: ctx, spec: spec, mirror: true})
 }
 
 // Create creates a volume through the plugin's controller (CreateVolume,
@@ -645,12 +679,15 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Volume, error) {
 		return Volume{}, err
 	}
 	defer release()
-	return m.register(ctx, spec, true)
+	return m.register(ctx, &registerRequest{ctx: ctx, spec: spec, create: true})
 }
 
-func (m *Manager) register(ctx context.Context, spec Spec, create bool) (Volume, error) {
-	r, err := m.ask(ctx, spec.ID, true, func(ch chan<- reply) any {
-		return &registerRequest{ctx: ctx, spec: spec, create: create, reply: ch}
+// register sends req (without its reply channel) to the volume's actor.
+func (m *Manager) register(ctx context.Context, req *registerRequest) (Volume, error) {
+	r, err := m.ask(ctx, req.spec.ID, true, func(ch chan<- reply) any {
+		rq := *req
+		rq.reply = ch
+		return &rq
 	})
 	if err == nil {
 		err = r.err
@@ -733,7 +770,9 @@ func (m *Manager) Release(ctx context.Context, volumeID, alloc string) (Claim, e
 	if err != nil {
 		return Claim{}, err
 	}
-	return claimOf(volumeID, &r.claim), nil
+	c := claimOf(volumeID, &r.claim)
+	m.stalls.overlayClaim(volumeID, &c, true)
+	return c, nil
 }
 
 // Get returns volume id's status. It never waits for a volume's work: it
@@ -771,9 +810,11 @@ func (m *Manager) Get(ctx context.Context, id string) (Volume, error) {
 	return m.withStats(viewOf(&v)), nil
 }
 
-// withStats adds the volume's last usage and condition to v.
+// withStats adds the volume's last usage and condition to v, and the
+// condition of its stalled claims.
 func (m *Manager) withStats(v Volume) Volume {
 	m.stats.overlay(&v)
+	m.stalls.overlay(&v)
 	return v
 }
 
@@ -820,11 +861,12 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		for _, h := range m.live {
 			hs = append(hs, h)
 		}
-		poller := m.poller
+		poller, stalls := m.poller, m.stallWatch
 		m.mu.Unlock()
 		go func() {
 			defer close(m.shutdownDone)
 			poller.shutdown() // its requests end with ErrShutdown now
+			stalls.shutdown()
 			// No restart may fire once actors are told to stop.
 			m.volSup.Close()
 			m.claimSup.Close()

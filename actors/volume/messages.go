@@ -17,12 +17,14 @@ type reply struct {
 	err      error
 }
 
-// registerRequest is sent to a volume actor by Manager.Register and
-// Manager.Create. ctx is the caller's, for the CreateVolume call.
+// registerRequest is sent to a volume actor by Manager.Register,
+// Manager.Create and Manager.Mirror (mirror set). ctx is the caller's, for
+// the CreateVolume call.
 type registerRequest struct {
 	ctx    context.Context
 	spec   Spec
 	create bool
+	mirror bool
 	reply  chan<- reply
 }
 
@@ -76,6 +78,9 @@ type stepFinished struct {
 	owner *volumeActor
 	step  claim.Step
 	res   claim.Result
+	// stagingMounted: after a NodeStageVolume that succeeded, the staging
+	// path is a mount point (see persistence.Staging.Mounted).
+	stagingMounted bool
 }
 
 // retryDue is sent to a volume actor by the goroutine that waited out a

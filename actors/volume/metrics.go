@@ -10,7 +10,7 @@ import (
 // allStates are the claim states reported by csiactor_volume_claims, in
 // order; freed claims are gone from the records, so they are never counted.
 var allStates = []string{
-	claim.StateReserved, claim.StateControllerPublished, claim.StateStaged, claim.StatePublished,
+	claim.StateReserved, claim.StateControllerPublished, claim.StateStaged, claim.StatePublished, claim.StateLost,
 	claim.StateTaken, claim.StateNodeDetached, claim.StateControllerDetached, claim.StateReadyToFree,
 }
 

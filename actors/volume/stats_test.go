@@ -19,6 +19,7 @@ import (
 	"github.com/csiactor/csiactor/actors/claim"
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/fakeplugin"
+	"github.com/csiactor/csiactor/internal/metrictest"
 )
 
 // statsPlugin stages, reports usage and the legacy node condition.
@@ -151,21 +152,8 @@ csiactor_volume_stats_used_bytes{plugin="fake",volume="vol1"} 100
 // there is no such series.
 func gauge(t *testing.T, reg *prometheus.Registry, name, volume string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "volume" && l.GetValue() == volume {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
+	if v, ok := metrictest.Value(t, reg, name, map[string]string{"volume": volume}); ok {
+		return v
 	}
 	return -1
 }

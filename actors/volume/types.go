@@ -53,6 +53,11 @@ type Spec struct {
 	FromSnapshot string
 	// snapshotSource is FromSnapshot's external ID, resolved by Create.
 	snapshotSource string
+	// AccessibleTopology is where the volume is reachable from, as its
+	// plugin said when it created the volume. Only Mirror takes it (with
+	// CapacityBytes as the volume's capacity); Create learns it from the
+	// plugin, and Register ignores it.
+	AccessibleTopology []map[string]string
 }
 
 func (s Spec) validate(create bool) error {
@@ -220,8 +225,10 @@ type Volume struct {
 type Claim struct {
 	Volume string `json:"volume"`
 	persistence.Claim
-	// Condition is ConditionRepairing or ConditionDegraded while Repair is
-	// set, empty otherwise.
+	// Condition is ConditionStalled when the claim has not changed state
+	// for Config.StallAfter (status reads set it, see stall.go), else
+	// ConditionRepairing or ConditionDegraded while Repair is set, empty
+	// otherwise.
 	Condition string `json:"condition,omitempty"`
 }
 

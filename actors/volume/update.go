@@ -22,6 +22,10 @@ const (
 	FieldParameters   = "parameters"
 	FieldContext      = "context"
 	FieldSecrets      = "secrets"
+	// FieldCapacity and FieldAccessibleTopology change only through
+	// Mirror, as the cluster's definition of the volume has them.
+	FieldCapacity           = "capacity_bytes"
+	FieldAccessibleTopology = "accessible_topology"
 )
 
 // EventVolumeUpdated: Register changed a registered volume's definition;
@@ -63,27 +67,81 @@ func (s Spec) changedFields(v *persistence.Volume) []string {
 	return out
 }
 
-// update handles a Register of a registered volume with another
-// definition: the secrets may change at any time (the next RPCs use
-// them), the capabilities, mount options, parameters and context only
-// while the volume has no claim, the plugin and the external ID never.
-// The slot is free: no RPC of the volume is in flight, so every later one
-// is built from the updated record.
+// mirroredFields returns the fields of v that a Mirror of s changes
+// besides changedFields': the capacity when s has more, and the
+// accessible topology.
+func (s Spec) mirroredFields(v *persistence.Volume) []string {
+	var out []string
+	if s.CapacityBytes > v.CapacityBytes {
+		out = append(out, FieldCapacity)
+	}
+	if !slices.EqualFunc(s.AccessibleTopology, v.AccessibleTopology, maps.Equal) {
+		out = append(out, FieldAccessibleTopology)
+	}
+	return out
+}
+
+// cloneTopology returns a deep copy of ts; nil for none.
+func cloneTopology(ts []map[string]string) []map[string]string {
+	var out []map[string]string
+	for _, t := range ts {
+		out = append(out, maps.Clone(t))
+	}
+	return out
+}
+
+// fixedFieldErr is the ErrInvalid of changing field of volume id, whose
+// record is v, when field can never change (the plugin, the external ID);
+// nil for another field.
+func fixedFieldErr(id, field string, v *persistence.Volume) error {
+	switch field {
+	case FieldPlugin:
+		return kinderr.Errorf(ErrInvalid,
+			"plugin: volume %q is registered with plugin %q; the plugin of a volume cannot change (deregister it and register it again)", id, v.Plugin)
+	case FieldExternalID:
+		return kinderr.Errorf(ErrInvalid,
+			"external_id: volume %q is registered with external_id %q; the external ID of a volume cannot change (deregister it and register it again)", id, v.ExternalID)
+	}
+	return nil
+}
+
+// CheckUpdate checks an update of a volume's definition from old to next
+// by Register's rules, for a caller that keeps the definition elsewhere
+// (the cluster): a change of the plugin or the external ID is ErrInvalid
+// naming the field. It returns the changed fields a claim depends on
+// (every one but the secrets), which may change only while the volume has
+// no claim, in a fixed order; none when only the secrets change.
+func CheckUpdate(old, next Spec) ([]string, error) {
+	rec := old.record(time.Time{})
+	changed := next.changedFields(rec)
+	for _, f := range changed {
+		if err := fixedFieldErr(old.ID, f, rec); err != nil {
+			return nil, err
+		}
+	}
+	return definitionFields(changed), nil
+}
+
+// update handles a Register (or Mirror) of a registered volume with
+// another definition: the secrets may change at any time (the next RPCs
+// use them), the capabilities, mount options, parameters and context only
+// while the volume has no claim, the plugin and the external ID never. A
+// Mirror also brings the capacity (at any time) and the accessible
+// topology (only while the volume has no claim). The slot is free: no RPC
+// of the volume is in flight, so every later one is built from the
+// updated record.
 func (a *volumeActor) update(req *registerRequest) {
 	changed := req.spec.changedFields(a.rec)
+	if req.mirror {
+		changed = append(changed, req.spec.mirroredFields(a.rec)...)
+	}
 	if len(changed) == 0 {
 		answer(req.reply, reply{vol: a.rec})
 		return
 	}
 	for _, f := range changed {
-		switch f {
-		case FieldPlugin:
-			answer(req.reply, reply{err: kinderr.Errorf(ErrInvalid,
-				"plugin: volume %q is registered with plugin %q; the plugin of a volume cannot change (deregister it and register it again)", a.h.id, a.rec.Plugin)})
-			return
-		case FieldExternalID:
-			answer(req.reply, reply{err: kinderr.Errorf(ErrInvalid,
-				"external_id: volume %q is registered with external_id %q; the external ID of a volume cannot change (deregister it and register it again)", a.h.id, a.rec.ExternalID)})
+		if err := fixedFieldErr(a.h.id, f, a.rec); err != nil {
+			answer(req.reply, reply{err: err})
 			return
 		}
 	}
@@ -106,6 +164,10 @@ func (a *volumeActor) update(req *registerRequest) {
 	v.Parameters = w.Parameters
 	v.Context = w.Context
 	v.Secrets = w.Secrets
+	if req.mirror {
+		v.CapacityBytes = max(v.CapacityBytes, req.spec.CapacityBytes)
+		v.AccessibleTopology = cloneTopology(req.spec.AccessibleTopology)
+	}
 	if err := a.persist(v, "update"); err != nil {
 		answer(req.reply, reply{err: err})
 		return
@@ -116,11 +178,11 @@ func (a *volumeActor) update(req *registerRequest) {
 }
 
 // definitionFields returns the fields of changed that a claim depends on:
-// every one but the secrets.
+// every one but the secrets and the capacity.
 func definitionFields(changed []string) []string {
 	var out []string
 	for _, f := range changed {
-		if f != FieldSecrets {
+		if f != FieldSecrets && f != FieldCapacity {
 			out = append(out, f)
 		}
 	}

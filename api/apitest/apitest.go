@@ -803,6 +803,25 @@ func (b *Backend) SetVolumeStats(id string, u *runtime.VolumeUsage, c *runtime.V
 	}
 }
 
+// SetClaimCondition makes the claim or past claim of alloc on volume id
+// show condition and lastError, as the runtime does for a claim being
+// repaired or stalled.
+func (b *Backend) SetClaimCondition(id, alloc, condition, lastError string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	v, ok := b.volumes[id]
+	if !ok {
+		return
+	}
+	for _, cs := range [][]runtime.Claim{v.v.Claims, v.v.PastClaims} {
+		for i := range cs {
+			if cs[i].Alloc == alloc {
+				cs[i].Condition, cs[i].LastError = condition, lastError
+			}
+		}
+	}
+}
+
 func copyVolume(v runtime.Volume) runtime.Volume {
 	v.Claims = append([]runtime.Claim{}, v.Claims...)
 	v.PastClaims = append([]runtime.Claim{}, v.PastClaims...)

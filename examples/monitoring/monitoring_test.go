@@ -43,7 +43,7 @@ const (
 // requiredAlerts are the conditions the kit must alert on.
 var requiredAlerts = []string{
 	"CsiactorPluginUnhealthy", "CsiactorPluginNoHealthyAllocation",
-	"CsiactorClaimStuckInStep", "CsiactorClaimStuckInTeardown",
+	"CsiactorClaimStuckInStep", "CsiactorClaimStuckInTeardown", "CsiactorClaimStalled",
 	"CsiactorVolumeAlmostFull", "CsiactorVolumeInodesLow", "CsiactorVolumeConditionAbnormal",
 	"CsiactorStoreCommitsSlow",
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/csiactor/csiactor/runtime"
 )
 
-func TestClaimState_ShowsRepairCondition(t *testing.T) {
+func TestClaimState_ShowsCondition(t *testing.T) {
 	for _, tc := range []struct {
 		c    runtime.Claim
 		want string
@@ -14,6 +14,8 @@ func TestClaimState_ShowsRepairCondition(t *testing.T) {
 		{runtime.Claim{State: runtime.ClaimPublished}, "published"},
 		{runtime.Claim{State: runtime.ClaimReserved, Condition: runtime.ClaimRepairing, Repair: "target path"}, "reserved (repairing: target path)"},
 		{runtime.Claim{State: runtime.ClaimStaged, Condition: runtime.ClaimDegraded, Repair: "boot ID changed"}, "staged (degraded: boot ID changed)"},
+		{runtime.Claim{State: runtime.ClaimTaken, Condition: runtime.ClaimStalled}, "taken (stalled)"},
+		{runtime.Claim{State: runtime.ClaimReserved, Condition: runtime.ClaimStalled, Repair: "target path"}, "reserved (stalled: target path)"},
 	} {
 		if got := claimState(tc.c); got != tc.want {
 			t.Errorf("claimState(%+v) = %q, want %q", tc.c, got, tc.want)

@@ -149,11 +149,15 @@ func writeClaims(e *env, title string, cs []runtime.Claim) error {
 	return t.flush()
 }
 
-// claimState is a claim's state, with its condition while it is repaired:
-// "reserved (degraded: target path)".
+// claimState is a claim's state, with its condition: "reserved (degraded:
+// target path)" while it is repaired, "taken (stalled)" when it has not
+// moved for volumes.stall_after.
 func claimState(c runtime.Claim) string {
-	if c.Condition == "" {
+	switch {
+	case c.Condition == "":
 		return c.State
+	case c.Repair == "":
+		return c.State + " (" + c.Condition + ")"
 	}
 	return c.State + " (" + c.Condition + ": " + c.Repair + ")"
 }
