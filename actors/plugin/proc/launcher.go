@@ -407,11 +407,12 @@ func (p *Process) Kill() { p.signalGroup(syscall.SIGKILL) }
 
 // Detach stops watching the process and forwarding its output, and leaves
 // it and its shim running, for the next agent to adopt. It returns when
-// the watcher has ended and every line the shim had written to the output
+// the watcher has ended, every line the shim had written to the output
 // file by then is forwarded, and how far that is recorded in the output
 // directory (PositionFile): the next Adopt or Start there forwards the
-// lines written after, so that across agents each line is logged once. Exited and Wait never finish after Detach unless
-// the process had exited already.
+// lines written after, so that across agents each line is logged once.
+// Exited and Wait never finish after Detach unless the process had exited
+// already.
 func (p *Process) Detach() {
 	p.detachOnce.Do(func() {
 		var one [8]byte
