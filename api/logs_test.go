@@ -91,7 +91,7 @@ func TestClient_AllocationLogs_TailAndFollow(t *testing.T) {
 				return nil
 			})
 		}()
-		time.Sleep(50 * time.Millisecond)
+		waitFor(t, "the follow in place", func() bool { return b.Following("e1") == 1 })
 		b.AppendLogs("e1", runtime.LogLine{Time: time.Now(), Stream: "stdout", Line: "four"})
 		select {
 		case l := <-lines:

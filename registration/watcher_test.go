@@ -398,17 +398,18 @@ func TestWatcher_SocketReplaced(t *testing.T) {
 		}
 		reg.Stop()
 	}
-	// Every round registered it, and its removals deregistered it.
+	// Every round registered it, and its removals deregistered it: six
+	// calls, and no more.
 	var ops []string
-	for {
+	for len(ops) < 6 {
 		select {
 		case c := <-f.calls:
 			ops = append(ops, c.op)
-			continue
-		case <-time.After(300 * time.Millisecond):
+		case <-time.After(waitLimit):
+			t.Fatalf("calls after %s: %v, want 6", waitLimit, ops)
 		}
-		break
 	}
+	f.none(t, 300*time.Millisecond)
 	count := map[string]int{}
 	for _, op := range ops {
 		count[op]++

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -212,13 +211,21 @@ func TestRuntime_Ready_PendingWhileARepairFails(t *testing.T) {
 	// Ready latches: a later repair (a repeated claim finds the target
 	// missing; the fake plugin mounts nothing) shows in the claim only.
 	p.SetFault("NodePublishVolume", fakeplugin.Fault{Code: codes.Internal, Message: "again"})
-	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	calls := p.Calls("NodePublishVolume")
+	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if c, err := e.rt.Claim(cctx, "vol-1", claimReq("alloc-1", runtime.ModeWrite, "single-node-writer")); err == nil {
-		t.Errorf("repeated claim with its target missing and NodePublishVolume failing = %+v, want an error", c)
-	}
+	claimed := make(chan error, 1)
+	go func() {
+		_, err := e.rt.Claim(cctx, "vol-1", claimReq("alloc-1", runtime.ModeWrite, "single-node-writer"))
+		claimed <- err
+	}()
+	eventually(t, "the repair's NodePublishVolume failed", func() (bool, error) { return p.Calls("NodePublishVolume") > calls, nil })
 	if r, err := e.rt.Ready(ctx); err != nil || r.Status != runtime.ReadyOK {
-		t.Errorf("Ready after a later repair = %+v, %v; want ok", r, err)
+		t.Errorf("Ready during a later repair = %+v, %v; want ok", r, err)
+	}
+	cancel()
+	if err := <-claimed; err == nil {
+		t.Error("repeated claim with its target missing and NodePublishVolume failing succeeded, want an error")
 	}
 	p.ClearFaults()
 }

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -337,9 +336,17 @@ func TestRuntime_Snapshots_ResumeAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.SetFault("CreateSnapshot", fakeplugin.Fault{Hang: true})
-	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if _, err := e.rt.CreateSnapshot(cctx, runtime.SnapshotSpec{ID: "s1", Plugin: "snappy", SourceVolume: "v1"}); err == nil {
+	created := make(chan error, 1)
+	go func() {
+		_, err := e.rt.CreateSnapshot(cctx, runtime.SnapshotSpec{ID: "s1", Plugin: "snappy", SourceVolume: "v1"})
+		created <- err
+	}()
+	// The snapshot is recorded before the call: give up once it hangs.
+	eventually(t, "CreateSnapshot sent to the plugin", func() (bool, error) { return p.Calls("CreateSnapshot") > 0, nil })
+	cancel()
+	if err := <-created; err == nil {
 		t.Fatal("a hung CreateSnapshot returned")
 	}
 	if sn, err := e.rt.Snapshot(ctx, "s1"); err != nil || sn.State != "creating" {

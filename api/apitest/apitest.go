@@ -37,19 +37,20 @@ type Backend struct {
 	// NodeID is the node ID of every node and monolith allocation.
 	NodeID string
 
-	mu       sync.Mutex                          // guards everything below
-	seq      int                                 // last allocation sequence number
-	allocs   map[string]*alloc                   // by ID
-	volumes  map[string]*volume                  // by ID
-	events   []runtime.Event                     // newest last, at most maxEvents
-	subs     map[*subscriber]struct{}            // live subscribers
-	fail     map[string]error                    // method name → error to return
-	logs     map[string][]runtime.LogLine        // by allocation ID
-	now      func() time.Time                    // clock for events
-	pending  []string                            // what Ready says is pending
-	capacity map[string]int64                    // by plugin: what PluginCapacity answers
-	external map[string][]runtime.ExternalVolume // by plugin: volumes not registered here
-	snaps    map[string]runtime.Snapshot         // by ID; made on first use
+	mu        sync.Mutex                          // guards everything below
+	seq       int                                 // last allocation sequence number
+	allocs    map[string]*alloc                   // by ID
+	volumes   map[string]*volume                  // by ID
+	events    []runtime.Event                     // newest last, at most maxEvents
+	subs      map[*subscriber]struct{}            // live subscribers
+	fail      map[string]error                    // method name → error to return
+	logs      map[string][]runtime.LogLine        // by allocation ID
+	following map[string]int                      // follows in place, by allocation ID
+	now       func() time.Time                    // clock for events
+	pending   []string                            // what Ready says is pending
+	capacity  map[string]int64                    // by plugin: what PluginCapacity answers
+	external  map[string][]runtime.ExternalVolume // by plugin: volumes not registered here
+	snaps     map[string]runtime.Snapshot         // by ID; made on first use
 }
 
 type alloc struct {
@@ -325,6 +326,14 @@ func (b *Backend) AppendLogs(id string, lines ...runtime.LogLine) {
 	b.logs[id] = append(b.logs[id], lines...)
 }
 
+// Following returns how many follows of the output of allocation id are
+// in place: each gets every line appended from now on.
+func (b *Backend) Following(id string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.following[id]
+}
+
 // AllocationLogs implements api.Backend: the lines given to AppendLogs;
 // a follow polls for more until ctx ends or the allocation is
 // deregistered.
@@ -345,6 +354,12 @@ func (b *Backend) AllocationLogs(ctx context.Context, id string, q runtime.LogsQ
 		if len(a.spec.Command) == 0 {
 			return 0, kinderr.Errorf(runtime.ErrNotFound, "allocation %q has no logs: it is attached", id)
 		}
+		if q.Follow {
+			if b.following == nil {
+				b.following = map[string]int{}
+			}
+			b.following[id]++
+		}
 		n := len(b.logs[id])
 		if q.Tail >= 0 && n > q.Tail {
 			return n - q.Tail, nil
@@ -353,6 +368,13 @@ func (b *Backend) AllocationLogs(ctx context.Context, id string, q runtime.LogsQ
 	}()
 	if err != nil {
 		return err
+	}
+	if q.Follow {
+		defer func() {
+			b.mu.Lock()
+			b.following[id]--
+			b.mu.Unlock()
+		}()
 	}
 	for {
 		b.mu.Lock()

@@ -93,7 +93,7 @@ func TestAgent_KillAndRestart_KeepsClaimsAndMounts(t *testing.T) {
 
 	// The third volume cannot be controller-published (two already are):
 	// its claim is reserved and retried. The claim command waits for it.
-	waitSpill := h.background(claimW("web4", "spill", "single-node-writer")...)
+	waitSpill, _ := h.background(claimW("web4", "spill", "single-node-writer")...)
 	h.eventually("claim web4 is reserved and retrying", settleDeadline, func() (bool, string) {
 		v := h.volume("spill")
 		c, ok := claimOf(v, "web4")

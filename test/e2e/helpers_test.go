@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -337,26 +338,48 @@ func (h *host) fails(code int, want string, args ...string) {
 	}
 }
 
-// background starts a CLI command and returns a function that waits for it.
-func (h *host) background(args ...string) func() result {
+// background starts a CLI command and returns a function that waits for
+// it, and one that returns what it has printed so far (both streams).
+func (h *host) background(args ...string) (wait func() result, printed func() string) {
 	h.t.Helper()
 	cmd := exec.Command(h.bin, args...)
 	cmd.Env = append(cleanEnv(), "CSIACTOR_ADDR="+h.address())
+	var mu sync.Mutex
 	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Stdout, cmd.Stderr = lockedWriter{&mu, &stdout}, lockedWriter{&mu, &stderr}
 	done, err := testbin.Start(h.t, cmd, nil)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return func() result {
+	wait = func() result {
 		h.t.Helper()
 		select {
 		case <-done:
 		case <-time.After(commandTimeout):
 			h.t.Fatalf("csiactor %s did not finish within %s", strings.Join(args, " "), commandTimeout)
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		return result{args: args, stdout: stdout.String(), stderr: stderr.String(), code: cmd.ProcessState.ExitCode()}
 	}
+	printed = func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return stdout.String() + stderr.String()
+	}
+	return wait, printed
+}
+
+// lockedWriter writes to w under mu.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // volume returns the volume as `csiactor volume status -json` shows it.

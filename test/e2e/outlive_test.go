@@ -107,9 +107,11 @@ func TestAgent_StopAndKill_PluginOutlivesAndIsAdopted(t *testing.T) {
 		t.Errorf("output.log: %v, want mode 0600", err)
 	}
 	// And followed: a new line shows up (the claim's RPCs make the plugin
-	// log).
-	follow := h.background("alloc", "logs", "-f", "-tail", "0", "example")
-	time.Sleep(500 * time.Millisecond)
+	// log). The follow is in place once it has printed the last line.
+	follow, printed := h.background("alloc", "logs", "-f", "-tail", "1", "example")
+	h.eventually("alloc logs -f printed the last line", settleDeadline, func() (bool, string) {
+		return printed() != "", "nothing printed"
+	})
 	h.ok("volume", "release", "-alloc", "web1", "data1")
 	h.eventually("web1's claim is freed", settleDeadline, func() (bool, string) {
 		v := h.volume("data1")

@@ -11,7 +11,12 @@
 // ([OutputFile], OutputFile.1, ...). The shim outlives the agent with the
 // plugin, so no line is lost while no agent runs, and the plugin never
 // writes to a pipe without a reader (which would kill it with SIGPIPE).
-// The agent follows the file and logs each line too.
+// The agent follows the file and logs each line too. [Process.Detach]
+// logs every line the shim has written before it returns and records how
+// far ([PositionFile]); the next [Adopt] or [Launcher.Start] in that
+// directory goes on from there, so across agents each line is logged
+// once. An agent that crashes records nothing: the next one logs the
+// lines written from when it starts.
 //
 // The PIDs and start times (from /proc/<pid>/stat) of the plugin and its
 // shim identify them across agent restarts ([State], written by the

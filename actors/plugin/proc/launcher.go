@@ -98,9 +98,8 @@ func start(spec Spec) (_ *Process, err error) {
 			p.closeFDs()
 		}
 	}()
-	// The follower starts at the end of what earlier runs wrote, before
-	// the shim can write anything of this run.
-	p.fwd.openAtEnd()
+	// Before the shim can write anything of this run.
+	p.followFrom()
 
 	// The shim first: the reader exists before the plugin writes.
 	shim := exec.Command("/proc/self/exe")
@@ -180,9 +179,26 @@ func Adopt(a Adopted) (*Process, error) {
 		p.closeFDs()
 		return nil, fmt.Errorf("%w: log shim %d of plugin process %d: %w", ErrNotAdopted, st.ShimPID, st.PID, err)
 	}
-	p.fwd.openAtEnd()
+	p.followFrom()
 	p.run()
 	return p, nil
+}
+
+// followFrom sets where the forwarder begins: where the agent that last
+// detached from a plugin of this directory stopped, if one did, so that
+// what it left unlogged (of the plugin adopted now, or of one that ended
+// while no agent ran) is logged now, and once; else at the end of the
+// output kept so far.
+func (p *Process) followFrom() {
+	pos, ok, err := takePosition(p.dir)
+	if err != nil {
+		p.log.WithError(err).Warn("cannot go on logging the plugin's output where the previous agent stopped")
+	}
+	if ok {
+		p.fwd.resume(pos)
+	} else {
+		p.fwd.openAtEnd()
+	}
 }
 
 // member is one process of a Process: the plugin or its shim.
@@ -391,8 +407,12 @@ func (p *Process) Kill() { p.signalGroup(syscall.SIGKILL) }
 
 // Detach stops watching the process and forwarding its output, and leaves
 // it and its shim running, for the next agent to adopt. It returns when
-// the watcher has ended. Exited and Wait never finish after Detach unless
-// the process had exited already.
+// the watcher has ended, every line the shim had written to the output
+// file by then is forwarded, and how far that is recorded in the output
+// directory (PositionFile): the next Adopt or Start there forwards the
+// lines written after, so that across agents each line is logged once.
+// Exited and Wait never finish after Detach unless the process had exited
+// already.
 func (p *Process) Detach() {
 	p.detachOnce.Do(func() {
 		var one [8]byte
@@ -425,15 +445,18 @@ func (p *Process) signalGroup(sig syscall.Signal) {
 
 // run starts the watcher and the output forwarder.
 func (p *Process) run() {
-	fwdStop := make(chan bool, 1) // true: drain first
+	fwdStop := make(chan struct{}) // closed: drain and return
 	fwdDone := make(chan struct{})
 	go p.forward(fwdStop, fwdDone)
 	go func() {
 		defer close(p.done)
 		defer p.closeFDs()
-		if !p.await(&p.plugin, -1) {
-			fwdStop <- false // detached
+		if !p.await(&p.plugin, -1) { // detached
+			close(fwdStop)
 			<-fwdDone
+			if err := writePosition(p.dir, p.fwd.position()); err != nil {
+				p.log.WithError(err).Warn("the next agent will log only the plugin's lines written after it takes the plugin over")
+			}
 			return
 		}
 		_ = syscall.Kill(-p.plugin.pid, syscall.SIGKILL) // what is left of the group
@@ -449,7 +472,7 @@ func (p *Process) run() {
 			p.await(&p.shim, -1)
 		}
 		p.shim.reap()
-		fwdStop <- true
+		close(fwdStop)
 		<-fwdDone
 		close(p.finished)
 	}()
@@ -507,9 +530,9 @@ func (m *member) reap() (status string, success bool) {
 	return "wait failed: " + err.Error(), false
 }
 
-// forward passes the output file's new lines to the log until told to
-// stop (after a last drain when told true).
-func (p *Process) forward(stop <-chan bool, done chan<- struct{}) {
+// forward passes the output file's new lines to the log until stop is
+// closed, then drains what is left and closes done.
+func (p *Process) forward(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	logf := func(l Line) error {
 		stream := l.Stream
@@ -524,10 +547,8 @@ func (p *Process) forward(stop <-chan bool, done chan<- struct{}) {
 	for {
 		_, _ = p.fwd.poll(logf)
 		select {
-		case drain := <-stop:
-			if drain {
-				_, _ = p.fwd.poll(logf)
-			}
+		case <-stop:
+			_, _ = p.fwd.poll(logf)
 			return
 		case <-t.C:
 		}

@@ -273,24 +273,28 @@ func FollowOutput(ctx context.Context, dir string, tail int, fn func(Line) error
 	}
 }
 
-// follower reads the records appended to a plugin's output file, and
-// follows the file across rotations.
+// follower reads the records appended to a plugin's output files, in
+// order, across rotations.
 type follower struct {
 	dir  string
 	seen bool // dir existed at some point
 
 	f       *os.File
 	ino     uint64
+	off     int64 // where the last whole record read from f ends
 	br      *bufio.Reader
 	partial []byte
+	next    []*os.File // kept files newer than f, oldest first, to read after it
 }
 
 // attach makes f, read up to off, the file followed.
 func (fo *follower) attach(f *os.File, off int64) {
-	fo.close()
+	if fo.f != nil {
+		_ = fo.f.Close()
+	}
 	fo.f = f
 	fo.ino = inode(f)
-	_, _ = f.Seek(off, io.SeekStart)
+	fo.off, _ = f.Seek(off, io.SeekStart)
 	fo.br = bufio.NewReaderSize(f, maxLine+64)
 	fo.partial = nil
 }
@@ -306,11 +310,72 @@ func (fo *follower) openAtEnd() {
 	fo.attach(f, end)
 }
 
+// position is how far the follower has read.
+func (fo *follower) position() position {
+	if fo.f == nil {
+		return position{} // no file yet: every record is still to be read
+	}
+	return position{Inode: fo.ino, Offset: fo.off}
+}
+
+// resume makes the follower go on from pos, in whichever kept output file
+// has pos's inode now, then in every newer one. When none has it (pos is
+// the zero position, or its file was rotated out), it starts at the
+// oldest kept file: all of them are newer than pos.
+func (fo *follower) resume(pos position) {
+	fo.close()
+	// Newest first: a rotation while they are opened makes a file seen
+	// twice (kept once), never a newer one missed.
+	var newest []*os.File
+	seen := map[uint64]bool{}
+	match, off := -1, int64(0)
+	for n := 0; ; n++ {
+		f, err := os.Open(outputPath(fo.dir, n))
+		if errors.Is(err, os.ErrNotExist) && n > 0 {
+			break
+		}
+		if err != nil {
+			continue // output.log between a rotation's rename and create, or unreadable
+		}
+		var st *syscall.Stat_t
+		fi, err := f.Stat()
+		if err == nil {
+			st, _ = fi.Sys().(*syscall.Stat_t)
+		}
+		if st == nil || seen[st.Ino] {
+			_ = f.Close()
+			continue
+		}
+		seen[st.Ino] = true
+		if match < 0 && pos.Inode != 0 && st.Ino == pos.Inode && fi.Size() >= pos.Offset {
+			match, off = len(newest), pos.Offset
+		}
+		newest = append(newest, f)
+	}
+	if match < 0 {
+		match = len(newest) - 1 // the oldest (-1: no file yet)
+	}
+	for _, f := range newest[match+1:] {
+		_ = f.Close() // older than pos
+	}
+	if match < 0 {
+		return
+	}
+	fo.attach(newest[match], off)
+	for i := match - 1; i >= 0; i-- {
+		fo.next = append(fo.next, newest[i])
+	}
+}
+
 func (fo *follower) close() {
 	if fo.f != nil {
 		_ = fo.f.Close()
 		fo.f = nil
 	}
+	for _, f := range fo.next {
+		_ = f.Close()
+	}
+	fo.next = nil
 }
 
 // poll calls fn for every whole record available. It reports gone when
@@ -320,6 +385,12 @@ func (fo *follower) poll(fn func(Line) error) (gone bool, err error) {
 		if fo.f != nil {
 			if err := fo.drain(fn); err != nil {
 				return false, err
+			}
+			if len(fo.next) > 0 { // catching up: the next newer file
+				f := fo.next[0]
+				fo.next = fo.next[1:]
+				fo.attach(f, 0)
+				continue
 			}
 		}
 		fi, err := os.Stat(outputPath(fo.dir, 0))
@@ -338,14 +409,10 @@ func (fo *follower) poll(fn func(Line) error) (gone bool, err error) {
 		if fo.f != nil && ok && st.Ino == fo.ino {
 			return false, nil
 		}
-		// Rotated (or created): what was written to the old file before
-		// the rename has been drained above; go on with the new file from
-		// its start.
-		f, err := os.Open(outputPath(fo.dir, 0))
-		if err != nil {
-			return false, nil
-		}
-		fo.attach(f, 0)
+		// Rotated, once or more (or created): what was written to the
+		// followed file before the rename has been drained above; go on
+		// with the files rotated since, then the new one.
+		fo.resume(fo.position())
 	}
 	return false, nil
 }
@@ -358,6 +425,7 @@ func (fo *follower) drain(fn func(Line) error) error {
 			if chunk[len(chunk)-1] != '\n' {
 				fo.partial = append(fo.partial, chunk...)
 			} else {
+				fo.off += int64(len(fo.partial) + len(chunk))
 				rec := chunk[:len(chunk)-1]
 				if len(fo.partial) > 0 {
 					rec = append(fo.partial, rec...)

@@ -85,8 +85,8 @@ func TestCopyLines_LongLineInPieces(t *testing.T) {
 	}
 }
 
-// FollowOutput gives the tail, then new lines across a rotation, and ends
-// when the directory is removed.
+// FollowOutput gives the tail, then new lines across rotations, however
+// many came between two looks, and ends when the directory is removed.
 func TestFollowOutput_AcrossRotation(t *testing.T) {
 	dir := t.TempDir()
 	r, err := openRotator(dir, 200, 2)
@@ -119,12 +119,20 @@ func TestFollowOutput_AcrossRotation(t *testing.T) {
 	if s := next(); s != "old 2" {
 		t.Fatalf("first line %q, want the tail 'old 2'", s)
 	}
-	for i := range 12 { // several rotations of 200 bytes
+	for i := range 12 { // several rotations of 200 bytes, a line at a time
 		write(fmt.Sprintf("new %02d", i))
-		time.Sleep(20 * time.Millisecond)
-	}
-	for i := range 12 {
 		if s, want := next(), fmt.Sprintf("new %02d", i); s != want {
+			t.Fatalf("line %q, want %q", s, want)
+		}
+	}
+	// Eight lines (of 44 to 46 bytes, four a file) at once: two
+	// rotations, likely before the follower looks again; it reads on
+	// through the rotated files.
+	for i := range 8 {
+		write(fmt.Sprintf("burst %d", i))
+	}
+	for i := range 8 {
+		if s, want := next(), fmt.Sprintf("burst %d", i); s != want {
 			t.Fatalf("line %q, want %q", s, want)
 		}
 	}

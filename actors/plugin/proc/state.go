@@ -28,12 +28,21 @@ type State struct {
 // leaves either the old state or the new one.
 func WriteState(dir string, st State) error {
 	b, err := json.Marshal(st)
-	if err != nil {
-		return err
+	if err == nil {
+		err = writeFile(dir, StateFile, b)
 	}
-	tmp, err := os.CreateTemp(dir, StateFile+".tmp*")
 	if err != nil {
 		return fmt.Errorf("write process state: %w", err)
+	}
+	return nil
+}
+
+// writeFile writes b to dir/name atomically (a new file renamed over the
+// old one) and synced.
+func writeFile(dir, name string, b []byte) error {
+	tmp, err := os.CreateTemp(dir, name+".tmp*")
+	if err != nil {
+		return err
 	}
 	_, err = tmp.Write(b)
 	if err == nil {
@@ -43,13 +52,12 @@ func WriteState(dir string, st State) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(dir, StateFile))
+		err = os.Rename(tmp.Name(), filepath.Join(dir, name))
 	}
 	if err != nil {
 		_ = os.Remove(tmp.Name())
-		return fmt.Errorf("write process state: %w", err)
 	}
-	return nil
+	return err
 }
 
 // ReadState reads dir/process.json; a missing file is the zero State.
@@ -74,4 +82,50 @@ func RemoveState(dir string) error {
 		return fmt.Errorf("remove process state: %w", err)
 	}
 	return nil
+}
+
+// PositionFile is the name of the file, in a plugin's output directory,
+// that records how far the agent that detached from the plugin had logged
+// its output (see Process.Detach): the next agent goes on from there.
+const PositionFile = "forwarded.json"
+
+// position is a place in a plugin's output: an offset in the output file
+// with that inode, whichever name (output.log, output.log.N) it has now.
+// The zero position is before the first record of the oldest file.
+type position struct {
+	Inode  uint64 `json:"inode"`
+	Offset int64  `json:"offset"`
+}
+
+func writePosition(dir string, pos position) error {
+	b, err := json.Marshal(pos)
+	if err == nil {
+		err = writeFile(dir, PositionFile, b)
+	}
+	if err != nil {
+		return fmt.Errorf("record how far the plugin's output was logged: %w", err)
+	}
+	return nil
+}
+
+// takePosition reads and removes dir/forwarded.json. ok reports whether
+// pos was read; err tells of a broken file, or one that could not be
+// removed (then a later agent might log some lines again).
+func takePosition(dir string) (pos position, ok bool, err error) {
+	path := filepath.Join(dir, PositionFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return position{}, false, nil
+	}
+	if err == nil {
+		err = json.Unmarshal(b, &pos)
+		ok = err == nil
+	}
+	if rerr := os.Remove(path); err == nil && rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		err = rerr
+	}
+	if err != nil {
+		err = fmt.Errorf("take how far the previous agent logged the plugin's output, from %s: %w", path, err)
+	}
+	return pos, ok, err
 }

@@ -129,9 +129,8 @@ func TestAllocLogs_Cases(t *testing.T) {
 	// deregistered.
 	done := make(chan result, 1)
 	go func() { done <- runCLI(t, env, "alloc", "logs", "-f", "-tail", "0", "nfs-node") }()
-	time.Sleep(100 * time.Millisecond)
+	waitFor(t, "the follow in place", func() bool { return b.Following("nfs-node") == 1 })
 	b.AppendLogs("nfs-node", runtime.LogLine{Time: t0, Stream: "stdout", Line: "later"})
-	time.Sleep(100 * time.Millisecond)
 	if err := b.DeregisterAllocation(context.Background(), "nfs-node"); err != nil {
 		t.Fatal(err)
 	}
