@@ -152,24 +152,20 @@ func Compare(s State, dataDir string, w Want) []string {
 		if v.Attached && !w.Attached[v.VolID] {
 			out = append(out, fmt.Sprintf("driver: volume %s (%s) attached, no claim owns it", v.VolName, v.VolID))
 		}
-		for _, p := range v.Staged {
-			if staged[p] {
-				out = append(out, fmt.Sprintf("driver: %s staged twice", p))
-			}
-			staged[p] = true
-			if !w.Staged[p] {
-				out = append(out, fmt.Sprintf("driver: volume %s staged at %s, no claim owns it", v.VolName, p))
-			}
-		}
-		for _, p := range v.Published {
-			if published[p] {
-				out = append(out, fmt.Sprintf("driver: %s published twice", p))
-			}
-			published[p] = true
-			if !w.Published[p] {
-				out = append(out, fmt.Sprintf("driver: volume %s published at %s, no claim owns it", v.VolName, p))
+		// Each path once, and owned.
+		check := func(what string, paths []string, seen, owned map[string]bool) {
+			for _, p := range paths {
+				if seen[p] {
+					out = append(out, fmt.Sprintf("driver: %s %s twice", p, what))
+				}
+				seen[p] = true
+				if !owned[p] {
+					out = append(out, fmt.Sprintf("driver: volume %s %s at %s, no claim owns it", v.VolName, what, p))
+				}
 			}
 		}
+		check("staged", v.Staged, staged, w.Staged)
+		check("published", v.Published, published, w.Published)
 	}
 	for id := range w.Attached {
 		if !slices.ContainsFunc(s.Volumes, func(v Volume) bool { return v.VolID == id && v.Attached }) {
