@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,6 +69,19 @@ func (e *testEnv) waitDeregistered(id string) {
 	})
 }
 
+// awaitEvents waits until there are at least n recent events of type typ
+// (events are recorded as the registry reports them, after the change a
+// test may already see), and returns them.
+func (e *testEnv) awaitEvents(typ string, n int) []runtime.Event {
+	e.t.Helper()
+	var evs []runtime.Event
+	eventually(e.t, fmt.Sprintf("%d %s event(s)", n, typ), func() (bool, error) {
+		evs = e.eventsOf(typ)
+		return len(evs) >= n, nil
+	})
+	return evs
+}
+
 // eventsOf returns the recent events of type typ.
 func (e *testEnv) eventsOf(typ string) []runtime.Event {
 	e.t.Helper()
@@ -112,7 +126,7 @@ func TestRuntime_RegistrationDir_ExamplePlugin(t *testing.T) {
 	if a.Plugin != driverName || a.Type != runtime.TypeNode || a.Socket != sock || a.Source != runtime.SourceRegistration || a.NodeID != "node-1" {
 		t.Fatalf("allocation = %+v, want an attached node allocation of %s at %s from the registration directory", a, driverName, sock)
 	}
-	if evs := e.eventsOf(runtime.EventAllocationRegistered); len(evs) != 1 || !strings.Contains(evs[0].Message, "from the registration directory") {
+	if evs := e.awaitEvents(runtime.EventAllocationRegistered, 1); len(evs) != 1 || !strings.Contains(evs[0].Message, "from the registration directory") {
 		t.Errorf("registered events = %+v", evs)
 	}
 
@@ -164,7 +178,7 @@ func TestRuntime_RegistrationDir_ExamplePlugin(t *testing.T) {
 	// The registrar goes (its socket with it): so does the allocation.
 	reg.Stop()
 	e.waitDeregistered(driverName)
-	if evs := e.eventsOf(runtime.EventAllocationDeregistered); len(evs) != 1 || evs[0].Alloc != driverName {
+	if evs := e.awaitEvents(runtime.EventAllocationDeregistered, 1); len(evs) != 1 || evs[0].Alloc != driverName {
 		t.Errorf("deregistered events = %+v", evs)
 	}
 }
@@ -188,7 +202,7 @@ func TestRuntime_RegistrationDir_Refused(t *testing.T) {
 	if st := dev.Status(t, waitLimit); st.PluginRegistered || !strings.Contains(st.Error, `plugin type "DevicePlugin" is not supported`) {
 		t.Fatalf("device registrar told %+v", st)
 	}
-	refusals := e.eventsOf(runtime.EventRegistrationRefused)
+	refusals := e.awaitEvents(runtime.EventRegistrationRefused, 2)
 	if len(refusals) != 2 || refusals[0].Plugin != driverName || !strings.Contains(refusals[0].Message, oldCSI) {
 		t.Errorf("registration-refused events = %+v", refusals)
 	}
@@ -247,7 +261,7 @@ func TestRuntime_RegistrationDir_Restart(t *testing.T) {
 		t.Fatalf("after a restart, registrar told %+v", st)
 	}
 	e.waitAllocHealthy(driverName)
-	if evs := e.eventsOf(runtime.EventAllocationRegistered); len(evs) != 1 || !strings.Contains(evs[0].Message, "restored (seq 1, from the registration directory)") {
+	if evs := e.awaitEvents(runtime.EventAllocationRegistered, 1); len(evs) != 1 || !strings.Contains(evs[0].Message, "restored (seq 1, from the registration directory)") {
 		t.Errorf("after a restart, registered events = %+v; want the allocation restored, not registered anew", evs)
 	}
 

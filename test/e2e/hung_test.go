@@ -54,21 +54,24 @@ func TestAgent_HealthTimeout_HungPluginRestarted(t *testing.T) {
 		m := allocs()
 		return m["hung"].PID != 0 && m["hung"].PID != firstPID, fmt.Sprintf("%+v", m["hung"])
 	})
-	evs := h.events()
-	var killed bool
-	for _, e := range evs {
-		killed = killed || (e.Alloc == "hung" && strings.Contains(e.Message, "killed after it was not healthy for 2s"))
-	}
-	if !killed {
-		t.Errorf("no event says the hung plugin was killed for staying unhealthy: %+v", evs)
-	}
+	h.eventually("an event saying the hung plugin was killed for staying unhealthy", readyDeadline, func() (bool, string) {
+		evs := h.events()
+		for _, e := range evs {
+			if e.Alloc == "hung" && strings.Contains(e.Message, "killed after it was not healthy for 2s") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", evs)
+	})
 	h.eventually("the attached allocation is reported", readyDeadline, func() (bool, string) {
 		d := allocs()["away"].HealthDescription
 		return strings.HasPrefix(d, "not healthy for over 2s: "), d
 	})
-	if !hasEvent(h.events(), runtime.EventHealthChanged, "away", "") {
-		t.Error("no health-changed event for the attached allocation")
-	}
+	// Events reach the agent's list after the registry's state changed.
+	h.eventually("a health-changed event for the attached allocation", readyDeadline, func() (bool, string) {
+		evs := h.events()
+		return hasEvent(evs, runtime.EventHealthChanged, "away", ""), fmt.Sprint(evs)
+	})
 	// Its lines are kept across the restart.
 	if r := h.cli("alloc", "logs", "hung"); r.code != 0 || strings.Count(r.stdout, "started\n") < 2 {
 		t.Errorf("alloc logs hung: %s; want a 'started' line per start", r)
