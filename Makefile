@@ -45,6 +45,13 @@ run-cluster: build
 	$(GO) build -o bin/csiactor-cluster ./examples/cluster
 	./bin/csiactor-cluster -bin $(BIN)
 
+# The kubernetes-csi hostpath driver, which the lifecycle, crash, repair and
+# cluster tests run against beside our own plugins: $CSIACTOR_HOSTPATH_PLUGIN,
+# else a build beside the repository (../shared/bin, as CI has it); the
+# tests that need it skip with a message where there is none.
+CSIACTOR_HOSTPATH_PLUGIN ?= $(abspath $(wildcard ../shared/bin/hostpathplugin))
+export CSIACTOR_HOSTPATH_PLUGIN
+
 ## test: vet, then every test with the race detector (root-only tests skip elsewhere).
 test:
 	$(GO) vet $(PKGS)
