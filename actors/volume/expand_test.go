@@ -245,11 +245,12 @@ func TestManager_Restart_ResumesExpansion(t *testing.T) {
 	cancel()
 	<-done
 	e.restart()
+	// The actor writes the store, then shows the record to Get: wait for
+	// both.
 	waitFor(t, "expansion resumed after restart", func() bool {
 		s, err := e.store.Volume(ctx, "vol1")
-		return err == nil && s.Expansion == nil && s.CapacityBytes == 2*gib
+		got, gerr := e.m.Get(ctx, "vol1")
+		return err == nil && s.Expansion == nil && s.CapacityBytes == 2*gib &&
+			gerr == nil && got.Expansion == nil && got.CapacityBytes == 2*gib
 	})
-	if got, err := e.m.Get(ctx, "vol1"); err != nil || got.CapacityBytes != 2*gib {
-		t.Errorf("Get = %d, %v", got.CapacityBytes, err)
-	}
 }
