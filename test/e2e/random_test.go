@@ -29,7 +29,7 @@ const SeedEnv = "CSIACTOR_E2E_SEED"
 
 // The randomized crash test's size: about a minute of kills.
 const (
-	randomKills       = 15
+	randomKills       = 40 // 0.3–2 s apart plus each restart: about a minute
 	randomWorkers     = 4
 	randomVolumes     = 10 // per driver, 4 single-node-writer, 6 multi-node-multi-writer
 	randomMinGap      = 300 * time.Millisecond
