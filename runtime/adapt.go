@@ -139,6 +139,7 @@ func volumeFromManager(v volume.Volume) Volume {
 	out := Volume{
 		ID: v.ID, Plugin: v.Plugin, ExternalID: v.ExternalID, MountOptions: v.MountOptions,
 		Parameters: v.Parameters, Context: v.Context, CapacityBytes: v.CapacityBytes,
+		Created: v.Created, CreatedAt: v.CreatedAt,
 		Claims: make([]Claim, 0, len(v.Claims)), PastClaims: make([]Claim, 0, len(v.PastClaims)),
 		Expansion: v.Expansion, AccessibleTopology: v.AccessibleTopology,
 		Usage: v.Usage, Condition: v.Condition,

@@ -55,6 +55,9 @@ type Config struct {
 	// Cluster, when set, turns on cluster mode (etcd); nil keeps every
 	// volume and claim in this agent's store only.
 	Cluster *ClusterConfig `yaml:"cluster"`
+	// Docker, when set, serves the Docker volume plugin protocol for the
+	// drivers it names; nil serves none.
+	Docker *DockerConfig `yaml:"docker"`
 	// Allocations are registered on every start, in addition to the
 	// allocations restored from the store.
 	Allocations []AllocationConfig `yaml:"allocations"`
@@ -255,6 +258,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.Volumes.StallAfter, d.Volumes.StallAfter)
 	c.Allocations = append([]AllocationConfig(nil), c.Allocations...)
 	c.Cluster = c.Cluster.withDefaults()
+	c.Docker = c.Docker.withDefaults()
 	return c
 }
 
@@ -370,6 +374,9 @@ func (c Config) Validate() error {
 		return fieldErr("volumes.stall_after", fmt.Sprintf("%s is negative; want a positive duration like \"5m\"", c.Volumes.StallAfter))
 	}
 	if err := c.Cluster.Validate(); err != nil {
+		return err
+	}
+	if err := c.Docker.Validate(); err != nil {
 		return err
 	}
 	seen := make(map[string]int, len(c.Allocations))

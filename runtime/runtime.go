@@ -739,6 +739,24 @@ func (r *Runtime) Events(ctx context.Context) ([]Event, error) {
 	return r.events.recent(), nil
 }
 
+// RecordEvent adds e to the event list and sends it to subscribers, for
+// components built on the runtime that report their own events (package
+// dockerplugin). A zero Time is now. It fails with a *FieldError when
+// e.Type is empty, and with ErrShutdown once the runtime shuts down.
+func (r *Runtime) RecordEvent(e Event) error {
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	if err := r.ready(); err != nil {
+		return err
+	}
+	r.events.publish(e)
+	return nil
+}
+
 // Subscribe returns a channel that receives the recent events, oldest first,
 // then every later event with no gap. It is closed when ctx is done or the
 // runtime shuts down. A subscriber that falls more than RecentEvents behind

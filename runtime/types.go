@@ -514,6 +514,11 @@ type Volume struct {
 	// CapacityBytes is the size the plugin reported on create (0 when
 	// unknown).
 	CapacityBytes int64 `json:"capacity_bytes"`
+	// Created is true for a volume made through its plugin's CreateVolume
+	// (deleting it destroys it), false for one registered.
+	Created bool `json:"created,omitempty"`
+	// CreatedAt is when the volume was registered or created here.
+	CreatedAt time.Time `json:"created_at,omitzero"`
 	// Claims are the current claims; PastClaims the released ones still
 	// being torn down.
 	Claims     []Claim `json:"claims"`

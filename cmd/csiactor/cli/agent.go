@@ -18,6 +18,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/csiactor/csiactor/api"
+	"github.com/csiactor/csiactor/dockerplugin"
 	"github.com/csiactor/csiactor/runtime"
 )
 
@@ -60,10 +61,42 @@ var errNoAgent = errors.New("this csiactor binary has no agent runtime (cli.With
 // NewRuntimeAgent is the agent `csiactor agent` runs unless WithAgent says
 // otherwise: the runtime package's Runtime.
 func NewRuntimeAgent(cfg runtime.Config, deps AgentDeps) (Agent, error) {
-	return runtime.New(cfg, runtime.Options{Log: deps.Log, Registerer: deps.Registerer})
+	rt, err := runtime.New(cfg, runtime.Options{Log: deps.Log, Registerer: deps.Registerer})
+	if err != nil || cfg.Docker == nil {
+		return rt, err
+	}
+	return &dockerAgent{Runtime: rt, log: deps.Log.WithField("component", "docker")}, nil
 }
 
 var _ Agent = (*runtime.Runtime)(nil)
+
+// dockerAgent is the runtime with the Docker volume drivers of its docker
+// section served on top: started after it, stopped before it.
+type dockerAgent struct {
+	*runtime.Runtime
+	log    *logrus.Entry
+	docker *dockerplugin.Server
+}
+
+func (a *dockerAgent) Start(ctx context.Context) error {
+	if err := a.Runtime.Start(ctx); err != nil {
+		return err
+	}
+	d, err := dockerplugin.Start(ctx, a.Runtime, a.log)
+	if err != nil {
+		return fmt.Errorf("docker: %w", err)
+	}
+	a.docker = d
+	return nil
+}
+
+func (a *dockerAgent) Shutdown(ctx context.Context) error {
+	var err error
+	if a.docker != nil {
+		err = a.docker.Shutdown(ctx)
+	}
+	return errors.Join(err, a.Runtime.Shutdown(ctx))
+}
 
 // BootIDFileEnv names an environment variable that, when set, is the file
 // the agent reads the host's boot ID from instead of
