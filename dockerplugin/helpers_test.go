@@ -61,15 +61,22 @@ type rig struct {
 
 func newRig(t testing.TB, mod func(*runtime.DockerConfig)) *rig {
 	t.Helper()
+	return newRigWith(t, func(c *runtime.Config) {
+		if mod != nil {
+			mod(c.Docker)
+		}
+	})
+}
+
+// newRigWith is newRig with mod applied to the whole runtime config.
+func newRigWith(t testing.TB, mod func(*runtime.Config)) *rig {
+	t.Helper()
 	dir := shortDir(t, "csiactor-dp-")
 	dc := &runtime.DockerConfig{
 		PluginDir:    filepath.Join(dir, "plugins"),
 		Drivers:      []runtime.DockerDriver{{Name: testDriver, Plugin: testPlugin}},
 		Engines:      []string{},
 		UnmountGrace: time.Nanosecond,
-	}
-	if mod != nil {
-		mod(dc)
 	}
 	r := &rig{t: t, log: logrus.New()}
 	r.log.SetOutput(io.Discard)
@@ -85,8 +92,13 @@ func newRig(t testing.TB, mod func(*runtime.DockerConfig)) *rig {
 		Host:    runtime.HostConfig{SkipMountCheck: true},
 		Docker:  dc,
 	}
+	mod(&r.cfg)
 	var endpoint string
-	r.plugin, endpoint = fakeplugin.Start(t, fullPlugin)
+	pc := fullPlugin
+	if r.cfg.Cluster != nil {
+		pc.NodeID = "csi-" + r.cfg.Cluster.NodeID
+	}
+	r.plugin, endpoint = fakeplugin.Start(t, pc)
 	r.sock = endpoint[len("unix://"):]
 	r.start()
 	if _, err := r.rt.RegisterAllocation(context.Background(), "fake-1", runtime.AllocationSpec{

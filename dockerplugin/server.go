@@ -35,6 +35,10 @@ const maxBody = 1 << 20
 // volume's released claims before it deletes the volume.
 const removeWait = time.Minute
 
+// teardownWait bounds how long a Mount waits for the teardown of earlier
+// claims of Mounts on this host that hold the volume's place.
+const teardownWait = 30 * time.Second
+
 // Server serves the Docker volume plugin protocol for the drivers of the
 // runtime's docker config. Start makes one; Shutdown stops it.
 type Server struct {
@@ -351,11 +355,16 @@ func (s *Server) volume(ctx context.Context, d runtime.DockerDriver, name string
 	return v, nil
 }
 
+// ours reports whether c is a claim made by a Mount on this host.
+func (s *Server) ours(c runtime.Claim) bool {
+	return (c.Host == "" || c.Host == s.node) && strings.HasPrefix(c.Alloc, AllocPrefix)
+}
+
 // mountpoint is where v is published on this host for the engines: the
 // target path of a published claim made by a Mount; "" when none is.
 func (s *Server) mountpoint(v runtime.Volume) string {
 	for _, c := range v.Claims {
-		if c.State == runtime.ClaimPublished && (c.Host == "" || c.Host == s.node) && strings.HasPrefix(c.Alloc, AllocPrefix) {
+		if c.State == runtime.ClaimPublished && s.ours(c) {
 			return c.TargetPath
 		}
 	}
@@ -448,12 +457,37 @@ func (s *Server) mount(ctx context.Context, d runtime.DockerDriver, name, id str
 	if err != nil {
 		return "", err
 	}
+	// The claims of other mount IDs waiting out their grace period go
+	// now: the grace is for this mount ID coming back, and another
+	// container's claim must not find the volume taken by them.
+	// Their teardown, like that of any other past claim of a Mount on
+	// this host, is waited for rather than refused as a conflict.
+	tearingDown := false
+	for _, e := range s.book.entries(name) {
+		if e.ID != id && e.Refs == 0 {
+			ok := mountKey{name, e.ID}
+			s.cancelRelease(ok)
+			if err := s.releaseLocked(ctx, ok, "another mount ID came"); err != nil {
+				s.scheduleRelease(ok)
+				return "", err
+			}
+			tearingDown = true
+		}
+	}
+	for _, c := range v.PastClaims {
+		tearingDown = tearingDown || s.ours(c)
+	}
 	n, _, err := s.book.add(k, d.Name, 1)
 	if err != nil {
 		return "", err
 	}
 	s.cancelRelease(k)
-	c, err := s.rt.Claim(ctx, name, req)
+	var c runtime.Claim
+	if tearingDown {
+		c, err = s.rt.ClaimWait(ctx, name, req, teardownWait)
+	} else {
+		c, err = s.rt.Claim(ctx, name, req)
+	}
 	if err != nil {
 		// The claim may have been made before it failed; undo this
 		// reference and, with none left, release it.
@@ -593,9 +627,7 @@ func (s *Server) awaitTeardown(ctx context.Context, name string) (runtime.Volume
 		}
 		busy := false
 		for _, c := range v.PastClaims {
-			if (c.Host == "" || c.Host == s.node) && strings.HasPrefix(c.Alloc, AllocPrefix) {
-				busy = true
-			}
+			busy = busy || s.ours(c)
 		}
 		if !busy {
 			return v, nil

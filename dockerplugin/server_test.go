@@ -376,3 +376,25 @@ func TestStart_SocketInUse(t *testing.T) {
 	// The first server still serves.
 	r.ok("Plugin.Activate", struct{}{})
 }
+
+func TestServer_Mount_AnotherIDTakesOverAClaimInGrace(t *testing.T) {
+	// Two containers one after the other on a single-writer volume: the
+	// first one's claim, waiting out its grace period, gives way.
+	r := newRig(t, func(c *runtime.DockerConfig) { c.UnmountGrace = time.Hour })
+	r.ok("VolumeDriver.Create", map[string]any{"Name": "v1"})
+	r.mount("v1", "first")
+	r.unmount("v1", "first")
+	r.mount("v1", "second")
+	v := r.volume("v1")
+	if len(v.Claims) != 1 || v.Claims[0].Alloc != dockerplugin.AllocFor("second") {
+		t.Fatalf("claims = %+v, want the second container's only", v.Claims)
+	}
+	r.waitGone("v1", dockerplugin.AllocFor("first"))
+	data, err := os.ReadFile(filepath.Join(r.cfg.DataDir, "docker", "mounts.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), `"first"`) {
+		t.Errorf("the released mount is still counted: %s", data)
+	}
+}
