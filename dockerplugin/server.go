@@ -350,7 +350,9 @@ func (s *Server) volume(ctx context.Context, d runtime.DockerDriver, name string
 		return v, err
 	}
 	if v.Plugin != d.Plugin {
-		return v, fmt.Errorf("%w: volume %q is of plugin %q, not of driver %q's plugin %q", runtime.ErrConflict, name, v.Plugin, d.Name, d.Plugin)
+		// Not found, as the engines take it: Docker asks every driver
+		// for a volume it does not know.
+		return v, fmt.Errorf("%w: volume %q is not a volume of driver %q: its plugin is %q, not %q", runtime.ErrNotFound, name, d.Name, v.Plugin, d.Plugin)
 	}
 	return v, nil
 }
@@ -413,7 +415,12 @@ func (s *Server) create(ctx context.Context, d runtime.DockerDriver, name string
 		return err
 	}
 	defer s.lock(name)()
-	if _, err := s.volume(ctx, d, name); err == nil || !errors.Is(err, runtime.ErrNotFound) {
+	switch v, err := s.rt.Volume(ctx, name); {
+	case err == nil && v.Plugin != d.Plugin:
+		return fmt.Errorf("%w: volume %q exists, of plugin %q, not of driver %q's plugin %q", runtime.ErrConflict, name, v.Plugin, d.Name, d.Plugin)
+	case err == nil:
+		return nil
+	case !errors.Is(err, runtime.ErrNotFound):
 		return err
 	}
 	if spec.ExternalID != "" {
