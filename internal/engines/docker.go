@@ -155,6 +155,12 @@ func (d *Docker) start() error {
 		"--iptables=false", "--bridge=none", "--ip-masq=false",
 		// No /etc/docker/daemon.json of the machine's.
 		"--config-file", filepath.Join(d.Dir, "daemon.json"),
+		// dockerd uses the machine's containerd instead of starting its
+		// own wherever /run/containerd/containerd.sock exists (a host
+		// where the containerd package's service runs): namespaces of
+		// its own keep its containers apart there too.
+		"--containerd-namespace", filepath.Base(d.Dir),
+		"--containerd-plugins-namespace", filepath.Base(d.Dir) + "-plugins",
 	}
 	if d.opts.LiveRestore {
 		args = append(args, "--live-restore")

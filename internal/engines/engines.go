@@ -382,11 +382,13 @@ func logTail(file string, n int) string {
 }
 
 // removeDir ends every process left that belongs to dir (its command line
-// names dir; and their descendants, which are the containers' processes),
-// unmounts everything under dir, and removes it. It returns what failed.
+// names dir's base name, which is unique and also the containerd namespace
+// of a dockerd; and their descendants, which are the containers'
+// processes), unmounts everything under dir, and removes it. It returns
+// what failed.
 func removeDir(dir string) error {
 	var errs []error
-	if err := killTree(dir); err != nil {
+	if err := killTree(filepath.Base(dir)); err != nil {
 		errs = append(errs, err)
 	}
 	mps, err := mountinfo.Under(dir)

@@ -111,7 +111,7 @@ func checkGone(t *testing.T, dir string) {
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("%s is still there after Close: %v", dir, err)
 	}
-	if pids := tree(dir); len(pids) > 0 {
+	if pids := tree(filepath.Base(dir)); len(pids) > 0 {
 		t.Errorf("processes of %s left after Close: %v", dir, pids)
 	}
 }
