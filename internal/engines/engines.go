@@ -34,6 +34,13 @@
 //     plugin there must give its driver a name no other test uses, and
 //     remove the socket at its end. Podman is told its plugins' sockets
 //     through PodmanOptions.VolumePlugins instead.
+//   - A dockerd asked for a volume by a name it does not know (`docker run
+//     -v NAME:/data` without `volume create`, `volume inspect NAME`) asks
+//     every plugin in /run/docker/plugins for it (VolumeDriver.Get) and
+//     takes the first that has it, so any dockerd on the machine, the
+//     tests' own included, can reach another test's plugin: create local
+//     volumes explicitly (`volume create --driver local NAME`) and give
+//     plugin volumes names unique to the test.
 //   - Cleanups run last-registered-first: a test whose containers use a
 //     volume plugin it serves should call Close on the engine before it
 //     stops the plugin (or start the plugin first), so that removing the

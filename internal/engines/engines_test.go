@@ -64,13 +64,13 @@ type engine interface {
 // and a second one that reads it back, copies a file into a running
 // container's volume, and checks that the API socket shows the mount.
 func writeThenRead(t *testing.T, e engine) {
-	e.MustRun("volume", "create", "data1")
-	e.MustRun("run", "--rm", "--network", "none", "-v", "data1:/data", Image, "sh", "-c", "echo written > /data/f")
-	if got := e.MustRun("run", "--rm", "--network", "none", "-v", "data1:/data", Image, "cat", "/data/f"); got != "written\n" {
+	vol := localVolume(t, e)
+	e.MustRun("run", "--rm", "--network", "none", "-v", vol+":/data", Image, "sh", "-c", "echo written > /data/f")
+	if got := e.MustRun("run", "--rm", "--network", "none", "-v", vol+":/data", Image, "cat", "/data/f"); got != "written\n" {
 		t.Fatalf("the second container read %q, want %q", got, "written\n")
 	}
 
-	e.MustRun("run", "-d", "--name", "c1", "--network", "none", "-v", "data1:/data", Image, "sh", "-c", Idle)
+	e.MustRun("run", "-d", "--name", "c1", "--network", "none", "-v", vol+":/data", Image, "sh", "-c", Idle)
 	src := filepath.Join(t.TempDir(), "copied")
 	if err := os.WriteFile(src, []byte("by cp\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -96,13 +96,24 @@ func writeThenRead(t *testing.T, e engine) {
 		if c.State != "running" {
 			t.Errorf("c1: state %q, want running", c.State)
 		}
-		if len(c.Mounts) != 1 || c.Mounts[0].Type != "volume" || c.Mounts[0].Name != "data1" || c.Mounts[0].Driver != "local" || c.Mounts[0].Destination != "/data" {
-			t.Errorf("c1: mounts %+v, want the volume data1 of driver local at /data", c.Mounts)
+		if len(c.Mounts) != 1 || c.Mounts[0].Type != "volume" || c.Mounts[0].Name != vol || c.Mounts[0].Driver != "local" || c.Mounts[0].Destination != "/data" {
+			t.Errorf("c1: mounts %+v, want the volume %s of driver local at /data", c.Mounts, vol)
 		}
 	}
 	if !found {
 		t.Fatalf("GET /containers/json?all=1 has no /c1: %+v", cs)
 	}
+}
+
+// localVolume creates a volume of the local driver, with a name unique to
+// the test, and returns its name. A dockerd asks every plugin in the
+// machine-wide /run/docker/plugins for a volume name it does not know, so
+// a bare `-v data1:/data` may well get another test's plugin volume.
+func localVolume(t *testing.T, e engine) string {
+	t.Helper()
+	name := "engines-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	e.MustRun("volume", "create", "--driver", "local", name)
+	return name
 }
 
 // checkGone checks that dir and every process of it are gone.
@@ -135,7 +146,8 @@ func TestPodman_VolumeWriteThenRead(t *testing.T) {
 func TestDocker_KillStart(t *testing.T) {
 	t.Parallel()
 	d := StartDocker(t, DockerOptions{})
-	d.MustRun("run", "-d", "--name", "c1", "--network", "none", "-v", "data1:/data", Image, "sh", "-c", "echo kept > /data/f; "+Idle)
+	vol := localVolume(t, d)
+	d.MustRun("run", "-d", "--name", "c1", "--network", "none", "-v", vol+":/data", Image, "sh", "-c", "echo kept > /data/f; "+Idle)
 	waitFile(t, d, "c1", "/data/f")
 	d.Kill()
 	if _, err := d.Run("version"); err == nil {
@@ -146,7 +158,7 @@ func TestDocker_KillStart(t *testing.T) {
 	if got := strings.TrimSpace(d.MustRun("inspect", "-f", "{{.State.Running}}", "c1")); got != "false" {
 		t.Fatalf("c1 running=%s after a restart without live-restore", got)
 	}
-	if got := d.MustRun("run", "--rm", "--network", "none", "-v", "data1:/data", Image, "cat", "/data/f"); got != "kept\n" {
+	if got := d.MustRun("run", "--rm", "--network", "none", "-v", vol+":/data", Image, "cat", "/data/f"); got != "kept\n" {
 		t.Fatalf("after the restart the volume holds %q", got)
 	}
 }
@@ -154,7 +166,8 @@ func TestDocker_KillStart(t *testing.T) {
 func TestDocker_LiveRestore_KeepsContainer(t *testing.T) {
 	t.Parallel()
 	d := StartDocker(t, DockerOptions{LiveRestore: true})
-	d.MustRun("run", "-d", "--name", "c1", "--network", "none", "-v", "data1:/data", Image, "sh", "-c", "echo kept > /data/f; "+Idle)
+	vol := localVolume(t, d)
+	d.MustRun("run", "-d", "--name", "c1", "--network", "none", "-v", vol+":/data", Image, "sh", "-c", "echo kept > /data/f; "+Idle)
 	waitFile(t, d, "c1", "/data/f")
 	pid := strings.TrimSpace(d.MustRun("inspect", "-f", "{{.State.Pid}}", "c1"))
 	d.Kill()
