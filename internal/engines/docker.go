@@ -21,8 +21,11 @@ type DockerOptions struct {
 	LiveRestore bool
 }
 
-// Docker is a private dockerd with its own managed containerd, data,
-// exec root and API socket, all in Dir. Its methods may be called from
+// Docker is a private dockerd with its own containerd, data, exec root
+// and API socket, all in Dir. (Where the machine's containerd runs, with
+// its socket at /run/containerd/containerd.sock, dockerd uses that one
+// instead of starting its own; it does so in containerd namespaces named
+// after Dir, so its containers stay apart there too.) Its methods may be called from
 // one goroutine at a time (Run and MustRun from several).
 type Docker struct {
 	// Dir holds everything of this dockerd: data/ (--data-root), exec/
@@ -35,8 +38,8 @@ type Docker struct {
 	// where Dir lies on overlayfs.
 	StorageDriver string
 
-	tb   testing.TB
-	opts DockerOptions
+	client // Run and MustRun: the docker client against this dockerd
+	opts   DockerOptions
 
 	mu     sync.Mutex
 	d      *daemon // guarded by mu; nil once closed
@@ -54,7 +57,8 @@ func StartDocker(tb testing.TB, opts DockerOptions) *Docker {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	d := &Docker{Dir: dir, Image: Image, StorageDriver: "overlay2", tb: tb, opts: opts}
+	d := &Docker{Dir: dir, Image: Image, StorageDriver: "overlay2", opts: opts}
+	d.client = client{tb: tb, command: d.Command}
 	if onOverlayfs(dir) {
 		d.StorageDriver = "vfs"
 	}
@@ -83,22 +87,6 @@ func (d *Docker) logFile() string { return filepath.Join(d.Dir, "dockerd.log") }
 // for a test that needs its own stdin or output.
 func (d *Docker) Command(args ...string) *exec.Cmd {
 	return exec.Command(DockerPath, append([]string{"-H", "unix://" + d.Socket()}, args...)...)
-}
-
-// Run runs the docker client against this dockerd with args and returns
-// its stdout; a failure's error holds the command and its stderr.
-func (d *Docker) Run(args ...string) (string, error) {
-	return run(d.Command(args...))
-}
-
-// MustRun is Run that fails the test on error.
-func (d *Docker) MustRun(args ...string) string {
-	d.tb.Helper()
-	out, err := d.Run(args...)
-	if err != nil {
-		d.tb.Fatal(err)
-	}
-	return out
 }
 
 // Kill SIGKILLs dockerd, as in a crash, and returns once it is gone and
@@ -231,20 +219,7 @@ func (d *Docker) Close() {
 	d.closed = true
 	dm := d.d
 	d.mu.Unlock()
-	if d.tb.Failed() {
-		d.tb.Logf("dockerd %s: its log ends:\n%s", d.Dir, logTail(d.logFile(), 60))
-	}
-	if dm != nil {
-		if err := dm.stop(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := removeDir(d.Dir); err != nil {
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
-		d.tb.Errorf("cleaning up dockerd %s: %v", d.Dir, err)
-	}
+	teardown(d.tb, "dockerd", d.Dir, d.logFile(), dm, errs)
 }
 
 // waitGone waits until pid is no live process (gone, or a zombie that

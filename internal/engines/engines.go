@@ -71,6 +71,7 @@ import (
 	"time"
 
 	"github.com/csiactor/csiactor/internal/mountinfo"
+	"github.com/csiactor/csiactor/internal/testbin"
 )
 
 // Env names the environment variable that enables the tests that run the
@@ -291,6 +292,51 @@ func run(cmd *exec.Cmd) (string, error) {
 	return stdout.String(), nil
 }
 
+// client runs an engine's command-line client; Docker and Podman embed
+// it.
+type client struct {
+	tb      testing.TB
+	command func(args ...string) *exec.Cmd
+}
+
+// Run runs the engine's client (/usr/bin/docker against this dockerd, or
+// /usr/bin/podman on this Podman) with args and returns its stdout; a
+// failure's error holds the command and its stderr.
+func (c client) Run(args ...string) (string, error) {
+	return run(c.command(args...))
+}
+
+// MustRun is Run that fails the test on error.
+func (c client) MustRun(args ...string) string {
+	c.tb.Helper()
+	out, err := c.Run(args...)
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	return out
+}
+
+// teardown ends an engine once its containers are removed (errs holds what
+// failed so far): it shows the daemon's log when tb failed, stops the
+// daemon (when there is one), removes dir with removeDir, and reports
+// every failure on tb.
+func teardown(tb testing.TB, what, dir, logFile string, d *daemon, errs []error) {
+	if tb.Failed() {
+		tb.Logf("%s %s: its log ends:\n%s", what, dir, logTail(logFile, 60))
+	}
+	if d != nil {
+		if err := d.stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := removeDir(dir); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		tb.Errorf("cleaning up %s %s: %v", what, dir, err)
+	}
+}
+
 // daemon is a long-running engine process (dockerd, or Podman's API
 // service) started by this package.
 type daemon struct {
@@ -381,11 +427,7 @@ func logTail(file string, n int) string {
 	if err != nil {
 		return err.Error()
 	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return testbin.Tail(string(b), n)
 }
 
 // removeDir ends every process left that belongs to dir (its command line

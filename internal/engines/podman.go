@@ -2,7 +2,6 @@ package engines
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -38,7 +37,7 @@ type Podman struct {
 	// where Dir lies on overlayfs.
 	StorageDriver string
 
-	tb testing.TB
+	client // Run and MustRun: podman on this Podman
 
 	mu      sync.Mutex
 	service *daemon // guarded by mu
@@ -56,7 +55,8 @@ func StartPodman(tb testing.TB, opts PodmanOptions) *Podman {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p := &Podman{Dir: dir, Image: Image, StorageDriver: "overlay", tb: tb}
+	p := &Podman{Dir: dir, Image: Image, StorageDriver: "overlay"}
+	p.client = client{tb: tb, command: p.Command}
 	if onOverlayfs(dir) {
 		p.StorageDriver = "vfs"
 	}
@@ -148,22 +148,6 @@ func (p *Podman) Command(args ...string) *exec.Cmd {
 	return cmd
 }
 
-// Run runs podman with args on this Podman and returns its stdout; a
-// failure's error holds the command and its stderr.
-func (p *Podman) Run(args ...string) (string, error) {
-	return run(p.Command(args...))
-}
-
-// MustRun is Run that fails the test on error.
-func (p *Podman) MustRun(args ...string) string {
-	p.tb.Helper()
-	out, err := p.Run(args...)
-	if err != nil {
-		p.tb.Fatal(err)
-	}
-	return out
-}
-
 // Close removes every container (`rm -f -t 0`: no grace period), stops
 // the API service, ends any process left (conmon and the containers'),
 // unmounts what is mounted under Dir and removes Dir. It reports what
@@ -184,18 +168,5 @@ func (p *Podman) Close() {
 			errs = append(errs, err)
 		}
 	}
-	if p.tb.Failed() {
-		p.tb.Logf("podman service %s: its log ends:\n%s", p.Dir, logTail(p.logFile(), 60))
-	}
-	if svc != nil {
-		if err := svc.stop(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := removeDir(p.Dir); err != nil {
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
-		p.tb.Errorf("cleaning up podman %s: %v", p.Dir, err)
-	}
+	teardown(p.tb, "podman service", p.Dir, p.logFile(), svc, errs)
 }
