@@ -40,7 +40,11 @@
 //     takes the first that has it, so any dockerd on the machine, the
 //     tests' own included, can reach another test's plugin: create local
 //     volumes explicitly (`volume create --driver local NAME`) and give
-//     plugin volumes names unique to the test.
+//     plugin volumes names unique to the test. A socket left there with
+//     nothing serving it makes each such lookup on every dockerd wait 30 s
+//     (measured; Docker retries a plugin that long), and a dockerd that
+//     found it was still slow (15 s) on the next lookup after the socket
+//     was removed.
 //   - Cleanups run last-registered-first: a test whose containers use a
 //     volume plugin it serves should call Close on the engine before it
 //     stops the plugin (or start the plugin first), so that removing the
