@@ -52,6 +52,14 @@ run-cluster: build
 CSIACTOR_HOSTPATH_PLUGIN ?= $(abspath $(wildcard ../shared/bin/hostpathplugin))
 export CSIACTOR_HOSTPATH_PLUGIN
 
+# The real Docker and Podman engines (Debian's docker.io, podman and
+# busybox-static), which the volume plugin's tests run: on where we are
+# root and all four binaries are installed, as CI has it; elsewhere unset,
+# and those tests skip with a message.
+ENGINE_BINS := /usr/sbin/dockerd /usr/bin/docker /usr/bin/podman /usr/bin/busybox
+CSIACTOR_TEST_ENGINES ?= $(if $(and $(filter 0,$(shell id -u)),$(filter $(words $(ENGINE_BINS)),$(words $(wildcard $(ENGINE_BINS))))),1)
+export CSIACTOR_TEST_ENGINES
+
 ## test: vet, then every test with the race detector (root-only tests skip elsewhere).
 test:
 	$(GO) vet $(PKGS)
