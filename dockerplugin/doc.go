@@ -35,8 +35,11 @@
 // the counts are kept in <data_dir>/docker/mounts.json, written (and
 // synced) before the claim is made or released. The claim is released
 // when the last reference goes, after a grace period
-// (docker.unmount_grace), since Docker unmounts a new volume and mounts it
-// again at once when it copies an image's content into it.
+// (docker.unmount_grace): Docker mounts and unmounts a new volume, with a
+// mount ID of its own, to copy an image's content into it just before the
+// container mounts it. A Mount with a new ID takes over a claim waiting
+// out its grace period (the container after that copy, or the next
+// container), with no RPC.
 //
 // Get, List and Path answer from the agent's records, without a call to
 // the plugin, so a volume answers while its plugin is down. Remove
@@ -50,10 +53,11 @@
 // mounts. An engine that dies or restarts (or a container killed without an
 // Unmount) can leave references that no container holds: every
 // docker.reconcile_interval the agent asks each engine's API (GET
-// /containers/json) which running containers hold volumes of its drivers,
-// and releases a mount that two checks in a row found unheld with no
-// Mount in between, as an event "docker-mount-released". A check that
-// cannot reach every engine changes nothing.
+// /containers/json) which containers hold volumes of its drivers (any
+// container that has not exited: one being started is "created" when its
+// Mount comes), and releases a mount that two checks in a row found
+// unheld with no Mount in between, as an event "docker-mount-released".
+// A check that cannot reach every engine changes nothing.
 //
 // # Caveats
 //

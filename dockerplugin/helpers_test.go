@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -277,7 +278,7 @@ type fakeEngine struct {
 	socket string
 
 	mu       sync.Mutex
-	holders  []string // guarded by mu: volumes held by running containers
+	holders  []string // guarded by mu: "STATE:VOLUME" of containers with a volume
 	failing  bool     // guarded by mu: answer 500
 	requests int      // guarded by mu
 }
@@ -302,9 +303,15 @@ func startFakeEngine(t testing.TB, driver string) *fakeEngine {
 			return
 		}
 		type mount struct{ Type, Name, Driver string }
-		cs := []map[string]any{{"Id": "stopped", "State": "exited", "Mounts": []mount{}}}
-		for i, v := range e.holders {
-			cs = append(cs, map[string]any{"Id": fmt.Sprintf("c%d", i), "State": "running",
+		// An exited container and a dead one hold nothing, whatever
+		// their mounts.
+		cs := []map[string]any{
+			{"Id": "stopped", "State": "exited", "Mounts": []mount{{Type: "volume", Name: "v2", Driver: driver}}},
+			{"Id": "dead", "State": "dead", "Mounts": []mount{{Type: "volume", Name: "v2", Driver: driver}}},
+		}
+		for i, h := range e.holders {
+			state, v, _ := strings.Cut(h, ":")
+			cs = append(cs, map[string]any{"Id": fmt.Sprintf("c%d", i), "State": state,
 				"Mounts": []mount{{Type: "volume", Name: v, Driver: driver}, {Type: "bind"}}})
 		}
 		json.NewEncoder(w).Encode(cs)

@@ -37,6 +37,10 @@ type mountKey struct{ volume, id string }
 type mountRef struct {
 	// Driver is the driver the engine mounted the volume through.
 	Driver string `json:"driver"`
+	// Alloc is the allocation of the claim: AllocFor of the mount ID, or
+	// of an earlier mount ID whose claim this one took over in its grace
+	// period.
+	Alloc string `json:"alloc"`
 	// Refs is the number of Mounts without their Unmount; 0 while the
 	// claim waits out the grace period before its release.
 	Refs int `json:"refs"`
@@ -83,7 +87,7 @@ func openBook(path string) (*book, error) {
 		return nil, fmt.Errorf("docker mounts %s: version %d, want 1", path, f.Version)
 	}
 	for _, e := range f.Mounts {
-		if e.Volume == "" || e.ID == "" || e.Refs < 0 {
+		if e.Volume == "" || e.ID == "" || e.Refs < 0 || runtime.ValidateID("alloc", e.Alloc) != nil {
 			return nil, fmt.Errorf("docker mounts %s is corrupt: entry %q/%q with %d references", path, e.Volume, e.ID, e.Refs)
 		}
 		r := e.mountRef
@@ -104,7 +108,7 @@ func (b *book) add(k mountKey, driver string, delta int) (n int, ok bool, err er
 		if delta < 0 {
 			return 0, false, nil
 		}
-		r = &mountRef{Driver: driver}
+		r = &mountRef{Driver: driver, Alloc: AllocFor(k.id)}
 		b.refs[k] = r
 	}
 	old := *r
@@ -121,6 +125,30 @@ func (b *book) add(k mountKey, driver string, delta int) (n int, ok bool, err er
 		return old.Refs, true, err
 	}
 	return r.Refs, true, nil
+}
+
+// takeOver moves the entry of from, with no reference left, to the new
+// mount ID to, with one reference through driver: to's Mounts use from's
+// claim. It returns to's entry.
+func (b *book) takeOver(from, to mountKey, driver string) (mountRef, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r, ok := b.refs[from]
+	if !ok || r.Refs != 0 {
+		return mountRef{}, fmt.Errorf("docker mounts: %s of %s has references", from.id, from.volume)
+	}
+	if _, ok := b.refs[to]; ok {
+		return mountRef{}, fmt.Errorf("docker mounts: %s of %s exists", to.id, to.volume)
+	}
+	moved := &mountRef{Driver: driver, Alloc: r.Alloc, Refs: 1, gen: r.gen + 1}
+	delete(b.refs, from)
+	b.refs[to] = moved
+	if err := b.saveLocked(); err != nil {
+		delete(b.refs, to)
+		b.refs[from] = r
+		return mountRef{}, err
+	}
+	return *moved, nil
 }
 
 // remove forgets k (its claim is released) and saves the book.

@@ -15,9 +15,11 @@ import (
 // engineTimeout bounds one call to an engine's API.
 const engineTimeout = 10 * time.Second
 
-// holding are the container states in which a container holds its
-// volumes mounted.
-var holding = map[string]bool{"running": true, "paused": true, "restarting": true}
+// released are the container states in which a container holds none of
+// its volumes. Any other state may hold them: created is also the state
+// of a container being started, whose Mount has come and which is not
+// running yet, and of one that `docker cp` mounts.
+var released = map[string]bool{"exited": true, "dead": true, "stopped": true}
 
 // reconcileLoop checks the mounts against the engines at start and then
 // every reconcile interval, until Shutdown.
@@ -104,7 +106,7 @@ func (s *Server) releaseUnheld(ctx context.Context, k mountKey, driver string) {
 		return
 	}
 	s.rt.RecordEvent(runtime.Event{
-		Type: EventMountReleased, Volume: k.volume, Alloc: AllocFor(k.id),
+		Type: EventMountReleased, Volume: k.volume, Alloc: r.Alloc,
 		Message: fmt.Sprintf("driver %s: mount released: %s", driver, why),
 	})
 }
@@ -151,7 +153,7 @@ func listHolders(ctx context.Context, socket string, held map[[2]string]bool) er
 		return fmt.Errorf("engine %s: GET /containers/json: %w", socket, err)
 	}
 	for _, c := range cs {
-		if !holding[c.State] {
+		if released[c.State] {
 			continue
 		}
 		for _, m := range c.Mounts {

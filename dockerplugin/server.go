@@ -460,35 +460,47 @@ func (s *Server) mount(ctx context.Context, d runtime.DockerDriver, name, id str
 		return "", err
 	}
 	k := mountKey{name, id}
-	req, err := claimFor(v, AllocFor(id))
+	alloc := AllocFor(id)
+	tookOver := false
+	if r, ok := s.book.get(k); ok {
+		alloc = r.Alloc
+	} else {
+		// A new mount ID takes over the claim of another one waiting out
+		// its grace period: the next container after one that ended, or
+		// the container's own Mount after Docker's copy of the image's
+		// content, which mounts with an ID of its own. No RPC is sent.
+		for _, e := range s.book.entries(name) {
+			if e.Refs == 0 {
+				s.cancelRelease(mountKey{name, e.ID})
+				moved, err := s.book.takeOver(mountKey{name, e.ID}, k, d.Name)
+				if err != nil {
+					s.scheduleRelease(mountKey{name, e.ID})
+					return "", err
+				}
+				alloc, tookOver = moved.Alloc, true
+				s.log.WithFields(logrus.Fields{"volume": name, "alloc": alloc}).Debug("docker mount took over a claim in its grace period")
+				break
+			}
+		}
+	}
+	req, err := claimFor(v, alloc)
 	if err != nil {
 		return "", err
 	}
-	// The claims of other mount IDs waiting out their grace period go
-	// now: the grace is for this mount ID coming back, and another
-	// container's claim must not find the volume taken by them.
-	// Their teardown, like that of any other past claim of a Mount on
-	// this host, is waited for rather than refused as a conflict.
-	tearingDown := false
-	for _, e := range s.book.entries(name) {
-		if e.ID != id && e.Refs == 0 {
-			ok := mountKey{name, e.ID}
-			s.cancelRelease(ok)
-			if err := s.releaseLocked(ctx, ok, "another mount ID came"); err != nil {
-				s.scheduleRelease(ok)
-				return "", err
-			}
-			tearingDown = true
+	n := 1 // a claim taken over has its reference counted
+	if !tookOver {
+		if n, _, err = s.book.add(k, d.Name, 1); err != nil {
+			return "", err
 		}
 	}
+	s.cancelRelease(k)
+	// The teardown of another claim of a Mount on this host (released
+	// by the reconciler, or by an Unmount's grace period) is waited for
+	// rather than refused as a conflict.
+	tearingDown := false
 	for _, c := range v.PastClaims {
 		tearingDown = tearingDown || s.ours(c)
 	}
-	n, _, err := s.book.add(k, d.Name, 1)
-	if err != nil {
-		return "", err
-	}
-	s.cancelRelease(k)
 	var c runtime.Claim
 	if tearingDown {
 		c, err = s.rt.ClaimWait(ctx, name, req, teardownWait)
@@ -554,7 +566,7 @@ func (s *Server) scheduleRelease(k mountKey) {
 		ctx, cancel := context.WithTimeout(s.ctx, removeWait)
 		defer cancel()
 		if err := s.releaseLocked(ctx, k, "its last Unmount came"); err != nil {
-			s.log.WithError(err).WithFields(logrus.Fields{"volume": k.volume, "alloc": AllocFor(k.id)}).Warn("docker: release failed; tried again later")
+			s.log.WithError(err).WithFields(logrus.Fields{"volume": k.volume, "mount_id": k.id}).Warn("docker: release failed; tried again later")
 			s.scheduleRelease(k)
 		}
 	})
@@ -577,6 +589,9 @@ func (s *Server) cancelRelease(k mountKey) {
 // volume lock.
 func (s *Server) releaseLocked(ctx context.Context, k mountKey, why string) error {
 	alloc := AllocFor(k.id)
+	if r, ok := s.book.get(k); ok {
+		alloc = r.Alloc
+	}
 	if _, err := s.rt.Release(ctx, k.volume, alloc); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		return err
 	}
@@ -600,7 +615,7 @@ func (s *Server) remove(ctx context.Context, d runtime.DockerDriver, name string
 	var held []string
 	for _, e := range s.book.entries(name) {
 		if e.Refs > 0 {
-			held = append(held, AllocFor(e.ID))
+			held = append(held, e.Alloc)
 			continue
 		}
 		s.cancelRelease(mountKey{name, e.ID})

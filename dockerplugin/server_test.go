@@ -333,7 +333,7 @@ func TestServer_Reconcile_ReleasesUnheldMounts(t *testing.T) {
 	})
 	r.ok("VolumeDriver.Create", map[string]any{"Name": "v1"})
 	r.ok("VolumeDriver.Create", map[string]any{"Name": "v2"})
-	eng.set(false, "v1", "v2")
+	eng.set(false, "running:v1", "created:v2") // v2's container is being started
 	r.mount("v1", "m1")
 	r.mount("v2", "m2")
 	sub, err := r.rt.Subscribe(t.Context())
@@ -351,7 +351,7 @@ func TestServer_Reconcile_ReleasesUnheldMounts(t *testing.T) {
 		t.Fatal("a mount was released while held, or while the engine failed")
 	}
 	// v2's container went without an Unmount: released, with an event.
-	eng.set(false, "v1")
+	eng.set(false, "paused:v1")
 	r.waitGone("v2", dockerplugin.AllocFor("m2"))
 	if !r.claimed("v1", dockerplugin.AllocFor("m1")) {
 		t.Error("v1's mount was released while held")
@@ -378,23 +378,42 @@ func TestStart_SocketInUse(t *testing.T) {
 }
 
 func TestServer_Mount_AnotherIDTakesOverAClaimInGrace(t *testing.T) {
-	// Two containers one after the other on a single-writer volume: the
-	// first one's claim, waiting out its grace period, gives way.
+	// Docker copies an image's content into a new volume with a mount ID
+	// of its own, then the container mounts it with another; the next
+	// container after one that ended comes with another ID too. A claim
+	// in its grace period is taken over: no teardown, no second publish.
 	r := newRig(t, func(c *runtime.DockerConfig) { c.UnmountGrace = time.Hour })
 	r.ok("VolumeDriver.Create", map[string]any{"Name": "v1"})
-	r.mount("v1", "first")
-	r.unmount("v1", "first")
-	r.mount("v1", "second")
-	v := r.volume("v1")
-	if len(v.Claims) != 1 || v.Claims[0].Alloc != dockerplugin.AllocFor("second") {
-		t.Fatalf("claims = %+v, want the second container's only", v.Claims)
+	mp := r.mount("v1", "copy")
+	r.unmount("v1", "copy")
+	if got := r.mount("v1", "container"); got != mp {
+		t.Errorf("Mount of the new ID = %q, want the claim's %q", got, mp)
 	}
-	r.waitGone("v1", dockerplugin.AllocFor("first"))
+	v := r.volume("v1")
+	if len(v.Claims) != 1 || v.Claims[0].Alloc != dockerplugin.AllocFor("copy") || len(v.PastClaims) != 0 {
+		t.Fatalf("claims = %+v, past %+v; want the one claim taken over", v.Claims, v.PastClaims)
+	}
+	if p, u := r.plugin.Calls("NodePublishVolume"), r.plugin.Calls("NodeUnpublishVolume"); p != 1 || u != 0 {
+		t.Errorf("NodePublishVolume %d, NodeUnpublishVolume %d times; want 1 and 0", p, u)
+	}
 	data, err := os.ReadFile(filepath.Join(r.cfg.DataDir, "docker", "mounts.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(data), `"first"`) {
-		t.Errorf("the released mount is still counted: %s", data)
+	if strings.Contains(string(data), `"id": "copy"`) || !strings.Contains(string(data), `"id": "container"`) {
+		t.Errorf("mounts.json = %s, want the entry moved to the new ID", data)
+	}
+	// A held claim is not taken over: a second container gets its own.
+	r.ok("VolumeDriver.Create", map[string]any{"Name": "v2", "Opts": map[string]string{"sharing": "all"}})
+	r.mount("v2", "a")
+	r.mount("v2", "b")
+	if n := len(r.volume("v2").Claims); n != 2 {
+		t.Errorf("v2 has %d claims, want 2", n)
+	}
+	// The claim taken over goes with its new ID's last Unmount.
+	r.unmount("v1", "container")
+	r.ok("VolumeDriver.Remove", map[string]string{"Name": "v1"})
+	if n := r.plugin.Calls("NodeUnpublishVolume"); n != 1 {
+		t.Errorf("NodeUnpublishVolume %d times, want 1", n)
 	}
 }

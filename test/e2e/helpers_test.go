@@ -75,6 +75,9 @@ type host struct {
 	pluginsExtra string
 	// retryInitial and retryMax are volumes.retry in the config file.
 	retryInitial, retryMax string
+	// configExtra is added at the end of the config file (top-level
+	// sections).
+	configExtra string
 }
 
 // newHost makes the base directory and registers the cleanup that runs
@@ -143,7 +146,7 @@ plugins:
     initial: %s
     max: %s
 allocations:
-%s`, h.dataDir, h.killTimeout, h.pluginsExtra, h.retryInitial, h.retryMax, allocations)
+%s%s`, h.dataDir, h.killTimeout, h.pluginsExtra, h.retryInitial, h.retryMax, allocations, h.configExtra)
 	if err := os.WriteFile(h.config, []byte(cfg), 0o600); err != nil {
 		h.t.Fatal(err)
 	}
