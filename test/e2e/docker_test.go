@@ -225,6 +225,7 @@ func TestDocker_Lifecycle(t *testing.T) {
 		if st := d.state(h); len(st.Volumes) != 0 {
 			t.Errorf("%s still has volumes after volume rm: %+v", d.plugin, st.Volumes)
 		}
+		a.checkNoRace()
 	})
 }
 
