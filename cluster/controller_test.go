@@ -650,7 +650,10 @@ func TestCluster_RemotePublishUndoneRemotely(t *testing.T) {
 		return etcdKeys(t, srv.Endpoint(), runtime.DefaultClusterPrefix+"/controller/") == 0, nil
 	})
 
-	// The leader's host can publish the volume to itself again.
+	// The leader's host can publish the volume to itself again, once it
+	// has seen the release (its watch of the claims may lag behind etcd;
+	// until then admission refuses, the safe way).
+	ctrl.waitFreed(vol, "app")
 	cctx, ccancel := context.WithTimeout(ctx, waitLimit)
 	defer ccancel()
 	if _, err := ctrl.rt.Claim(cctx, vol, claimReq("other", "write", am)); err != nil {

@@ -244,51 +244,27 @@ func (s *Server) handler(d runtime.DockerDriver) http.Handler {
 		}
 		return map[string]any{"Capabilities": map[string]string{"Scope": scope}}, nil
 	})
-	handle("/VolumeDriver.Create", func(ctx context.Context, body []byte) (any, error) {
-		var req createRequest
-		if err := decode(body, &req); err != nil {
-			return nil, err
-		}
+	handleJSON(handle, "/VolumeDriver.Create", func(ctx context.Context, req createRequest) (any, error) {
 		return struct{}{}, s.create(ctx, d, req.Name, req.Opts)
 	})
-	handle("/VolumeDriver.Remove", func(ctx context.Context, body []byte) (any, error) {
-		var req nameRequest
-		if err := decode(body, &req); err != nil {
-			return nil, err
-		}
+	handleJSON(handle, "/VolumeDriver.Remove", func(ctx context.Context, req nameRequest) (any, error) {
 		return struct{}{}, s.remove(ctx, d, req.Name)
 	})
-	handle("/VolumeDriver.Mount", func(ctx context.Context, body []byte) (any, error) {
-		var req mountRequest
-		if err := decode(body, &req); err != nil {
-			return nil, err
-		}
+	handleJSON(handle, "/VolumeDriver.Mount", func(ctx context.Context, req mountRequest) (any, error) {
 		mp, err := s.mount(ctx, d, req.Name, req.ID)
 		return map[string]string{"Mountpoint": mp}, err
 	})
-	handle("/VolumeDriver.Unmount", func(ctx context.Context, body []byte) (any, error) {
-		var req mountRequest
-		if err := decode(body, &req); err != nil {
-			return nil, err
-		}
+	handleJSON(handle, "/VolumeDriver.Unmount", func(ctx context.Context, req mountRequest) (any, error) {
 		return struct{}{}, s.unmount(ctx, d, req.Name, req.ID)
 	})
-	handle("/VolumeDriver.Path", func(ctx context.Context, body []byte) (any, error) {
-		var req nameRequest
-		if err := decode(body, &req); err != nil {
-			return nil, err
-		}
+	handleJSON(handle, "/VolumeDriver.Path", func(ctx context.Context, req nameRequest) (any, error) {
 		v, err := s.volume(ctx, d, req.Name)
 		if err != nil {
 			return nil, err
 		}
 		return map[string]string{"Mountpoint": s.mountpoint(v)}, nil
 	})
-	handle("/VolumeDriver.Get", func(ctx context.Context, body []byte) (any, error) {
-		var req nameRequest
-		if err := decode(body, &req); err != nil {
-			return nil, err
-		}
+	handleJSON(handle, "/VolumeDriver.Get", func(ctx context.Context, req nameRequest) (any, error) {
 		v, err := s.volume(ctx, d, req.Name)
 		if err != nil {
 			return nil, err
@@ -307,6 +283,18 @@ func (s *Server) handler(d runtime.DockerDriver) http.Handler {
 		return map[string][]volumeInfo{"Volumes": out}, nil
 	})
 	return mux
+}
+
+// handleJSON registers fn for path with handle, its body decoded into a
+// T.
+func handleJSON[T any](handle func(string, func(context.Context, []byte) (any, error)), path string, fn func(context.Context, T) (any, error)) {
+	handle(path, func(ctx context.Context, body []byte) (any, error) {
+		var req T
+		if err := decode(body, &req); err != nil {
+			return nil, err
+		}
+		return fn(ctx, req)
+	})
 }
 
 func decode(body []byte, into any) error {

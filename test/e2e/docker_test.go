@@ -138,51 +138,13 @@ func TestDocker_Lifecycle(t *testing.T) {
 			t.Errorf("the agent's volume = %s", describe(v))
 		}
 
-		// Two containers one after the other: the first writes, the
-		// second reads. The first mounts the new volume on /bin, so
-		// Docker copies the image's /bin into it first.
-		run("--rm", "-v", vol+":/bin", engines.Image, "/bin/sh", "-c", "echo hello > /bin/f")
-		if out := run("--rm", "-v", vol+":/data", engines.Image, "sh", "-c", "cat /data/f; test -x /data/busybox && echo copied"); out != "hello\ncopied\n" {
-			t.Fatalf("the second container read %q", out)
-		}
-		h.waitNoClaims(vol, "after the containers ended")
-		h.checkSettled(d, "after two containers")
-
-		// docker cp into a running container; its volume stays mounted.
-		run("-d", "--name", "c1", "-v", vol+":/data", engines.Image, "sh", "-c", engines.Idle)
-		c := h.waitDockerPublished(vol)
-		src := filepath.Join(h.base, "copied.txt")
-		if err := os.WriteFile(src, []byte("copied\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		dk.MustRun("cp", src, "c1:/data/copied.txt")
-		if out := dk.MustRun("exec", "c1", "cat", "/data/copied.txt", "/data/f"); out != "copied\nhello\n" {
-			t.Errorf("after docker cp the container reads %q", out)
-		}
-		if got := h.waitDockerPublished(vol); got.Alloc != c.Alloc {
-			t.Errorf("docker cp changed the claim: %s, was %s", got.Alloc, c.Alloc)
-		}
+		c := h.containersFlow(d, dk, vol)
 		if !mounted(c.TargetPath) {
 			t.Errorf("after docker cp the target %s is not mounted", c.TargetPath)
 		}
 		h.checkSettled(d, "after docker cp")
 
-		// The agent SIGKILLed: the container keeps its data, and the
-		// restarted agent keeps the claim.
-		a.signal(syscall.SIGKILL)
-		a.wait(readyDeadline)
-		if out := dk.MustRun("exec", "c1", "sh", "-c", "echo while-down >> /data/f && cat /data/f"); out != "hello\nwhile-down\n" {
-			t.Errorf("with the agent down the container reads %q", out)
-		}
-		a = h.startAgent()
-		h.waitPluginHealthy(d)
-		if got := h.waitDockerPublished(vol); got.Alloc != c.Alloc {
-			t.Errorf("after the agent's restart the claim is %s, was %s", got.Alloc, c.Alloc)
-		}
-		if out := dk.MustRun("exec", "c1", "cat", "/data/f"); out != "hello\nwhile-down\n" {
-			t.Errorf("after the agent's restart the container reads %q", out)
-		}
-		h.checkSettled(d, "after the agent's restart")
+		a = h.killAgentUnder(a, d, dk, vol, c)
 
 		// docker rm -f: the claim goes.
 		dk.MustRun("rm", "-f", "c1")
@@ -315,46 +277,13 @@ func TestPodman_Lifecycle(t *testing.T) {
 			return pm
 		})
 		vol := "pm-" + d.alloc
-		run := func(args ...string) string {
-			return pm.MustRun(append([]string{"run", "--network", "none"}, args...)...)
-		}
 		pm.MustRun("volume", "create", "--driver", name, "-o", "size=1MiB", vol)
 		if v := h.volume(vol); !v.Created {
 			t.Errorf("the agent's volume = %s", describe(v))
 		}
-		run("--rm", "-v", vol+":/data", engines.Image, "sh", "-c", "echo hello > /data/f")
-		if out := run("--rm", "-v", vol+":/data", engines.Image, "cat", "/data/f"); strings.TrimSpace(out) != "hello" {
-			t.Fatalf("the second container read %q", out)
-		}
-		h.waitNoClaims(vol, "after the containers ended")
-		h.checkSettled(d, "after two containers")
+		c := h.containersFlow(d, pm, vol)
 
-		run("-d", "--name", "c1", "-v", vol+":/data", engines.Image, "sh", "-c", engines.Idle)
-		c := h.waitDockerPublished(vol)
-		src := filepath.Join(h.base, "copied.txt")
-		if err := os.WriteFile(src, []byte("copied\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		pm.MustRun("cp", src, "c1:/data/copied.txt")
-		if out := pm.MustRun("exec", "c1", "cat", "/data/copied.txt"); out != "copied\n" {
-			t.Errorf("after podman cp the container reads %q", out)
-		}
-		if got := h.waitDockerPublished(vol); got.Alloc != c.Alloc {
-			t.Errorf("podman cp changed the claim: %s, was %s", got.Alloc, c.Alloc)
-		}
-
-		a.signal(syscall.SIGKILL)
-		a.wait(readyDeadline)
-		pm.MustRun("exec", "c1", "sh", "-c", "echo while-down >> /data/f")
-		h.startAgent()
-		h.waitPluginHealthy(d)
-		if got := h.waitDockerPublished(vol); got.Alloc != c.Alloc {
-			t.Errorf("after the agent's restart the claim is %s, was %s", got.Alloc, c.Alloc)
-		}
-		if out := pm.MustRun("exec", "c1", "cat", "/data/f"); out != "hello\nwhile-down\n" {
-			t.Errorf("after the agent's restart the container reads %q", out)
-		}
-		h.checkSettled(d, "after the agent's restart")
+		a = h.killAgentUnder(a, d, pm, vol, c)
 
 		if _, err := pm.Run("volume", "rm", vol); err == nil {
 			t.Error("podman volume rm of a volume in use succeeded")
@@ -367,7 +296,68 @@ func TestPodman_Lifecycle(t *testing.T) {
 		if vols := h.checkSettled(d, "after volume rm"); len(vols) != 0 {
 			t.Errorf("volumes left: %v", vols)
 		}
+		a.checkNoRace()
 	})
+}
+
+// containersFlow runs on the engine, with vol: two containers one after
+// the other, the first writing and the second reading (the first mounts
+// the new volume on /bin, so the engine copies the image's /bin into it
+// first), then a running container c1 and a cp of a file into its
+// volume, after which the volume is still published for it. It returns
+// c1's claim. The driver's bookkeeping and the mount table agree with the
+// claims after each step.
+func (h *host) containersFlow(d driver, eng containerEngine, vol string) runtime.Claim {
+	h.t.Helper()
+	run := func(args ...string) string {
+		return eng.MustRun(append([]string{"run", "--network", "none"}, args...)...)
+	}
+	run("--rm", "-v", vol+":/bin", engines.Image, "/bin/sh", "-c", "echo hello > /bin/f")
+	if out := run("--rm", "-v", vol+":/data", engines.Image, "sh", "-c", "cat /data/f; test -x /data/busybox && echo copied"); out != "hello\ncopied\n" {
+		h.t.Fatalf("the second container read %q", out)
+	}
+	h.waitNoClaims(vol, "after the containers ended")
+	h.checkSettled(d, "after two containers")
+
+	run("-d", "--name", "c1", "-v", vol+":/data", engines.Image, "sh", "-c", engines.Idle)
+	c := h.waitDockerPublished(vol)
+	src := filepath.Join(h.base, "copied.txt")
+	if err := os.WriteFile(src, []byte("copied\n"), 0o644); err != nil {
+		h.t.Fatal(err)
+	}
+	eng.MustRun("cp", src, "c1:/data/copied.txt")
+	if out := eng.MustRun("exec", "c1", "cat", "/data/copied.txt", "/data/f"); out != "copied\nhello\n" {
+		h.t.Errorf("after cp the container reads %q", out)
+	}
+	if got := h.waitDockerPublished(vol); got.Alloc != c.Alloc {
+		h.t.Errorf("cp changed the claim: %s, was %s", got.Alloc, c.Alloc)
+	}
+	h.checkSettled(d, "after cp")
+	return c
+}
+
+// killAgentUnder SIGKILLs the agent a while container c1 of the engine
+// runs with vol (its claim c, its file /data/f holding "hello"): c1 keeps
+// its data and writes more, and the agent started again keeps the claim.
+// It returns the new agent.
+func (h *host) killAgentUnder(a *agent, d driver, eng containerEngine, vol string, c runtime.Claim) *agent {
+	h.t.Helper()
+	a.signal(syscall.SIGKILL)
+	a.wait(readyDeadline)
+	a.checkNoRace()
+	if out := eng.MustRun("exec", "c1", "sh", "-c", "echo while-down >> /data/f && cat /data/f"); out != "hello\nwhile-down\n" {
+		h.t.Errorf("with the agent down the container reads %q", out)
+	}
+	a = h.startAgent()
+	h.waitPluginHealthy(d)
+	if got := h.waitDockerPublished(vol); got.Alloc != c.Alloc {
+		h.t.Errorf("after the agent's restart the claim is %s, was %s", got.Alloc, c.Alloc)
+	}
+	if out := eng.MustRun("exec", "c1", "cat", "/data/f"); out != "hello\nwhile-down\n" {
+		h.t.Errorf("after the agent's restart the container reads %q", out)
+	}
+	h.checkSettled(d, "after the agent's restart")
+	return a
 }
 
 // mounted reports whether path is a mount point in the mount table.
