@@ -101,11 +101,15 @@ func startDockerHostGrace(t *testing.T, d driver, grace string, start func(drive
 	}
 	h := newHost(t)
 	name := dockerDriverName(t)
+	sock := filepath.Join(runtime.DefaultDockerPluginDir, name+".sock")
+	// Registered first, so it runs last, after the agents are gone: a
+	// killed agent leaves its socket, and every dockerd on the machine
+	// waits on a dead plugin socket for each volume it does not know.
+	t.Cleanup(func() { os.Remove(sock) })
 	eng := start(name)
 	h.configExtra = strings.Replace(dockerSection(name, d, eng.Socket()), "unmount_grace: "+dockerGrace, "unmount_grace: "+grace, 1)
 	a := h.startWith(d)
 	t.Cleanup(eng.Close)
-	sock := filepath.Join(runtime.DefaultDockerPluginDir, name+".sock")
 	h.eventually("the driver socket", readyDeadline, func() (bool, string) {
 		fi, err := os.Stat(sock)
 		return err == nil && fi.Mode().Type() == os.ModeSocket, fmt.Sprint(err)
