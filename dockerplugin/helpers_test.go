@@ -76,7 +76,10 @@ func newRigWith(t testing.TB, mod func(*runtime.Config)) *rig {
 	dc := &runtime.DockerConfig{
 		PluginDir:    filepath.Join(dir, "plugins"),
 		Drivers:      []runtime.DockerDriver{{Name: testDriver, Plugin: testPlugin}},
-		Engines:      []string{},
+		// An engine that never answers: nothing is released by the
+		// reconciler unless a test sets engines of its own (the
+		// defaults would ask this machine's engines).
+		Engines:      []string{filepath.Join(dir, "no-engine.sock")},
 		UnmountGrace: time.Nanosecond,
 	}
 	r := &rig{t: t, log: logrus.New()}
@@ -285,7 +288,13 @@ type fakeEngine struct {
 
 func startFakeEngine(t testing.TB, driver string) *fakeEngine {
 	t.Helper()
-	e := &fakeEngine{socket: filepath.Join(shortDir(t, "csiactor-eng-"), "engine.sock")}
+	return startFakeEngineAt(t, driver, filepath.Join(shortDir(t, "csiactor-eng-"), "engine.sock"))
+}
+
+// startFakeEngineAt is startFakeEngine on the socket path.
+func startFakeEngineAt(t testing.TB, driver, path string) *fakeEngine {
+	t.Helper()
+	e := &fakeEngine{socket: path}
 	l, err := net.Listen("unix", e.socket)
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/csiactor/csiactor/runtime"
@@ -25,16 +26,14 @@ var released = map[string]bool{"exited": true, "dead": true, "stopped": true}
 // every reconcile interval, until Shutdown.
 func (s *Server) reconcileLoop() {
 	defer s.wg.Done()
-	if len(s.engines) == 0 {
-		return
-	}
 	suspects := map[mountKey]uint64{}
+	seen := map[string]bool{} // default engines whose socket has appeared
 	t := time.NewTicker(s.cfg.ReconcileInterval)
 	defer t.Stop()
 	ctx := s.ctx
 	failing := false
 	for {
-		err := s.reconcile(ctx, suspects)
+		err := s.reconcile(ctx, suspects, seen)
 		switch {
 		case err != nil && !failing && ctx.Err() == nil:
 			s.log.WithError(err).Warn("docker: cannot ask the engines which containers hold volumes; no mount is released until they answer")
@@ -52,21 +51,35 @@ func (s *Server) reconcileLoop() {
 
 // reconcile releases the mounts that no container of the engines held
 // at this check nor the one before (suspects, with no Mount in between),
-// and marks the unheld ones for the next check.
-func (s *Server) reconcile(ctx context.Context, suspects map[mountKey]uint64) error {
+// and marks the unheld ones for the next check. Every configured engine
+// must answer; a default engine must once its socket has appeared (seen).
+// With no engine to ask, nothing is released.
+func (s *Server) reconcile(ctx context.Context, suspects map[mountKey]uint64, seen map[string]bool) error {
 	held := map[[2]string]bool{} // driver, volume
+	asked := 0
 	for _, e := range s.engines {
+		if s.defaultEngines && !seen[e] {
+			if _, err := os.Stat(e); err != nil {
+				continue
+			}
+			seen[e] = true
+			s.log.WithField("engine", e).Info("docker: reconciling mounts with the engine")
+		}
 		if err := listHolders(ctx, e, held); err != nil {
 			return err
 		}
+		asked++
 	}
-	seen := map[mountKey]bool{}
+	if asked == 0 {
+		return nil
+	}
+	counted := map[mountKey]bool{}
 	for _, e := range s.book.entries("") {
 		k := mountKey{e.Volume, e.ID}
 		if e.Refs == 0 {
 			continue // its release is scheduled
 		}
-		seen[k] = true
+		counted[k] = true
 		if held[[2]string{e.Driver, e.Volume}] {
 			delete(suspects, k)
 			continue
@@ -79,7 +92,7 @@ func (s *Server) reconcile(ctx context.Context, suspects map[mountKey]uint64) er
 		s.releaseUnheld(ctx, k, e.Driver)
 	}
 	for k := range suspects {
-		if !seen[k] {
+		if !counted[k] {
 			delete(suspects, k)
 		}
 	}

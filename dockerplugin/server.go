@@ -48,7 +48,10 @@ type Server struct {
 	node    string // this host's cluster node ID; "" on one host
 	book    *book
 	engines []string
-	locks   [64]sync.Mutex // by volume name hash: one Create, Mount, Unmount or Remove of a volume at a time
+	// defaultEngines: engines are the defaults, each checked once its
+	// socket has appeared (the engine may start after the agent).
+	defaultEngines bool
+	locks          [64]sync.Mutex // by volume name hash: one Create, Mount, Unmount or Remove of a volume at a time
 
 	mu      sync.Mutex
 	timers  map[mountKey]*time.Timer // guarded by mu; releases waiting out the grace period
@@ -82,13 +85,9 @@ func Start(ctx context.Context, rt *runtime.Runtime, log *logrus.Entry) (*Server
 	if cfg.Cluster != nil {
 		s.node = cfg.Cluster.NodeID
 	}
-	s.engines = s.cfg.Engines
-	if len(s.engines) == 0 {
-		for _, e := range runtime.DefaultDockerEngines {
-			if _, err := os.Stat(e); err == nil {
-				s.engines = append(s.engines, e)
-			}
-		}
+	s.engines, s.defaultEngines = s.cfg.Engines, len(s.cfg.Engines) == 0
+	if s.defaultEngines {
+		s.engines = runtime.DefaultDockerEngines
 	}
 	if err := os.MkdirAll(s.cfg.PluginDir, 0o755); err != nil {
 		return nil, fmt.Errorf("docker.plugin_dir: %w", err)
@@ -105,9 +104,6 @@ func Start(ctx context.Context, rt *runtime.Runtime, log *logrus.Entry) (*Server
 		}
 	}
 	s.log.WithFields(logrus.Fields{"plugin_dir": s.cfg.PluginDir, "drivers": len(s.cfg.Drivers), "engines": s.engines}).Info("serving Docker volume drivers")
-	if len(s.engines) == 0 {
-		s.log.Warn("docker: no engine API socket found (set docker.engines): mounts whose Unmount never comes are not released")
-	}
 	s.wg.Add(1)
 	go s.reconcileLoop()
 	return s, nil

@@ -417,3 +417,25 @@ func TestServer_Mount_AnotherIDTakesOverAClaimInGrace(t *testing.T) {
 		t.Errorf("NodeUnpublishVolume %d times, want 1", n)
 	}
 }
+
+// TestServer_Reconcile_DefaultEngineAppearsLater: with engines left to
+// the defaults, an engine whose socket appears after the agent started
+// (the agent's unit starts before dockerd) is asked from then on.
+func TestServer_Reconcile_DefaultEngineAppearsLater(t *testing.T) {
+	later := filepath.Join(shortDir(t, "csiactor-eng-"), "docker.sock")
+	saved := runtime.DefaultDockerEngines
+	runtime.DefaultDockerEngines = []string{later}
+	t.Cleanup(func() { runtime.DefaultDockerEngines = saved })
+	r := newRig(t, func(c *runtime.DockerConfig) {
+		c.Engines = nil
+		c.ReconcileInterval = time.Millisecond
+		c.UnmountGrace = time.Hour
+	})
+	r.ok("VolumeDriver.Create", map[string]any{"Name": "v1"})
+	r.mount("v1", "m1")
+	eng := startFakeEngineAt(t, testDriver, later) // holds nothing
+	r.waitGone("v1", dockerplugin.AllocFor("m1"))
+	if eng.requestCount() < 2 {
+		t.Errorf("released after %d checks, want 2", eng.requestCount())
+	}
+}
