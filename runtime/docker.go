@@ -22,7 +22,8 @@ const (
 )
 
 // DefaultDockerEngines are the API sockets of Docker and rootful Podman;
-// the agent reconciles with those of them that exist when it starts.
+// with docker.engines left out, the agent reconciles with each from when
+// its socket appears.
 var DefaultDockerEngines = []string{"/run/docker.sock", "/run/podman/podman.sock"}
 
 // DockerConfig turns on the Docker volume plugin protocol: for each driver
@@ -39,8 +40,9 @@ type DockerConfig struct {
 	// Engines are the container engines' API sockets (Docker's, Podman's
 	// `podman system service`) that the agent asks which containers hold
 	// its volumes, so that a mount no container holds any more (dockerd
-	// killed, a container killed without Unmount) is released. Empty: the
-	// DefaultDockerEngines that exist at start.
+	// killed, a container killed without Unmount) is released. Every one
+	// listed must answer for a check to release anything. Empty: the
+	// DefaultDockerEngines, each from when its socket appears.
 	Engines []string `yaml:"engines"`
 	// ReconcileInterval is how often the mounts are compared with the
 	// engines (DefaultDockerReconcileInterval). A mount is released once
