@@ -187,3 +187,21 @@ func (s *Session) listVolumes(ctx context.Context, prefix string, fn func(Volume
 	}
 	return resp.Header.Revision, nil
 }
+
+// VolumeIDs returns the IDs of every volume definition in etcd, sorted.
+func (s *Session) VolumeIDs(ctx context.Context) ([]string, error) {
+	prefix := s.volumeKey("")
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	start := time.Now()
+	resp, err := s.cli.Get(rctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	s.metrics.observe("get", start)
+	if err != nil {
+		return nil, fmt.Errorf("%w: list volumes: %w", ErrUnavailable, err)
+	}
+	ids := make([]string, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		ids = append(ids, strings.TrimPrefix(string(kv.Key), prefix))
+	}
+	return ids, nil
+}

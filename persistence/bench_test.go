@@ -180,7 +180,7 @@ func BenchmarkDecodeVolume(b *testing.B) {
 				b.ReportMetric(float64(len(f.data)), "bytes/record")
 				for b.Loop() {
 					var out Volume
-					if err := decodeVolumeValue(f.data, &out); err != nil {
+					if err := decodeVolumeValue(f.data, &out, nil); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -27,6 +27,11 @@ import (
 // types keep older records readable without a new format.
 const volumeFormatBinary byte = 0x01
 
+// volumeFormatBinarySealed is volumeFormatBinary with the values of
+// Secrets sealed (see sealing.go). A build that predates it reads such a
+// record as damaged JSON, never as secrets in clear.
+const volumeFormatBinarySealed byte = 0x02
+
 // volumeCodecShape is the shape (see recordShape) of the record types the
 // binary codec encodes. If records.go changes, the store falls back to
 // JSON until the codec and this string are updated together (the test

@@ -81,7 +81,7 @@ func TestVolumeCodec_RoundTrip(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			data := appendVolume(nil, &tt.v)
 			var got Volume
-			if err := decodeVolumeValue(data, &got); err != nil {
+			if err := decodeVolumeValue(data, &got, nil); err != nil {
 				t.Fatalf("decode: %v", err)
 			}
 			// The binary form must decode to what a JSON round trip gives
@@ -92,7 +92,7 @@ func TestVolumeCodec_RoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			var want Volume
-			if err := decodeVolumeValue(js, &want); err != nil {
+			if err := decodeVolumeValue(js, &want, nil); err != nil {
 				t.Fatal(err)
 			}
 			if normalizeTimes(got) != normalizeTimes(want) {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
+
+	"github.com/csiactor/csiactor/internal/seal"
 )
 
 // Defaults used by DefaultConfig and for zero fields of a Config.
@@ -59,6 +61,12 @@ type Config struct {
 	// an existing file is opened. It reads the whole file, so it costs
 	// start-up time on large stores; off by default.
 	VerifyOnOpen bool
+	// Keyring, when set, seals every secret the store writes (the
+	// Secrets of volumes and snapshots) and opens them on reads; the
+	// records in memory hold them in clear. Nil writes them as they are.
+	// Either way the store reads both forms, so a key can be set on a
+	// store written without one (see Store.Reseal).
+	Keyring *seal.Keyring
 	// Registerer receives the store's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Logger receives open, migration and commit-failure messages; nil

@@ -2,7 +2,6 @@ package persistence
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -64,9 +63,9 @@ func (s *Store) PutSnapshot(ctx context.Context, sn Snapshot) error {
 	if err := checkID("snapshot id", sn.ID); err != nil {
 		return err
 	}
-	data, err := json.Marshal(&sn)
+	data, err := s.encodeSnapshot(&sn)
 	if err != nil {
-		return fmt.Errorf("encode snapshot %q: %w", sn.ID, err)
+		return err
 	}
 	key := []byte(sn.ID)
 	return s.write(ctx, func(tx *bolt.Tx) error {
@@ -104,7 +103,7 @@ func (s *Store) Snapshot(ctx context.Context, id string) (Snapshot, error) {
 		if data == nil {
 			return fmt.Errorf("snapshot %q: %w", id, ErrNotFound)
 		}
-		return s.decode("snapshot", id, data, &sn)
+		return s.decodeSnapshot(id, data, &sn)
 	})
 	if err != nil {
 		return Snapshot{}, err
@@ -118,7 +117,7 @@ func (s *Store) Snapshots(ctx context.Context) ([]Snapshot, error) {
 	err := s.view(ctx, func(tx *bolt.Tx) error {
 		return tx.Bucket([]byte(bucketSnapshots)).ForEach(func(k, v []byte) error {
 			var sn Snapshot
-			if err := s.decode("snapshot", string(k), v, &sn); err != nil {
+			if err := s.decodeSnapshot(string(k), v, &sn); err != nil {
 				return err
 			}
 			out = append(out, sn)

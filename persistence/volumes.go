@@ -8,6 +8,8 @@ import (
 	"runtime"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/csiactor/csiactor/internal/seal"
 )
 
 // forEachChunk is how many volumes ForEachVolume decodes per read
@@ -296,8 +298,12 @@ func (s *Store) decodeVolumes(ctx context.Context, raw [][]byte, out []Volume) e
 
 func (s *Store) decodeVolumeRange(ctx context.Context, raw [][]byte, out []Volume) error {
 	for i, data := range raw {
-		if err := decodeVolumeValue(data, &out[i]); err != nil {
-			return fmt.Errorf("store %s: decode volume #%d of the active set: %w: %w", s.path, i, ErrCorrupt, err)
+		if err := decodeVolumeValue(data, &out[i], s.cfg.Keyring); err != nil {
+			id := out[i].ID
+			if id == "" {
+				id = fmt.Sprintf("#%d of the active set", i)
+			}
+			return s.decodeErr("volume", id, err)
 		}
 		if i%1024 == 1023 {
 			if err := ctx.Err(); err != nil {
@@ -312,17 +318,33 @@ func (s *Store) decodeVolumeRange(ctx context.Context, raw [][]byte, out []Volum
 const minEncodeCap = 256
 
 // encodeVolume encodes v for storage: binary when the codec covers the
-// record types as compiled, JSON otherwise (see codec.go).
+// record types as compiled, JSON otherwise (see codec.go), with its
+// secrets sealed when the store has a keyring (see sealing.go).
 func (s *Store) encodeVolume(v *Volume) ([]byte, error) {
+	var sealed map[string]string
+	if s.cfg.Keyring.Enabled() && len(v.Secrets) > 0 {
+		sealed = s.cfg.Keyring.SealMap(volumeRecord(v.ID), v.Secrets)
+		cp := *v
+		cp.Secrets = sealed
+		v = &cp
+	}
 	if s.binaryVolumes {
 		data := appendVolume(make([]byte, 0, max(minEncodeCap, s.encodeCap.Load())), v)
+		if sealed != nil {
+			data[0] = volumeFormatBinarySealed
+		}
 		s.encodeCap.Store(int64(len(data) + len(data)/8))
 		return data, nil
 	}
 	// A copy, so that only this rare branch puts a Volume on the heap
 	// (json.Marshal makes its argument escape), not every caller's v.
 	cp := *v
-	data, err := json.Marshal(&cp)
+	var rec any = &cp
+	if sealed != nil {
+		cp.Secrets = nil
+		rec = volumeJSON{Volume: &cp, SealedSecrets: sealed}
+	}
+	data, err := json.Marshal(rec)
 	if err != nil {
 		return nil, fmt.Errorf("encode volume %q: %w", v.ID, err)
 	}
@@ -330,20 +352,40 @@ func (s *Store) encodeVolume(v *Volume) ([]byte, error) {
 }
 
 // decodeVolume decodes a stored volume value of either form into v,
-// wrapping ErrCorrupt on failure.
+// opening its sealed secrets; a failure wraps ErrCorrupt, or the seal
+// package's error (see decodeErr).
 func (s *Store) decodeVolume(id string, data []byte, v *Volume) error {
-	if err := decodeVolumeValue(data, v); err != nil {
-		return fmt.Errorf("store %s: decode volume %q: %w: %w", s.path, id, ErrCorrupt, err)
+	if err := decodeVolumeValue(data, v, s.cfg.Keyring); err != nil {
+		return s.decodeErr("volume", id, err)
 	}
 	return nil
 }
 
-// decodeVolumeValue decodes a binary or JSON volume value. Neither keeps a
-// reference to data.
-func decodeVolumeValue(data []byte, v *Volume) error {
-	if len(data) > 0 && data[0] == volumeFormatBinary {
-		return decodeVolumeBinary(data, v)
+// decodeVolumeValue decodes a binary or JSON volume value and opens its
+// sealed secrets with keys. Neither keeps a reference to data.
+func decodeVolumeValue(data []byte, v *Volume, keys *seal.Keyring) error {
+	sealed, err := decodeVolumeRaw(data, v)
+	if err != nil || !sealed {
+		return err
+	}
+	v.Secrets, err = keys.OpenMap(volumeRecord(v.ID), v.Secrets)
+	return err
+}
+
+// decodeVolumeRaw decodes a binary or JSON volume value as stored: sealed
+// reports that v.Secrets holds sealed values.
+func decodeVolumeRaw(data []byte, v *Volume) (sealed bool, err error) {
+	if len(data) > 0 && (data[0] == volumeFormatBinary || data[0] == volumeFormatBinarySealed) {
+		return data[0] == volumeFormatBinarySealed, decodeVolumeBinary(data, v)
 	}
 	*v = Volume{}
-	return json.Unmarshal(data, v)
+	w := volumeJSON{Volume: v}
+	if err := json.Unmarshal(data, &w); err != nil {
+		return false, err
+	}
+	if w.SealedSecrets != nil {
+		v.Secrets = w.SealedSecrets
+		return true, nil
+	}
+	return false, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/csiactor/csiactor/cluster"
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/kinderr"
+	"github.com/csiactor/csiactor/internal/seal"
 	"github.com/csiactor/csiactor/persistence"
 )
 
@@ -231,16 +232,36 @@ type clusterVolume struct {
 	AccessibleTopology []map[string]string `json:"accessible_topology,omitempty"`
 }
 
-// encode returns cv as etcd holds it; the same definition always encodes
-// to the same bytes (PutVolume compares them).
-func (cv clusterVolume) encode() ([]byte, error) {
+// clusterRecord names volume id's definition for sealing its secrets.
+func clusterRecord(id string) string { return "cluster/volume/" + id }
+
+// encode returns cv as etcd holds it. With keys, its secrets are sealed
+// and kept under "sealed_secrets" instead of the spec's "secrets"; the
+// sealed values differ at every encoding (a random nonce), so compare
+// definitions with sameShared, never by their bytes. Without keys, the
+// same definition always encodes to the same bytes.
+func (cv clusterVolume) encode(keys *seal.Keyring) ([]byte, error) {
+	spec := wireVolumeSpec(cv.Spec)
+	var sealed map[string]string
+	if keys.Enabled() && len(spec.Secrets) > 0 {
+		sealed, spec.Secrets = keys.SealMap(clusterRecord(cv.ID), spec.Secrets), nil
+	}
 	return json.Marshal(struct {
 		ID                 string              `json:"id"`
 		Spec               volumeSpecWire      `json:"spec"`
 		Created            bool                `json:"created,omitempty"`
 		CapacityBytes      int64               `json:"capacity_bytes,omitempty"`
 		AccessibleTopology []map[string]string `json:"accessible_topology,omitempty"`
-	}{cv.ID, wireVolumeSpec(cv.Spec), cv.Created, cv.CapacityBytes, cv.AccessibleTopology})
+		SealedSecrets      map[string]string   `json:"sealed_secrets,omitempty"`
+	}{cv.ID, spec, cv.Created, cv.CapacityBytes, cv.AccessibleTopology, sealed})
+}
+
+// sameShared reports whether a and b are the same definition, secrets
+// compared in clear.
+func sameShared(a, b clusterVolume) bool {
+	ea, err1 := a.encode(nil)
+	eb, err2 := b.encode(nil)
+	return err1 == nil && err2 == nil && bytes.Equal(ea, eb)
 }
 
 // volumeSpec is cv as the volume manager's Mirror takes it.
@@ -250,13 +271,29 @@ func (cv clusterVolume) volumeSpec() (volume.Spec, error) {
 	return vs, err
 }
 
-func decodeClusterVolume(id string, def []byte) (clusterVolume, error) {
-	var cv clusterVolume
-	if err := json.Unmarshal(def, &cv); err != nil {
-		return cv, fmt.Errorf("decode the cluster's definition of volume %q: %w", id, err)
+// decodeClusterVolume decodes volume id's definition as etcd holds it,
+// opening its sealed secrets with keys. stale counts the secrets that
+// keys's current key did not seal (sealed with a previous key, or in
+// clear), which ResealSecrets seals again; 0 without keys.
+func decodeClusterVolume(id string, def []byte, keys *seal.Keyring) (cv clusterVolume, stale int, err error) {
+	var w struct {
+		clusterVolume
+		SealedSecrets map[string]string `json:"sealed_secrets,omitempty"`
 	}
+	if err := json.Unmarshal(def, &w); err != nil {
+		return cv, 0, fmt.Errorf("decode the cluster's definition of volume %q: %w", id, err)
+	}
+	cv = w.clusterVolume
 	cv.ID = id
-	return cv, nil
+	if keys.Enabled() {
+		stale = len(cv.Spec.Secrets) + keys.Stale(w.SealedSecrets)
+	}
+	if w.SealedSecrets != nil {
+		if cv.Spec.Secrets, err = keys.OpenMap(clusterRecord(id), w.SealedSecrets); err != nil {
+			return cv, 0, fmt.Errorf("the cluster's definition of volume %q: %w", id, err)
+		}
+	}
+	return cv, stale, nil
 }
 
 // startCluster joins the cluster: r.cluster is the session, set before
@@ -337,7 +374,7 @@ func (r *Runtime) clusterVolumeChanged(e cluster.VolumeEvent) {
 		}
 		return
 	}
-	cv, err := decodeClusterVolume(e.ID, e.Def)
+	cv, _, err := decodeClusterVolume(e.ID, e.Def, r.keys)
 	if err != nil {
 		log.WithError(err).Warn("cannot decode a volume definition from the cluster; skipped")
 		return
@@ -418,22 +455,25 @@ func (r *Runtime) updateShared(ctx context.Context, id string,
 			return volume.Volume{}, mapErr(err)
 		}
 		var cur *clusterVolume
+		stale := 0
 		if raw != nil {
-			cv, err := decodeClusterVolume(id, raw)
+			cv, n, err := decodeClusterVolume(id, raw, r.keys)
 			if err != nil {
 				return volume.Volume{}, err
 			}
-			cur = &cv
+			cur, stale = &cv, n
 		}
 		next, unclaimed, write, err := change(cur)
 		if err != nil || !write {
 			return volume.Volume{}, err
 		}
-		def, err := next.encode()
-		if err != nil {
-			return volume.Volume{}, err
-		}
-		if !bytes.Equal(def, raw) {
+		// Written when it changed, or to seal secrets the current key
+		// did not.
+		if cur == nil || stale > 0 || !sameShared(*cur, next) {
+			def, err := next.encode(r.keys)
+			if err != nil {
+				return volume.Volume{}, err
+			}
 			rev, err = r.cluster.UpdateVolume(ctx, id, rev, def, unclaimed)
 			if errors.Is(err, cluster.ErrConflict) {
 				continue // changed meanwhile: read it again
@@ -515,11 +555,40 @@ func (r *Runtime) shareVolume(ctx context.Context, cv clusterVolume) error {
 	if r.cluster == nil {
 		return nil
 	}
-	def, err := cv.encode()
+	def, err := cv.encode(r.keys)
 	if err != nil {
 		return err
 	}
-	return mapErr(r.cluster.PutVolume(ctx, cv.ID, def))
+	err = r.cluster.PutVolume(ctx, cv.ID, def)
+	if errors.Is(err, cluster.ErrConflict) && r.keys.Enabled() {
+		// Sealed secrets differ at every encoding: the same definition
+		// again is still a no-op.
+		if raw, rerr := r.cluster.VolumeDef(ctx, cv.ID); rerr == nil && raw != nil {
+			if cur, _, derr := decodeClusterVolume(cv.ID, raw, r.keys); derr == nil && sameShared(cur, cv) {
+				return nil
+			}
+		}
+	}
+	return mapErr(err)
+}
+
+// resealShared seals again, with the current key, the secrets of every
+// volume definition in etcd that it did not seal, by compare-and-swap, and
+// returns how many secret values it sealed.
+func (r *Runtime) resealShared(ctx context.Context) (int, error) {
+	ids, err := r.cluster.VolumeIDs(ctx)
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	total := 0
+	for _, id := range ids {
+		n, err := r.resealOne(ctx, id)
+		if err != nil {
+			return total, fmt.Errorf("reseal the cluster's definition of volume %q: %w", id, err)
+		}
+		total += n
+	}
+	return total, nil
 }
 
 // shareCapacity records in the cluster that volume id was expanded to
@@ -538,6 +607,34 @@ func (r *Runtime) shareCapacity(ctx context.Context, id string, capacity int64) 
 		return next, false, true, nil
 	})
 	return err
+}
+
+// resealOne seals again the secrets of volume id's definition that the
+// current key did not seal, by compare-and-swap, and returns how many.
+// Other hosts' watches see the same definition in clear: nothing changes
+// for them.
+func (r *Runtime) resealOne(ctx context.Context, id string) (int, error) {
+	for range maxUpdateRounds {
+		raw, rev, err := r.cluster.VolumeDefRev(ctx, id)
+		if err != nil || raw == nil {
+			return 0, mapErr(err)
+		}
+		cv, stale, err := decodeClusterVolume(id, raw, r.keys)
+		if err != nil || stale == 0 {
+			return 0, err
+		}
+		def, err := cv.encode(r.keys)
+		if err != nil {
+			return 0, err
+		}
+		if _, err := r.cluster.UpdateVolume(ctx, id, rev, def, false); errors.Is(err, cluster.ErrConflict) {
+			continue // changed meanwhile: read it again
+		} else if err != nil {
+			return 0, mapErr(err)
+		}
+		return stale, nil
+	}
+	return 0, kinderr.Errorf(ErrClusterUnavailable, "the cluster's definition of volume %q kept changing; try again", id)
 }
 
 // Node is one host of the cluster.

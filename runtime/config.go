@@ -58,6 +58,10 @@ type Config struct {
 	// Docker, when set, serves the Docker volume plugin protocol for the
 	// drivers it names; nil serves none.
 	Docker *DockerConfig `yaml:"docker"`
+	// Secrets, when set, seals the volume and snapshot secrets the agent
+	// stores (state.db, etcd); nil stores them as given, and refuses
+	// literal secrets in cluster mode.
+	Secrets *SecretsConfig `yaml:"secrets"`
 	// Allocations are registered on every start, in addition to the
 	// allocations restored from the store.
 	Allocations []AllocationConfig `yaml:"allocations"`
@@ -259,6 +263,7 @@ func (c Config) WithDefaults() Config {
 	c.Allocations = append([]AllocationConfig(nil), c.Allocations...)
 	c.Cluster = c.Cluster.withDefaults()
 	c.Docker = c.Docker.withDefaults()
+	c.Secrets = c.Secrets.withDefaults()
 	return c
 }
 
@@ -377,6 +382,12 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.Docker.Validate(); err != nil {
+		return err
+	}
+	if err := c.Secrets.Validate(); err != nil {
+		return err
+	}
+	if err := c.validateSealing(); err != nil {
 		return err
 	}
 	seen := make(map[string]int, len(c.Allocations))

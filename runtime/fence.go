@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -112,8 +111,8 @@ func (r *Runtime) fenceVolume(ctx context.Context, host, vol, plugin string, cs 
 	}
 	var cv clusterVolume
 	if def != nil {
-		if err := json.Unmarshal(def, &cv); err != nil {
-			return nil, fmt.Errorf("decode volume %q: %w", vol, err)
+		if cv, _, err = decodeClusterVolume(vol, def, r.keys); err != nil {
+			return nil, err
 		}
 	}
 	if plugin != "" && cv.Spec.Plugin != plugin {

@@ -23,6 +23,7 @@ import (
 	"github.com/csiactor/csiactor/cluster"
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/actorkit"
+	"github.com/csiactor/csiactor/internal/seal"
 	"github.com/csiactor/csiactor/persistence"
 	"github.com/csiactor/csiactor/registration"
 )
@@ -60,6 +61,7 @@ type Runtime struct {
 
 	// Set by Start, read-only afterwards until Shutdown.
 	started  bool
+	keys     *seal.Keyring // secrets.key_file's keyring; nil seals nothing
 	store    *persistence.Store
 	system   *actor.ActorSystem
 	registry *registry.Handle
@@ -156,8 +158,12 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 	if err := checkStoreNotLost(r.cfg.DataDir); err != nil {
 		return err
 	}
+	if r.keys, err = r.cfg.Secrets.keyring(); err != nil {
+		return err
+	}
 	r.store, err = persistence.Open(filepath.Join(r.cfg.DataDir, StoreFileName), persistence.Config{
 		NoSync:     r.cfg.Store.NoSync,
+		Keyring:    r.keys,
 		Registerer: r.reg,
 		Logger:     r.log.WithField("component", "store"),
 	})
@@ -531,6 +537,9 @@ func (r *Runtime) RegisterVolume(ctx context.Context, id string, spec VolumeSpec
 	if err := spec.Validate(); err != nil {
 		return Volume{}, err
 	}
+	if err := r.checkLiteralSecrets("secrets", spec.Secrets); err != nil {
+		return Volume{}, err
+	}
 	if err := r.ready(); err != nil {
 		return Volume{}, err
 	}
@@ -555,6 +564,9 @@ func (r *Runtime) RegisterVolume(ctx context.Context, id string, spec VolumeSpec
 // (CreateVolume, idempotent by name) and registers it.
 func (r *Runtime) CreateVolume(ctx context.Context, spec CreateVolumeSpec) (Volume, error) {
 	if err := spec.Validate(); err != nil {
+		return Volume{}, err
+	}
+	if err := r.checkLiteralSecrets("secrets", spec.Secrets); err != nil {
 		return Volume{}, err
 	}
 	if err := r.ready(); err != nil {

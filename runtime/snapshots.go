@@ -186,6 +186,9 @@ func (r *Runtime) CreateSnapshot(ctx context.Context, spec SnapshotSpec) (Snapsh
 	if err := spec.Validate(); err != nil {
 		return Snapshot{}, err
 	}
+	if err := r.checkLiteralSecrets("secrets", spec.Secrets); err != nil {
+		return Snapshot{}, err
+	}
 	if err := r.ready(); err != nil {
 		return Snapshot{}, err
 	}
