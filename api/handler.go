@@ -144,6 +144,7 @@ func newServer(b Backend, opts Options) *server {
 	m.HandleFunc("GET /v1/nodes", s.nodes)
 	m.HandleFunc("GET /v1/nodes/{id}", s.node)
 	m.HandleFunc("POST /v1/nodes/{id}/fence", s.fenceNode)
+	m.HandleFunc("POST /v1/secrets/reseal", s.resealSecrets)
 	if opts.Metrics != nil {
 		m.Handle("GET /metrics", opts.Metrics)
 	}
