@@ -303,6 +303,8 @@ func answersRealBackend(t *testing.T, sc *specChecker) {
 		{name: "nodes outside cluster mode", method: "GET", path: "/v1/nodes", status: 404},
 		{name: "node outside cluster mode", method: "GET", path: "/v1/nodes/h1", status: 404},
 		{name: "fence outside cluster mode", method: "POST", path: "/v1/nodes/h1/fence", status: 404},
+		{name: "reseal without a key", method: "POST", path: "/v1/secrets/reseal", status: 409, want: "secrets.key_file"},
+		{name: "reseal with query", method: "POST", path: "/v1/secrets/reseal?x=1", status: 400},
 
 		{name: "wrong method", method: "PATCH", path: "/v1/volumes/data1", status: 405},
 		{name: "unknown route", method: "GET", path: "/v2/volumes", status: 404},

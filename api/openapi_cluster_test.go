@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -24,6 +25,11 @@ func clusterAgent(t *testing.T, node, endpoint string) *runtime.Runtime {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	// Every host has the same key, which seals the secrets in etcd.
+	keyFile := filepath.Join(dir, "secrets.key")
+	if err := os.WriteFile(keyFile, bytes.Repeat([]byte{7}, 32), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	backoff := runtime.BackoffConfig{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond, Multiplier: 2}
 	rt, err := runtime.New(runtime.Config{
 		DataDir: filepath.Join(dir, "d"),
@@ -37,6 +43,7 @@ func clusterAgent(t *testing.T, node, endpoint string) *runtime.Runtime {
 		Store:   runtime.StoreConfig{NoSync: true},
 		// The fake plugin mounts nothing.
 		Host: runtime.HostConfig{SkipMountCheck: true},
+		Secrets: &runtime.SecretsConfig{KeyFile: keyFile},
 		Cluster: &runtime.ClusterConfig{
 			NodeID:   node,
 			Etcd:     runtime.EtcdConfig{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second},
@@ -76,6 +83,7 @@ func answersCluster(t *testing.T, sc *specChecker) {
 	if _, err := n1.RegisterVolume(ctx, "shared", runtime.VolumeSpec{
 		Plugin: "fake", ExternalID: "ext-shared",
 		Capabilities: []runtime.Capability{{AccessMode: "single-node-writer", AttachmentMode: "file-system"}},
+		Secrets:      map[string]string{"token": "t0k3n"},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -109,5 +117,7 @@ func answersCluster(t *testing.T, sc *specChecker) {
 		{name: "fence unknown host", method: "POST", path: "/v1/nodes/n9/fence", status: 404},
 		{name: "fence", method: "POST", path: "/v1/nodes/n2/fence", status: 200,
 			want: `"claims":[{"volume":"shared","alloc":"a2","mode":"write","controller_unpublished":true}]`},
+		// Sealed with the current key already: nothing to do.
+		{name: "reseal", method: "POST", path: "/v1/secrets/reseal", status: 200, want: `"store":0,"cluster":0`},
 	})
 }
