@@ -42,7 +42,7 @@ func clusterAgent(t *testing.T, node, endpoint string) *runtime.Runtime {
 		Volumes: runtime.VolumesConfig{Retry: backoff},
 		Store:   runtime.StoreConfig{NoSync: true},
 		// The fake plugin mounts nothing.
-		Host: runtime.HostConfig{SkipMountCheck: true},
+		Host:    runtime.HostConfig{SkipMountCheck: true},
 		Secrets: &runtime.SecretsConfig{KeyFile: keyFile},
 		Cluster: &runtime.ClusterConfig{
 			NodeID:   node,
