@@ -118,7 +118,7 @@ func TestParseConfig_Errors(t *testing.T) {
 		in   string
 		want string // the whole message
 	}{
-		{"unknown top key", "data_dir: /d\nsocket: /x\n", `line 2: socket: unknown key (known here: allocations, api, cluster, data_dir, docker, log, plugins, store, volumes)`},
+		{"unknown top key", "data_dir: /d\nsocket: /x\n", `line 2: socket: unknown key (known here: allocations, api, cluster, data_dir, docker, log, plugins, secrets, store, volumes)`},
 		{"unknown nested key", "api:\n  socket: /x\n  sockett: /y\n", `line 3: api.sockett: unknown key (known here: http_addr, socket, token_file)`},
 		{"unknown allocation key", "allocations:\n  - id: a\n    plugin: p\n    typ: node\n", `line 4: allocations[0].typ: unknown key (known here: command, env, id, plugin, socket, type)`},
 		{"duration as int", "plugins:\n  rpc_timeout: 30\n", `line 2: plugins.rpc_timeout: want a duration like "30s" or "500ms"`},
