@@ -27,6 +27,11 @@
 // between its durable intent and its durable outcome: it returns once
 // reads see the write, which the next checkpoint makes durable.
 //
+// With [Config.Keyring] set, the secrets of volumes and snapshots are
+// sealed in every value the store writes, journal included, and opened on
+// every read (sealing.go); [Store.Reseal] seals again what another key, or
+// none, wrote.
+//
 // # Journal
 //
 // Volume writes (PutVolume, DeleteVolume), the ones a volume actor makes

@@ -174,14 +174,9 @@ func (s *Store) Reseal(ctx context.Context) (int, error) {
 func (s *Store) resealVolume(data []byte) ([]byte, int, error) {
 	var v Volume
 	sealed, err := decodeVolumeRaw(data, &v)
-	if err != nil {
-		return nil, 0, err
-	}
-	stale := len(v.Secrets)
-	if sealed {
-		if stale = s.cfg.Keyring.Stale(v.Secrets); stale > 0 {
-			v.Secrets, err = s.cfg.Keyring.OpenMap(volumeRecord(v.ID), v.Secrets)
-		}
+	var stale int
+	if err == nil {
+		v.Secrets, stale, err = s.staleSecrets(volumeRecord(v.ID), v.Secrets, sealed)
 	}
 	if err != nil || stale == 0 {
 		return nil, 0, err
@@ -194,18 +189,27 @@ func (s *Store) resealVolume(data []byte) ([]byte, int, error) {
 func (s *Store) resealSnapshot(data []byte) ([]byte, int, error) {
 	var sn Snapshot
 	sealed, err := decodeSnapshotRaw(data, &sn)
-	if err != nil {
-		return nil, 0, err
-	}
-	stale := len(sn.Secrets)
-	if sealed {
-		if stale = s.cfg.Keyring.Stale(sn.Secrets); stale > 0 {
-			sn.Secrets, err = s.cfg.Keyring.OpenMap(snapshotRecord(sn.ID), sn.Secrets)
-		}
+	var stale int
+	if err == nil {
+		sn.Secrets, stale, err = s.staleSecrets(snapshotRecord(sn.ID), sn.Secrets, sealed)
 	}
 	if err != nil || stale == 0 {
 		return nil, 0, err
 	}
 	out, err := s.encodeSnapshot(&sn)
 	return out, stale, err
+}
+
+// staleSecrets counts the secrets of record, as stored (sealed or not),
+// that the current key did not seal, and returns them opened when any.
+func (s *Store) staleSecrets(record string, secrets map[string]string, sealed bool) (map[string]string, int, error) {
+	if !sealed {
+		return secrets, len(secrets), nil
+	}
+	stale := s.cfg.Keyring.Stale(secrets)
+	if stale == 0 {
+		return nil, 0, nil
+	}
+	open, err := s.cfg.Keyring.OpenMap(record, secrets)
+	return open, stale, err
 }
