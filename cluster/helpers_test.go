@@ -1,12 +1,14 @@
 package cluster_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -78,9 +80,18 @@ type agent struct {
 // fast heartbeats and retries, store sync off, a 5 s lease (tests of a
 // lease's expiry set a shorter one: a 2 s lease can lapse on a loaded
 // machine, and tests that expect no etcd outage would see one).
+//
+// Every agent has the same secrets.key_file (32 bytes of 42), which seals
+// the secrets in etcd and the stores: cluster mode refuses literal secrets
+// without one.
 func clusterConfig(t testing.TB, node, endpoint string) runtime.Config {
 	backoff := runtime.BackoffConfig{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond, Multiplier: 2}
+	keyFile := filepath.Join(shortDir(t, "csiactor-key-"), "secrets.key")
+	if err := os.WriteFile(keyFile, bytes.Repeat([]byte{42}, 32), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	return runtime.Config{
+		Secrets: &runtime.SecretsConfig{KeyFile: keyFile},
 		DataDir: shortDir(t, "csiactor-cl-"),
 		API:     runtime.APIConfig{HTTPAddr: "127.0.0.1:0"},
 		Plugins: runtime.PluginsConfig{
