@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/csiactor/csiactor/cluster"
 	"github.com/csiactor/csiactor/internal/etcdtest"
 	"github.com/csiactor/csiactor/internal/fakeplugin"
+	"github.com/csiactor/csiactor/internal/hostpath"
 	"github.com/csiactor/csiactor/internal/leakcheck"
 	"github.com/csiactor/csiactor/runtime"
 )
@@ -27,8 +29,14 @@ var fullController = fakeplugin.Config{ControllerPublish: true, CreateDelete: tr
 	ControllerExpand: true, Snapshots: true, Clone: true}
 
 // startWithPlugin starts a runtime for node on endpoint with a fake plugin
-// of cfg attached as an allocation of typ.
+// of cfg attached as an allocation of typ of the test plugin.
 func startWithPlugin(t testing.TB, node, endpoint string, cfg fakeplugin.Config, typ string) *agent {
+	t.Helper()
+	return startWithPluginNamed(t, node, endpoint, testPlugin, cfg, typ)
+}
+
+// startWithPluginNamed is startWithPlugin with the plugin's name.
+func startWithPluginNamed(t testing.TB, node, endpoint, plugin string, cfg fakeplugin.Config, typ string) *agent {
 	t.Helper()
 	a := &agent{t: t, node: node, cfg: clusterConfig(t, node, endpoint)}
 	a.start()
@@ -36,13 +44,13 @@ func startWithPlugin(t testing.TB, node, endpoint string, cfg fakeplugin.Config,
 	p, ep := fakeplugin.Start(t, cfg)
 	a.plugin = p
 	if _, err := a.rt.RegisterAllocation(context.Background(), typ+"-"+node, runtime.AllocationSpec{
-		Plugin: testPlugin, Type: typ, Socket: ep[len("unix://"):],
+		Plugin: plugin, Type: typ, Socket: ep[len("unix://"):],
 	}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	if err := a.rt.WaitHealthy(ctx, testPlugin, typ); err != nil {
+	if err := a.rt.WaitHealthy(ctx, plugin, typ); err != nil {
 		t.Fatal(err)
 	}
 	return a
@@ -362,6 +370,86 @@ func TestCluster_RoutedRequesterRestart(t *testing.T) {
 		t.Fatalf("the next leader's CreateVolume calls after the requester's restart = %d, want 1 (answered from etcd)", n)
 	}
 	next.waitVolume("rv")
+	if got := controllerRequests(t, srv.Endpoint()); len(got) != 0 {
+		t.Fatalf("controller requests left in etcd: %v", got)
+	}
+}
+
+// TestCluster_RoutedHostpath: host na runs the hostpath driver as a
+// monolith; host nb has only a fake node plugin of the same name. nb
+// creates a volume, snapshots it, restores and clones it, and deletes the
+// snapshot and the source, all through na's driver, whose state ends with
+// exactly the restored and cloned volumes. (This driver does not record a
+// volume's source in its state; the fake plugin's test checks that the
+// content source reaches the leader's plugin.)
+func TestCluster_RoutedHostpath(t *testing.T) {
+	bin := hostpath.Binary(t)
+	t.Cleanup(leakcheck.Check(t))
+	srv := etcdtest.Start(t)
+	a := startHostpathAgent(t, "na", srv.Endpoint(), bin)
+	b := startWithPluginNamed(t, "nb", srv.Endpoint(), hostpath.PluginName,
+		fakeplugin.Config{ControllerPublish: true, StageUnstage: true}, runtime.TypeNode)
+	ctx := context.Background()
+	spec := func(id string) runtime.CreateVolumeSpec {
+		s := createSpec(id)
+		s.Plugin, s.Secrets = hostpath.PluginName, nil
+		return s
+	}
+	var src runtime.Volume
+	if err := untilAvailable(t, "create src", func(ctx context.Context) (err error) {
+		src, err = b.rt.CreateVolume(ctx, spec("src"))
+		return err
+	}); err != nil {
+		t.Fatalf("create src on nb: %v", err)
+	}
+	snap, err := b.rt.CreateSnapshot(ctx, runtime.SnapshotSpec{ID: "snap", Plugin: hostpath.PluginName, SourceVolume: "src"})
+	if err != nil {
+		t.Fatalf("snapshot src on nb: %v", err)
+	}
+	restored := spec("restored")
+	restored.ContentSource = &runtime.ContentSource{Snapshot: "snap"}
+	rv, err := b.rt.CreateVolume(ctx, restored)
+	if err != nil {
+		t.Fatalf("restore on nb: %v", err)
+	}
+	clone := spec("clone")
+	clone.ContentSource = &runtime.ContentSource{Volume: "src"}
+	cv, err := b.rt.CreateVolume(ctx, clone)
+	if err != nil {
+		t.Fatalf("clone on nb: %v", err)
+	}
+	st, err := hostpath.ReadState(a.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Snapshots) != 1 || st.Snapshots[0].ID != snap.ExternalID || st.Snapshots[0].VolID != src.ExternalID {
+		t.Fatalf("na's driver snapshots = %+v, want %s of %s", st.Snapshots, snap.ExternalID, src.ExternalID)
+	}
+	if err := b.rt.DeleteSnapshot(ctx, "snap"); err != nil {
+		t.Fatalf("delete the snapshot on nb: %v", err)
+	}
+	if err := b.rt.DeleteVolume(ctx, "src", true); err != nil {
+		t.Fatalf("delete src on nb: %v", err)
+	}
+	st, err = hostpath.ReadState(a.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, v := range st.Volumes {
+		got[v.VolID] = v.VolName
+	}
+	want := map[string]string{rv.ExternalID: "restored", cv.ExternalID: "clone"}
+	if !maps.Equal(got, want) || len(st.Snapshots) != 0 {
+		t.Fatalf("na's driver at the end: volumes %v, snapshots %+v; want volumes %v and no snapshot", got, st.Snapshots, want)
+	}
+	for _, id := range []string{"restored", "clone"} {
+		a.waitVolume(id)
+	}
+	if _, err := a.rt.Volume(ctx, "src"); !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("src on na after its delete: %v", err)
+	}
+	noControllerCalls(t, b)
 	if got := controllerRequests(t, srv.Endpoint()); len(got) != 0 {
 		t.Fatalf("controller requests left in etcd: %v", got)
 	}
