@@ -265,29 +265,29 @@ func TestCluster_RoutedErrorStatus(t *testing.T) {
 	}
 }
 
-// TestCluster_RoutedLeaderLost: the controller leader stops while its
-// plugin runs a routed CreateVolume; the next leader runs it, and the
-// create completes on the requesting host.
-func TestCluster_RoutedLeaderLost(t *testing.T) {
-	t.Cleanup(leakcheck.Check(t))
-	srv := etcdtest.Start(t)
+// heldCreate starts two controller hosts and a node-only host n3 on srv,
+// and has n3 create volume vol while the leader's plugin holds the
+// CreateVolume (until the leader stops). It returns once the leader's
+// plugin got the call, with the leader, the other controller host, n3,
+// and the create's outcome to come.
+func heldCreate(t *testing.T, srv *etcdtest.Server, vol string) (leader, next, node *agent, done <-chan error) {
+	t.Helper()
 	c1 := startWithPlugin(t, "n1", srv.Endpoint(), fullController, runtime.TypeMonolith)
 	c2 := startWithPlugin(t, "n2", srv.Endpoint(), fullController, runtime.TypeMonolith)
-	node := startWithPlugin(t, "n3", srv.Endpoint(), fakeplugin.Config{ControllerPublish: true, StageUnstage: true}, runtime.TypeNode)
-	leader := leaderOf(t, c1, c2)
-	next := c1
+	node = startWithPlugin(t, "n3", srv.Endpoint(), fakeplugin.Config{ControllerPublish: true, StageUnstage: true}, runtime.TypeNode)
+	leader, next = leaderOf(t, c1, c2), c1
 	if leader == c1 {
 		next = c2
 	}
 	leader.plugin.SetFault("CreateVolume", fakeplugin.Fault{Hang: true})
-	done := make(chan error, 1)
+	ch := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 		defer cancel()
 		for {
-			_, err := node.rt.CreateVolume(ctx, createSpec("lv"))
+			_, err := node.rt.CreateVolume(ctx, createSpec(vol))
 			if !unavailable(err) || ctx.Err() != nil {
-				done <- err
+				ch <- err
 				return
 			}
 			time.Sleep(10 * time.Millisecond)
@@ -296,6 +296,16 @@ func TestCluster_RoutedLeaderLost(t *testing.T) {
 	eventually(t, "the leader's plugin running CreateVolume", func() (bool, error) {
 		return leader.plugin.Calls("CreateVolume") > 0, nil
 	})
+	return leader, next, node, ch
+}
+
+// TestCluster_RoutedLeaderLost: the controller leader stops while its
+// plugin runs a routed CreateVolume; the next leader runs it, and the
+// create completes on the requesting host.
+func TestCluster_RoutedLeaderLost(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	srv := etcdtest.Start(t)
+	leader, next, _, done := heldCreate(t, srv, "lv")
 	leader.stop()
 	if err := <-done; err != nil {
 		t.Fatalf("create after the leader stopped: %v", err)
@@ -317,31 +327,7 @@ func TestCluster_RoutedLeaderLost(t *testing.T) {
 func TestCluster_RoutedRequesterRestart(t *testing.T) {
 	t.Cleanup(leakcheck.Check(t))
 	srv := etcdtest.Start(t)
-	c1 := startWithPlugin(t, "n1", srv.Endpoint(), fullController, runtime.TypeMonolith)
-	c2 := startWithPlugin(t, "n2", srv.Endpoint(), fullController, runtime.TypeMonolith)
-	node := startWithPlugin(t, "n3", srv.Endpoint(), fakeplugin.Config{ControllerPublish: true, StageUnstage: true}, runtime.TypeNode)
-	leader := leaderOf(t, c1, c2)
-	next := c1
-	if leader == c1 {
-		next = c2
-	}
-	leader.plugin.SetFault("CreateVolume", fakeplugin.Fault{Hang: true})
-	done := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-		defer cancel()
-		for {
-			_, err := node.rt.CreateVolume(ctx, createSpec("rv"))
-			if !unavailable(err) || ctx.Err() != nil {
-				done <- err
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}()
-	eventually(t, "the leader's plugin running CreateVolume", func() (bool, error) {
-		return leader.plugin.Calls("CreateVolume") > 0, nil
-	})
+	leader, next, node, done := heldCreate(t, srv, "rv")
 	node.stop()
 	if err := <-done; err == nil {
 		t.Fatal("create succeeded though its host stopped before the answer")
