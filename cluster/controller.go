@@ -87,13 +87,26 @@ type ControllerRequest struct {
 	Body []byte `json:"body"`
 	// Secrets are the CSI request's secrets (the volume's or the
 	// snapshot's, as the caller has them), kept apart from Body so that
-	// they can be sealed on their own. Nil when the call has none.
-	Secrets map[string]string `json:"secrets,omitempty"`
+	// they can be sealed on their own. Nil when the call has none. The
+	// cluster never reads them: the caller seals them (each value then
+	// differs at every write) and sets SecretsDigest, by which two
+	// requests compare their secrets instead.
+	Secrets       map[string]string `json:"secrets,omitempty"`
+	SecretsDigest string            `json:"secrets_digest,omitempty"`
 	// Attempt is new at every write of the request; the answer names it.
 	Attempt string    `json:"attempt"`
 	At      time.Time `json:"at"`
 	// Answer is the leader's, once it ran the step.
 	Answer *ControllerAnswer `json:"answer,omitempty"`
+}
+
+// sameSecrets reports whether requests a and b carry the same secrets:
+// by digest where they have one, else by value.
+func sameSecrets(a, b *ControllerRequest) bool {
+	if a.SecretsDigest != "" || b.SecretsDigest != "" {
+		return a.SecretsDigest == b.SecretsDigest
+	}
+	return maps.Equal(a.Secrets, b.Secrets)
 }
 
 // ControllerAnswer is what the controller leader's plugin answered.
@@ -291,7 +304,7 @@ func (s *Session) RequestController(ctx context.Context, plugin string, req Cont
 		if err != nil {
 			return ControllerAnswer{}, err
 		}
-		same := cur != nil && cur.Op == req.Op && bytes.Equal(cur.Body, req.Body) && maps.Equal(cur.Secrets, req.Secrets)
+		same := cur != nil && cur.Op == req.Op && bytes.Equal(cur.Body, req.Body) && sameSecrets(cur, &req)
 		if same && cur.Answer != nil && !claimOp && cur.Answer.Attempt == cur.Attempt {
 			s.consumed(ctx, key, rev)
 			return *cur.Answer, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/csiactor/csiactor/internal/seal"
 	"sync"
 	"time"
 
@@ -46,6 +47,7 @@ import (
 type clusterPlugins struct {
 	local      *pluginsAdapter
 	s          *cluster.Session
+	keys       *seal.Keyring // seals the secrets of requests; nil: none
 	rpcTimeout time.Duration
 	ttl        time.Duration
 	now        func() time.Time
@@ -61,8 +63,8 @@ type cachedInfo struct {
 
 var _ claim.CachedPlugins = (*clusterPlugins)(nil)
 
-func newClusterPlugins(local *pluginsAdapter, s *cluster.Session, rpcTimeout, ttl time.Duration) *clusterPlugins {
-	return &clusterPlugins{local: local, s: s, rpcTimeout: rpcTimeout, ttl: ttl, now: time.Now, infos: map[string]cachedInfo{}}
+func newClusterPlugins(local *pluginsAdapter, s *cluster.Session, keys *seal.Keyring, rpcTimeout, ttl time.Duration) *clusterPlugins {
+	return &clusterPlugins{local: local, s: s, keys: keys, rpcTimeout: rpcTimeout, ttl: ttl, now: time.Now, infos: map[string]cachedInfo{}}
 }
 
 // isControllerStep says whether ctx carries a claim step that may run on
@@ -276,6 +278,10 @@ type remoteController struct {
 
 var deterministic = proto.MarshalOptions{Deterministic: true}
 
+// requestRecord names a controller request's secrets when they are sealed
+// (seal's additional data), so that they open for that request only.
+func requestRecord(op, subject string) string { return "controller/" + op + "/" + subject }
+
 // call sends req (with its secrets cleared; secrets are sent apart) as
 // op of subject to the leader, and decodes its answer into resp.
 func (c *remoteController) call(ctx context.Context, op, subject, node string, req proto.Message, secrets map[string]string, resp proto.Message) (cluster.ControllerAnswer, error) {
@@ -283,7 +289,14 @@ func (c *remoteController) call(ctx context.Context, op, subject, node string, r
 	if err != nil {
 		return cluster.ControllerAnswer{}, fmt.Errorf("encode the %s request: %w", op, err)
 	}
-	ans, err := c.p.request(ctx, c.plugin, cluster.ControllerRequest{Volume: subject, Node: node, Op: op, Body: body, Secrets: secrets})
+	creq := cluster.ControllerRequest{Volume: subject, Node: node, Op: op, Body: body, Secrets: secrets}
+	if keys := c.p.keys; keys.Enabled() && len(secrets) > 0 {
+		// Sealed like every secret at rest, for the leader, which has
+		// the same key, to open.
+		record := requestRecord(op, subject)
+		creq.Secrets, creq.SecretsDigest = keys.SealMap(record, secrets), keys.Digest(record, secrets)
+	}
+	ans, err := c.p.request(ctx, c.plugin, creq)
 	if err != nil {
 		return ans, err
 	}
@@ -490,7 +503,15 @@ func (h *controllerHandler) Handle(ctx context.Context, req cluster.ControllerRe
 		return cluster.ControllerAnswer{Code: uint32(codes.Unavailable),
 			Message: fmt.Sprintf("the controller leader has no healthy controller of plugin %q now: %s", h.plugin, err)}
 	}
-	resp, err := op.run(ctx, c, req.Body, req.Secrets)
+	secrets := req.Secrets
+	if req.SecretsDigest != "" {
+		if secrets, err = h.r.keys.OpenMap(requestRecord(req.Op, req.Volume), req.Secrets); err != nil {
+			// Never retried with another key: the requester's differs.
+			return cluster.ControllerAnswer{Code: uint32(codes.FailedPrecondition),
+				Message: fmt.Sprintf("the controller leader cannot open the request's secrets: %s", err)}
+		}
+	}
+	resp, err := op.run(ctx, c, req.Body, secrets)
 	log.WithField("code", csi.Code(err).String()).Info("ran " + op.method + " for another host")
 	return answerFor(err, resp)
 }

@@ -255,7 +255,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 	var plugins claim.Plugins = r.plugins
 	if r.cluster != nil {
 		arbiter = r.cluster
-		r.ctrl = newClusterPlugins(r.plugins, r.cluster, pc.RPCTimeout, pc.HeartbeatInterval)
+		r.ctrl = newClusterPlugins(r.plugins, r.cluster, r.keys, pc.RPCTimeout, pc.HeartbeatInterval)
 		plugins = r.ctrl
 	}
 	r.volumes, err = volume.NewManager(r.system.Root, volume.Config{

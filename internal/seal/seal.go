@@ -27,14 +27,17 @@ package seal
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 )
 
@@ -71,6 +74,7 @@ type Keyring struct {
 type key struct {
 	id   string
 	aead cipher.AEAD
+	mac  []byte // the key for Digest: derived from the key, never the key itself
 }
 
 // KeyID returns the ID of key k: the first 8 bytes of its SHA-256, in hex
@@ -96,7 +100,9 @@ func New(current []byte, previous ...[]byte) (*Keyring, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrKeyFile, err)
 		}
-		kk := &key{id: KeyID(raw), aead: aead}
+		mac := hmac.New(sha256.New, raw)
+		mac.Write([]byte("csiactor-seal-digest-" + version))
+		kk := &key{id: KeyID(raw), aead: aead, mac: mac.Sum(nil)}
 		if i == 0 {
 			k.cur = kk
 		}
@@ -218,6 +224,35 @@ func (k *Keyring) Open(record, name, sealed string) (string, error) {
 		return "", fmt.Errorf("secret %q of %s: %w: it does not authenticate with key %s (damaged, or moved from another record)", name, record, ErrOpen, id)
 	}
 	return string(plain), nil
+}
+
+// Digest returns a keyed digest (HMAC-SHA256 with a key derived from the
+// current key) of the secrets m of record: equal for equal maps, and
+// revealing nothing of them without the key. Sealed values differ at
+// every Seal; records compare their secrets by digest. It returns "" for
+// an empty m.
+func (k *Keyring) Digest(record string, m map[string]string) string {
+	if len(m) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(m))
+	for name := range m {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	h := hmac.New(sha256.New, k.cur.mac)
+	field := func(s string) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	field(record)
+	for _, name := range names {
+		field(name)
+		field(m[name])
+	}
+	return k.cur.id + ":" + hex.EncodeToString(h.Sum(nil))
 }
 
 // SealMap seals every value of m (see Seal); nil for an empty m.

@@ -190,3 +190,33 @@ func ExampleKeyring() {
 	fmt.Println(id == k.CurrentID(), v)
 	// Output: true hunter2
 }
+
+func TestKeyring_Digest(t *testing.T) {
+	k1, err := seal.New(bytes.Repeat([]byte{1}, seal.KeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, err := seal.New(bytes.Repeat([]byte{2}, seal.KeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{"user": "admin", "token": "s3cret"}
+	d := k1.Digest("r", m)
+	if d == "" || d != k1.Digest("r", map[string]string{"token": "s3cret", "user": "admin"}) {
+		t.Fatalf("digest of equal maps differs: %q", d)
+	}
+	for what, other := range map[string]string{
+		"value":  k1.Digest("r", map[string]string{"user": "admin", "token": "other"}),
+		"name":   k1.Digest("r", map[string]string{"user": "admin", "tokens": "s3cret"}),
+		"record": k1.Digest("r2", m),
+		"key":    k2.Digest("r", m),
+		"split":  k1.Digest("r", map[string]string{"user": "admintoken", "": "s3cret"}),
+	} {
+		if other == d {
+			t.Errorf("another %s gives the same digest", what)
+		}
+	}
+	if strings.Contains(d, "s3cret") || k1.Digest("r", nil) != "" {
+		t.Errorf("digest %q", d)
+	}
+}
