@@ -37,6 +37,8 @@ type Session struct {
 	frees     map[claimRef]string // guarded by mu; claims to remove from etcd, with their nonce
 	nonces    map[claimRef]string // guarded by mu; the nonce of every claim this session admitted
 	requested map[string]bool     // guarded by mu; keys of this host's controller requests (see ControllerRequested)
+	applied   map[string]int64    // guarded by mu; see Applied
+	appliedCh chan struct{}       // guarded by mu; closed and replaced at every Applied
 	closed    bool                // guarded by mu
 
 	kick      chan struct{}   // wakes the free loop
@@ -98,6 +100,8 @@ func Open(ctx context.Context, cfg Config) (*Session, error) {
 		frees:     map[claimRef]string{},
 		nonces:    map[claimRef]string{},
 		requested: map[string]bool{},
+		applied:   map[string]int64{},
+		appliedCh: make(chan struct{}),
 		kick:      make(chan struct{}, 1),
 		rejoined:  make(chan struct{}, 1),
 	}
