@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/url"
 	"slices"
@@ -24,32 +25,70 @@ const (
 	OpPublish = "publish"
 	// OpUnpublish asks for ControllerUnpublishVolume.
 	OpUnpublish = "unpublish"
+	// OpCreateVolume asks for CreateVolume (also a restore from a
+	// snapshot, or a clone); its Volume is the CSI name.
+	OpCreateVolume = "create-volume"
+	// OpDeleteVolume asks for DeleteVolume; its Volume is the CSI volume
+	// ID.
+	OpDeleteVolume = "delete-volume"
+	// OpExpandVolume asks for ControllerExpandVolume; its Volume is the
+	// CSI volume ID.
+	OpExpandVolume = "expand-volume"
+	// OpValidateVolume asks for ValidateVolumeCapabilities; its Volume
+	// is the CSI volume ID.
+	OpValidateVolume = "validate-volume"
+	// OpCreateSnapshot asks for CreateSnapshot; its Volume is the CSI
+	// name of the snapshot.
+	OpCreateSnapshot = "create-snapshot"
+	// OpDeleteSnapshot asks for DeleteSnapshot; its Volume is the CSI
+	// snapshot ID.
+	OpDeleteSnapshot = "delete-snapshot"
 )
+
+// isClaimOp says whether op is a claim step's (ControllerPublishVolume or
+// ControllerUnpublishVolume), keyed by volume and node; the others are
+// one-shot operations, keyed by operation, subject and host, and removed
+// once their requester has read the answer.
+func isClaimOp(op string) bool { return op == OpPublish || op == OpUnpublish }
 
 // ErrNoController is returned by ControllerLeader, and wrapped by
 // RequestController, when no host of the cluster leads the controller of
 // the plugin: none has a healthy controller allocation of it.
 var ErrNoController = errors.New("no controller of the plugin in the cluster")
 
-// ControllerRequest is a controller step (ControllerPublishVolume or
-// ControllerUnpublishVolume) that a host without a healthy controller of
-// the plugin asks the plugin's controller leader to run for it. Its key is
+// ControllerRequest is a controller call that a host without a healthy
+// controller of the plugin asks the plugin's controller leader to run for
+// it.
+//
+// A claim step (OpPublish, OpUnpublish) has the key
 // <prefix>/controller/<plugin>/<volume>/<CSI node ID>: one per volume and
 // node, like a Kubernetes VolumeAttachment, rewritten by every new request
 // for them and removed once an unpublish of them succeeded.
+//
+// Any other operation has the key
+// <prefix>/controller/<plugin>/~<op>/<subject>/<host> (no volume ID has a
+// '~'): one per operation, CSI name or ID and requesting host, removed by
+// the requester once it has read the answer. A requester that restarts
+// and asks for the same call again finds the answer (or the pending
+// request) there; see RequestController.
 type ControllerRequest struct {
-	// Volume is the volume's ID in the cluster; Node the CSI node ID the
-	// step is for (the claiming host's node plugin's).
+	// Volume is, for a claim step, the volume's ID in the cluster, and
+	// Node the CSI node ID the step is for (the claiming host's node
+	// plugin's). For another operation Volume is the CSI name or ID the
+	// call is about (see the Op constants) and Node is empty.
 	Volume string `json:"volume"`
-	Node   string `json:"node"`
-	// Op is OpPublish or OpUnpublish.
+	Node   string `json:"node,omitempty"`
+	// Op is one of the Op constants.
 	Op string `json:"op"`
 	// Host is the cluster node that asked.
 	Host string `json:"host"`
-	// Body is the CSI request, encoded by the caller and opaque to the
-	// cluster. It holds the volume's secrets, as the volume definitions
-	// in etcd do.
+	// Body is the CSI request without its secrets, encoded by the caller
+	// and opaque to the cluster.
 	Body []byte `json:"body"`
+	// Secrets are the CSI request's secrets (the volume's or the
+	// snapshot's, as the caller has them), kept apart from Body so that
+	// they can be sealed on their own. Nil when the call has none.
+	Secrets map[string]string `json:"secrets,omitempty"`
 	// Attempt is new at every write of the request; the answer names it.
 	Attempt string    `json:"attempt"`
 	At      time.Time `json:"at"`
@@ -65,6 +104,9 @@ type ControllerAnswer struct {
 	Message string `json:"message,omitempty"`
 	// PublishContext is ControllerPublishVolume's answer.
 	PublishContext map[string]string `json:"publish_context,omitempty"`
+	// Body is the CSI response of another operation, encoded by the
+	// leader and opaque to the cluster.
+	Body []byte `json:"body,omitempty"`
 	// By is the host that ran the step, for the request's Attempt.
 	By      string `json:"by"`
 	Attempt string `json:"attempt"`
@@ -76,6 +118,14 @@ func (s *Session) controllerPrefix(plugin string) string {
 
 func (s *Session) controllerKey(plugin, volume, node string) string {
 	return s.controllerPrefix(plugin) + url.PathEscape(volume) + "/" + url.PathEscape(node)
+}
+
+// requestKey is the key of req, a request of this host.
+func (s *Session) requestKey(plugin string, req ControllerRequest) string {
+	if isClaimOp(req.Op) {
+		return s.controllerKey(plugin, req.Volume, req.Node)
+	}
+	return s.controllerPrefix(plugin) + "~" + url.PathEscape(req.Op) + "/" + url.PathEscape(req.Volume) + "/" + url.PathEscape(s.cfg.NodeID)
 }
 
 // loadRequested finds the controller requests an earlier run of this
@@ -105,7 +155,7 @@ func (s *Session) loadRequested(ctx context.Context) error {
 // the leader published the volume (a publish that succeeded, or an
 // unpublish that failed).
 func (r *ControllerRequest) binds() bool {
-	return r.Answer == nil || (r.Op == OpPublish) == (r.Answer.Code == 0)
+	return isClaimOp(r.Op) && (r.Answer == nil || (r.Op == OpPublish) == (r.Answer.Code == 0))
 }
 
 // ControllerRequested reports whether this host has a controller request
@@ -214,13 +264,18 @@ func (s *Session) readRequest(ctx context.Context, key string) (*ControllerReque
 }
 
 // RequestController asks the controller leader of plugin to run req (its
-// Volume, Node, Op and Body) and waits for the answer until ctx ends. A
-// request for the same step that is still pending (written by this host
-// before it crashed, or by an earlier try) is waited for rather than
-// written again; any other is replaced by a new attempt, which the leader
-// runs again (CSI controller calls are idempotent). When the leader
-// changes before it answers, the next leader runs it. A successful
+// Volume, Node, Op, Body and Secrets) and waits for the answer until ctx
+// ends. A request for the same call that is still pending (written by
+// this host before it crashed, or by an earlier try) is waited for rather
+// than written again; any other is replaced by a new attempt, which the
+// leader runs again (CSI controller calls are idempotent). When the
+// leader changes before it answers, the next leader runs it. A successful
 // unpublish removes the request.
+//
+// A request other than a claim step's that was answered already (this
+// host asked, then crashed or gave up before it read the answer) is
+// answered from etcd without running it again; the answer read, the
+// request is removed, whatever the answer.
 //
 // It fails with ErrUnavailable when etcd does not answer, with an error
 // wrapping ErrNoController when no host leads the plugin's controller,
@@ -229,14 +284,20 @@ func (s *Session) RequestController(ctx context.Context, plugin string, req Cont
 	if _, err := s.ControllerLeader(ctx, plugin); err != nil {
 		return ControllerAnswer{}, err
 	}
-	key := s.controllerKey(plugin, req.Volume, req.Node)
+	key := s.requestKey(plugin, req)
+	claimOp := isClaimOp(req.Op)
 	for range maxCAS {
 		cur, rev, err := s.readRequest(ctx, key)
 		if err != nil {
 			return ControllerAnswer{}, err
 		}
+		same := cur != nil && cur.Op == req.Op && bytes.Equal(cur.Body, req.Body) && maps.Equal(cur.Secrets, req.Secrets)
+		if same && cur.Answer != nil && !claimOp && cur.Answer.Attempt == cur.Attempt {
+			s.consumed(ctx, key, rev)
+			return *cur.Answer, nil
+		}
 		mine := cur
-		if cur == nil || cur.Answer != nil || cur.Op != req.Op || !bytes.Equal(cur.Body, req.Body) {
+		if !same || cur.Answer != nil {
 			n := req
 			n.Host, n.At, n.Answer = s.cfg.NodeID, time.Now().UTC(), nil
 			n.Attempt = strconv.FormatUint(rand.Uint64(), 36)
@@ -258,26 +319,37 @@ func (s *Session) RequestController(ctx context.Context, plugin string, req Cont
 			}
 			mine, rev = &n, resp.Header.Revision
 		}
-		s.noteRequested(key, true)
+		if claimOp {
+			s.noteRequested(key, true)
+		}
 		ans, rev, err := s.awaitAnswer(ctx, key, mine.Attempt, rev)
 		if err != nil {
 			return ControllerAnswer{}, err
 		}
 		if ans == nil {
-			continue // replaced by another request for the step: ask again
+			continue // replaced by another request for the call: ask again
 		}
-		s.noteRequested(key, (&ControllerRequest{Op: req.Op, Answer: ans}).binds())
-		if req.Op == OpUnpublish && ans.Code == 0 {
-			rctx, cancel := s.reqCtx(ctx)
-			start := time.Now()
-			_, _ = s.cli.Txn(rctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-				Then(clientv3.OpDelete(key)).Commit()
-			cancel()
-			s.metrics.observe("txn", start)
+		if claimOp {
+			s.noteRequested(key, (&ControllerRequest{Op: req.Op, Answer: ans}).binds())
+		}
+		if !claimOp || (req.Op == OpUnpublish && ans.Code == 0) {
+			s.consumed(ctx, key, rev)
 		}
 		return *ans, nil
 	}
 	return ControllerAnswer{}, fmt.Errorf("%w: the controller request of volume %q kept changing", ErrUnavailable, req.Volume)
+}
+
+// consumed removes the request at key, answered at revision rev, unless
+// it changed since. A failure leaves it for the next request of the same
+// call, which reads the answer again.
+func (s *Session) consumed(ctx context.Context, key string, rev int64) {
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	start := time.Now()
+	_, _ = s.cli.Txn(rctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+		Then(clientv3.OpDelete(key)).Commit()
+	s.metrics.observe("txn", start)
 }
 
 // awaitAnswer waits for the answer to attempt on key, written after rev.
@@ -633,6 +705,12 @@ type ControllerInfo struct {
 	// PUBLISH_UNPUBLISH_VOLUME, so its claims go through
 	// ControllerPublishVolume.
 	ControllerRequired bool `json:"controller_required"`
+	// The controller's capabilities behind the operations other hosts
+	// send to the leader: EXPAND_VOLUME, CLONE_VOLUME and
+	// CREATE_DELETE_SNAPSHOT.
+	ControllerExpand     bool `json:"controller_expand,omitempty"`
+	CloneVolume          bool `json:"clone_volume,omitempty"`
+	CreateDeleteSnapshot bool `json:"create_delete_snapshot,omitempty"`
 	// By is the host that last wrote it, At when.
 	By string    `json:"by"`
 	At time.Time `json:"at"`
@@ -640,10 +718,11 @@ type ControllerInfo struct {
 
 func (s *Session) pluginKey(plugin string) string { return s.key("plugins", url.PathEscape(plugin)) }
 
-// PutControllerInfo records what this host's controller of plugin says,
-// for the hosts without one.
-func (s *Session) PutControllerInfo(ctx context.Context, plugin string, controllerRequired bool) error {
-	data, err := json.Marshal(ControllerInfo{ControllerRequired: controllerRequired, By: s.cfg.NodeID, At: time.Now().UTC()})
+// PutControllerInfo records info, what this host's controller of plugin
+// says, for the hosts without one (its By and At are set here).
+func (s *Session) PutControllerInfo(ctx context.Context, plugin string, info ControllerInfo) error {
+	info.By, info.At = s.cfg.NodeID, time.Now().UTC()
+	data, err := json.Marshal(info)
 	if err != nil {
 		return err
 	}

@@ -36,7 +36,11 @@
 // A host without a healthy controller of a plugin has the plugin's
 // controller steps run elsewhere: [Session.RequestController] writes the
 // ControllerPublishVolume or ControllerUnpublishVolume of a volume for its
-// CSI node ID as a [ControllerRequest] and waits for the answer. Every
+// CSI node ID as a [ControllerRequest] and waits for the answer; so it
+// does with the plugin's other controller operations (CreateVolume,
+// DeleteVolume, ControllerExpandVolume, ValidateVolumeCapabilities,
+// CreateSnapshot, DeleteSnapshot), keyed by operation, CSI name or ID and
+// host, and removed once their answer is read. Every
 // host with a healthy controller of the plugin runs
 // [Session.ServeController], which campaigns in the plugin's election
 // (a key on a go.etcd.io/etcd/client/v3/concurrency session's lease; the

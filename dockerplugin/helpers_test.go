@@ -74,8 +74,8 @@ func newRigWith(t testing.TB, mod func(*runtime.Config)) *rig {
 	t.Helper()
 	dir := shortDir(t, "csiactor-dp-")
 	dc := &runtime.DockerConfig{
-		PluginDir:    filepath.Join(dir, "plugins"),
-		Drivers:      []runtime.DockerDriver{{Name: testDriver, Plugin: testPlugin}},
+		PluginDir: filepath.Join(dir, "plugins"),
+		Drivers:   []runtime.DockerDriver{{Name: testDriver, Plugin: testPlugin}},
 		// An engine that never answers: nothing is released by the
 		// reconciler unless a test sets engines of its own (the
 		// defaults would ask this machine's engines).

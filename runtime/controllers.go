@@ -19,8 +19,9 @@ import (
 	"github.com/csiactor/csiactor/csi"
 )
 
-// clusterPlugins is the volume manager's claim.Plugins in cluster mode.
-// It answers as the local pluginsAdapter does, except for two things:
+// clusterPlugins is the volume and snapshot managers' claim.Plugins in
+// cluster mode. It answers as the local pluginsAdapter does, except for
+// three things:
 //
 //   - A claim step's ControllerPublishVolume or ControllerUnpublishVolume
 //     on a host without a healthy controller allocation of the plugin goes
@@ -29,7 +30,13 @@ import (
 //     back the answer; so do the later ones of the volume while that
 //     request is pending or the leader published the volume for this
 //     host, until an unpublish there succeeded, even once the host has a
-//     controller of its own. Other controller calls stay local.
+//     controller of its own.
+//   - So do, on a host without a healthy controller allocation of the
+//     plugin, CreateVolume (restores and clones too), DeleteVolume,
+//     ControllerExpandVolume, ValidateVolumeCapabilities, CreateSnapshot
+//     and DeleteSnapshot; the controller's facts (its capabilities) are
+//     then those the hosts with a controller recorded in etcd. Other
+//     controller calls (capacity, listings, health) stay local.
 //   - A node plugin that says the plugin has a controller service, on a
 //     host without a controller allocation, cannot know whether the
 //     controller publishes volumes (PUBLISH_UNPUBLISH_VOLUME): the hosts
@@ -48,8 +55,8 @@ type clusterPlugins struct {
 }
 
 type cachedInfo struct {
-	controllerRequired bool
-	expires            time.Time
+	info    cluster.ControllerInfo
+	expires time.Time
 }
 
 var _ claim.CachedPlugins = (*clusterPlugins)(nil)
@@ -69,6 +76,9 @@ func isControllerStep(ctx context.Context) (claim.Step, bool) {
 // without a healthy controller (see clusterPlugins).
 func (p *clusterPlugins) Client(ctx context.Context, name string, typ claim.PluginType) (csi.Client, claim.Facts, error) {
 	c, facts, err := p.local.Client(ctx, name, typ)
+	if _, step := claim.StepFrom(ctx); typ == claim.ControllerPlugin && !step && err != nil {
+		return p.routed(ctx, name, err)
+	}
 	if typ == claim.ControllerPlugin {
 		step, ok := isControllerStep(ctx)
 		// A volume with a request of this host still in etcd stays with
@@ -98,6 +108,53 @@ func (p *clusterPlugins) Client(ctx context.Context, name string, typ claim.Plug
 	return c, facts, nil
 }
 
+// routed is Client for a controller call other than a claim step's on a
+// host without a usable controller of plugin (localErr says why): a
+// client that sends the call to the plugin's controller leader, with the
+// controller facts the cluster recorded. With no leader, or no record
+// yet, it fails as unavailable, naming the plugin.
+func (p *clusterPlugins) routed(ctx context.Context, name string, localErr error) (csi.Client, claim.Facts, error) {
+	if _, err := p.s.ControllerLeader(ctx, name); err != nil {
+		return nil, claim.Facts{}, fmt.Errorf("%w; %w", localErr, err)
+	}
+	info, ok, err := p.info(ctx, name)
+	if err != nil {
+		return nil, claim.Facts{}, err
+	}
+	if !ok {
+		return nil, claim.Facts{}, fmt.Errorf("%w; no host of the cluster with a controller of plugin %q has recorded its capabilities yet", localErr, name)
+	}
+	// The node plugin's facts where this host has one (topology,
+	// capabilities), with the controller's as the cluster recorded them.
+	_, facts, nerr := p.local.Client(ctx, name, claim.NodePlugin)
+	if nerr != nil {
+		facts = claim.Facts{}
+	}
+	facts.ControllerService = true
+	facts.ControllerRequired = info.ControllerRequired
+	facts.ControllerExpand = info.ControllerExpand
+	facts.CloneVolume = info.CloneVolume
+	facts.CreateDeleteSnapshot = info.CreateDeleteSnapshot
+	facts.ListSnapshots, facts.ControllerCondition, facts.ControllerHealth = false, false, false
+	return &remoteController{p: p, plugin: name}, facts, nil
+}
+
+// info returns the cluster's record of plugin's controller, from the
+// cache while it is fresh.
+func (p *clusterPlugins) info(ctx context.Context, name string) (cluster.ControllerInfo, bool, error) {
+	if info, ok := p.cachedInfo(name); ok {
+		return info, true, nil
+	}
+	info, ok, err := p.s.PluginControllerInfo(ctx, name)
+	if err != nil || !ok {
+		return info, ok, err
+	}
+	p.mu.Lock()
+	p.infos[name] = cachedInfo{info: info, expires: p.now().Add(p.ttl)}
+	p.mu.Unlock()
+	return info, true, nil
+}
+
 // needsInfo says whether facts leave ControllerRequired to the cluster.
 func needsInfo(f claim.Facts) bool { return f.ControllerService && !f.ControllerRequired }
 
@@ -107,11 +164,7 @@ func (p *clusterPlugins) adjust(ctx context.Context, name string, facts claim.Fa
 	if !needsInfo(facts) {
 		return facts, nil
 	}
-	if req, ok := p.cachedInfo(name); ok {
-		facts.ControllerRequired = req
-		return facts, nil
-	}
-	info, ok, err := p.s.PluginControllerInfo(ctx, name)
+	info, ok, err := p.info(ctx, name)
 	if err != nil {
 		return facts, err
 	}
@@ -122,21 +175,18 @@ func (p *clusterPlugins) adjust(ctx context.Context, name string, facts claim.Fa
 		return facts, fmt.Errorf("%w: plugin %q has a controller service, and no host of the cluster has a controller of it yet to tell whether its volumes need ControllerPublishVolume; start a controller allocation of it on some host",
 			registry.ErrNoHealthyPlugin, name)
 	}
-	p.mu.Lock()
-	p.infos[name] = cachedInfo{controllerRequired: info.ControllerRequired, expires: p.now().Add(p.ttl)}
-	p.mu.Unlock()
 	facts.ControllerRequired = info.ControllerRequired
 	return facts, nil
 }
 
-func (p *clusterPlugins) cachedInfo(name string) (bool, bool) {
+func (p *clusterPlugins) cachedInfo(name string) (cluster.ControllerInfo, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	e, ok := p.infos[name]
 	if !ok || !p.now().Before(e.expires) {
-		return false, false
+		return cluster.ControllerInfo{}, false
 	}
-	return e.controllerRequired, true
+	return e.info, true
 }
 
 // CachedClient is the local CachedClient, with the node facts adjusted as
@@ -146,11 +196,11 @@ func (p *clusterPlugins) CachedClient(name string, typ claim.PluginType) (csi.Cl
 	if !ok || typ == claim.ControllerPlugin || !needsInfo(facts) {
 		return c, facts, ok
 	}
-	req, ok := p.cachedInfo(name)
+	info, ok := p.cachedInfo(name)
 	if !ok {
 		return nil, claim.Facts{}, false
 	}
-	facts.ControllerRequired = req
+	facts.ControllerRequired = info.ControllerRequired
 	return c, facts, true
 }
 
@@ -211,10 +261,12 @@ func (p *clusterPlugins) request(ctx context.Context, plugin string, req cluster
 	return ans, err
 }
 
-// remoteController is the client a controller step gets on a host without
-// a healthy controller of the plugin: its ControllerPublishVolume and
-// ControllerUnpublishVolume go to the plugin's controller leader through
-// etcd. It serves no other call (Client never hands it out for one).
+// remoteController is the client of a controller call on a host without
+// a healthy controller of the plugin (see clusterPlugins): the calls it
+// serves go to the plugin's controller leader through etcd, each request
+// without its secrets in Body and with them apart in Secrets. Client
+// hands it out only for those calls, and for a claim step only with
+// volume set (the volume's ID in the cluster).
 type remoteController struct {
 	csi.Client // nil: calling anything else panics
 	p          *clusterPlugins
@@ -224,12 +276,29 @@ type remoteController struct {
 
 var deterministic = proto.MarshalOptions{Deterministic: true}
 
-func (c *remoteController) ControllerPublishVolume(ctx context.Context, req *csipb.ControllerPublishVolumeRequest) (*csipb.ControllerPublishVolumeResponse, error) {
+// call sends req (with its secrets cleared; secrets are sent apart) as
+// op of subject to the leader, and decodes its answer into resp.
+func (c *remoteController) call(ctx context.Context, op, subject, node string, req proto.Message, secrets map[string]string, resp proto.Message) (cluster.ControllerAnswer, error) {
 	body, err := deterministic.Marshal(req)
 	if err != nil {
-		return nil, fmt.Errorf("encode ControllerPublishVolume: %w", err)
+		return cluster.ControllerAnswer{}, fmt.Errorf("encode the %s request: %w", op, err)
 	}
-	ans, err := c.p.request(ctx, c.plugin, cluster.ControllerRequest{Volume: c.volume, Node: req.GetNodeId(), Op: cluster.OpPublish, Body: body})
+	ans, err := c.p.request(ctx, c.plugin, cluster.ControllerRequest{Volume: subject, Node: node, Op: op, Body: body, Secrets: secrets})
+	if err != nil {
+		return ans, err
+	}
+	if resp != nil {
+		if err := proto.Unmarshal(ans.Body, resp); err != nil {
+			return ans, status.Errorf(codes.Internal, "undecodable %s answer from the controller of host %s", op, ans.By)
+		}
+	}
+	return ans, nil
+}
+
+func (c *remoteController) ControllerPublishVolume(ctx context.Context, req *csipb.ControllerPublishVolumeRequest) (*csipb.ControllerPublishVolumeResponse, error) {
+	r := proto.CloneOf(req)
+	r.Secrets = nil
+	ans, err := c.call(ctx, cluster.OpPublish, c.volume, req.GetNodeId(), r, req.GetSecrets(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -237,16 +306,99 @@ func (c *remoteController) ControllerPublishVolume(ctx context.Context, req *csi
 }
 
 func (c *remoteController) ControllerUnpublishVolume(ctx context.Context, req *csipb.ControllerUnpublishVolumeRequest) error {
-	body, err := deterministic.Marshal(req)
-	if err != nil {
-		return fmt.Errorf("encode ControllerUnpublishVolume: %w", err)
-	}
-	_, err = c.p.request(ctx, c.plugin, cluster.ControllerRequest{Volume: c.volume, Node: req.GetNodeId(), Op: cluster.OpUnpublish, Body: body})
+	r := proto.CloneOf(req)
+	r.Secrets = nil
+	_, err := c.call(ctx, cluster.OpUnpublish, c.volume, req.GetNodeId(), r, req.GetSecrets(), nil)
 	return err
 }
 
+func (c *remoteController) CreateVolume(ctx context.Context, req *csipb.CreateVolumeRequest) (*csipb.CreateVolumeResponse, error) {
+	r := proto.CloneOf(req)
+	r.Secrets = nil
+	resp := &csipb.CreateVolumeResponse{}
+	if _, err := c.call(ctx, cluster.OpCreateVolume, req.GetName(), "", r, req.GetSecrets(), resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+func (c *remoteController) DeleteVolume(ctx context.Context, req *csipb.DeleteVolumeRequest) error {
+	r := proto.CloneOf(req)
+	r.Secrets = nil
+	_, err := c.call(ctx, cluster.OpDeleteVolume, req.GetVolumeId(), "", r, req.GetSecrets(), nil)
+	return err
+}
+
+func (c *remoteController) ControllerExpandVolume(ctx context.Context, req *csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error) {
+	r := proto.CloneOf(req)
+	r.Secrets = nil
+	resp := &csipb.ControllerExpandVolumeResponse{}
+	if _, err := c.call(ctx, cluster.OpExpandVolume, req.GetVolumeId(), "", r, req.GetSecrets(), resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+func (c *remoteController) ValidateVolumeCapabilities(ctx context.Context, req *csipb.ValidateVolumeCapabilitiesRequest) (*csipb.ValidateVolumeCapabilitiesResponse, error) {
+	r := proto.CloneOf(req)
+	r.Secrets = nil
+	resp := &csipb.ValidateVolumeCapabilitiesResponse{}
+	if _, err := c.call(ctx, cluster.OpValidateVolume, req.GetVolumeId(), "", r, req.GetSecrets(), resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+func (c *remoteController) CreateSnapshot(ctx context.Context, req *csipb.CreateSnapshotRequest) (*csipb.CreateSnapshotResponse, error) {
+	r := proto.CloneOf(req)
+	r.Secrets = nil
+	resp := &csipb.CreateSnapshotResponse{}
+	if _, err := c.call(ctx, cluster.OpCreateSnapshot, req.GetName(), "", r, req.GetSecrets(), resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+func (c *remoteController) DeleteSnapshot(ctx context.Context, req *csipb.DeleteSnapshotRequest) error {
+	r := proto.CloneOf(req)
+	r.Secrets = nil
+	_, err := c.call(ctx, cluster.OpDeleteSnapshot, req.GetSnapshotId(), "", r, req.GetSecrets(), nil)
+	return err
+}
+
+// The controller calls a remoteController does not route: they stay
+// local, and this host has no controller to run them.
+func (c *remoteController) unrouted(method string) error {
+	return status.Errorf(codes.Unavailable, "%s: this host has no healthy controller of plugin %q, and %s runs only on a host that has one",
+		method, c.plugin, method)
+}
+
+func (c *remoteController) ControllerCapabilities(context.Context) (csi.ControllerCapabilities, error) {
+	return csi.ControllerCapabilities{}, c.unrouted("ControllerGetCapabilities")
+}
+
+func (c *remoteController) GetCapacity(context.Context, *csipb.GetCapacityRequest) (*csipb.GetCapacityResponse, error) {
+	return nil, c.unrouted("GetCapacity")
+}
+
+func (c *remoteController) ListVolumes(context.Context, *csipb.ListVolumesRequest) (*csipb.ListVolumesResponse, error) {
+	return nil, c.unrouted("ListVolumes")
+}
+
+func (c *remoteController) ListSnapshots(context.Context, *csipb.ListSnapshotsRequest) (*csipb.ListSnapshotsResponse, error) {
+	return nil, c.unrouted("ListSnapshots")
+}
+
+func (c *remoteController) ControllerGetVolume(context.Context, *csipb.ControllerGetVolumeRequest) (csi.VolumeHealth, error) {
+	return csi.VolumeHealth{}, c.unrouted("ControllerGetVolume")
+}
+
+func (c *remoteController) ControllerGetVolumeHealth(context.Context, *csipb.ControllerGetVolumeHealthRequest) (csi.VolumeCondition, error) {
+	return csi.VolumeCondition{}, c.unrouted("ControllerGetVolumeHealth")
+}
+
 // controllerHandler runs, on the plugin's controller leader, the
-// controller steps other hosts ask for, and fences down hosts
+// controller calls other hosts ask for, and fences down hosts
 // automatically (cluster.fence_after).
 type controllerHandler struct {
 	r      *Runtime
@@ -257,50 +409,112 @@ type controllerHandler struct {
 	slots chan struct{}
 }
 
+// routedOp is how the leader runs one operation of a ControllerRequest.
+type routedOp struct {
+	method string
+	// run decodes body, sets secrets (when the request carries them
+	// apart), and calls c.
+	run func(ctx context.Context, c csi.Client, body []byte, secrets map[string]string) (proto.Message, error)
+}
+
+// routed builds a routedOp for the request type Req.
+func routed[Req proto.Message](method string, secrets func(Req) *map[string]string,
+	call func(context.Context, csi.Client, Req) (proto.Message, error)) routedOp {
+	return routedOp{method: method, run: func(ctx context.Context, c csi.Client, body []byte, sec map[string]string) (proto.Message, error) {
+		var zero Req
+		req := zero.ProtoReflect().New().Interface().(Req)
+		if err := proto.Unmarshal(body, req); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "undecodable %s request", method)
+		}
+		if len(sec) > 0 {
+			*secrets(req) = sec
+		}
+		return call(ctx, c, req)
+	}}
+}
+
+// routedOps are the operations a controller leader runs for other hosts.
+var routedOps = map[string]routedOp{
+	cluster.OpPublish: routed("ControllerPublishVolume", func(r *csipb.ControllerPublishVolumeRequest) *map[string]string { return &r.Secrets },
+		func(ctx context.Context, c csi.Client, r *csipb.ControllerPublishVolumeRequest) (proto.Message, error) {
+			return c.ControllerPublishVolume(ctx, r)
+		}),
+	cluster.OpUnpublish: routed("ControllerUnpublishVolume", func(r *csipb.ControllerUnpublishVolumeRequest) *map[string]string { return &r.Secrets },
+		func(ctx context.Context, c csi.Client, r *csipb.ControllerUnpublishVolumeRequest) (proto.Message, error) {
+			return nil, c.ControllerUnpublishVolume(ctx, r)
+		}),
+	cluster.OpCreateVolume: routed("CreateVolume", func(r *csipb.CreateVolumeRequest) *map[string]string { return &r.Secrets },
+		func(ctx context.Context, c csi.Client, r *csipb.CreateVolumeRequest) (proto.Message, error) {
+			return c.CreateVolume(ctx, r)
+		}),
+	cluster.OpDeleteVolume: routed("DeleteVolume", func(r *csipb.DeleteVolumeRequest) *map[string]string { return &r.Secrets },
+		func(ctx context.Context, c csi.Client, r *csipb.DeleteVolumeRequest) (proto.Message, error) {
+			return nil, c.DeleteVolume(ctx, r)
+		}),
+	cluster.OpExpandVolume: routed("ControllerExpandVolume", func(r *csipb.ControllerExpandVolumeRequest) *map[string]string { return &r.Secrets },
+		func(ctx context.Context, c csi.Client, r *csipb.ControllerExpandVolumeRequest) (proto.Message, error) {
+			return c.ControllerExpandVolume(ctx, r)
+		}),
+	cluster.OpValidateVolume: routed("ValidateVolumeCapabilities", func(r *csipb.ValidateVolumeCapabilitiesRequest) *map[string]string { return &r.Secrets },
+		func(ctx context.Context, c csi.Client, r *csipb.ValidateVolumeCapabilitiesRequest) (proto.Message, error) {
+			return c.ValidateVolumeCapabilities(ctx, r)
+		}),
+	cluster.OpCreateSnapshot: routed("CreateSnapshot", func(r *csipb.CreateSnapshotRequest) *map[string]string { return &r.Secrets },
+		func(ctx context.Context, c csi.Client, r *csipb.CreateSnapshotRequest) (proto.Message, error) {
+			return c.CreateSnapshot(ctx, r)
+		}),
+	cluster.OpDeleteSnapshot: routed("DeleteSnapshot", func(r *csipb.DeleteSnapshotRequest) *map[string]string { return &r.Secrets },
+		func(ctx context.Context, c csi.Client, r *csipb.DeleteSnapshotRequest) (proto.Message, error) {
+			return nil, c.DeleteSnapshot(ctx, r)
+		}),
+}
+
 // Handle runs req on this host's controller of the plugin.
 func (h *controllerHandler) Handle(ctx context.Context, req cluster.ControllerRequest) cluster.ControllerAnswer {
+	op, ok := routedOps[req.Op]
+	if !ok {
+		return cluster.ControllerAnswer{Code: uint32(codes.InvalidArgument), Message: fmt.Sprintf("unknown controller request op %q", req.Op)}
+	}
 	select {
 	case h.slots <- struct{}{}:
 		defer func() { <-h.slots }()
 	case <-ctx.Done():
 		return cluster.ControllerAnswer{Code: uint32(codes.Canceled), Message: "the controller leader stopped"}
 	}
-	log := h.log.WithFields(logrus.Fields{"volume": req.Volume, "csi_node": req.Node, "host": req.Host, "op": req.Op})
+	log := h.log.WithFields(logrus.Fields{"subject": req.Volume, "host": req.Host, "op": req.Op})
+	if req.Node != "" {
+		log = log.WithField("csi_node", req.Node)
+	}
 	c, _, err := h.r.plugins.Client(ctx, h.plugin, claim.ControllerPlugin)
 	if err != nil {
 		return cluster.ControllerAnswer{Code: uint32(codes.Unavailable),
 			Message: fmt.Sprintf("the controller leader has no healthy controller of plugin %q now: %s", h.plugin, err)}
 	}
-	switch req.Op {
-	case cluster.OpPublish:
-		var pr csipb.ControllerPublishVolumeRequest
-		if err := proto.Unmarshal(req.Body, &pr); err != nil {
-			return cluster.ControllerAnswer{Code: uint32(codes.InvalidArgument), Message: "undecodable ControllerPublishVolume request"}
-		}
-		resp, err := c.ControllerPublishVolume(ctx, &pr)
-		log.WithField("code", csi.Code(err).String()).Info("ran ControllerPublishVolume for another host")
-		return answerFor(err, resp.GetPublishContext())
-	case cluster.OpUnpublish:
-		var ur csipb.ControllerUnpublishVolumeRequest
-		if err := proto.Unmarshal(req.Body, &ur); err != nil {
-			return cluster.ControllerAnswer{Code: uint32(codes.InvalidArgument), Message: "undecodable ControllerUnpublishVolume request"}
-		}
-		err := c.ControllerUnpublishVolume(ctx, &ur)
-		log.WithField("code", csi.Code(err).String()).Info("ran ControllerUnpublishVolume for another host")
-		return answerFor(err, nil)
-	}
-	return cluster.ControllerAnswer{Code: uint32(codes.InvalidArgument), Message: fmt.Sprintf("unknown controller request op %q", req.Op)}
+	resp, err := op.run(ctx, c, req.Body, req.Secrets)
+	log.WithField("code", csi.Code(err).String()).Info("ran " + op.method + " for another host")
+	return answerFor(err, resp)
 }
 
-func answerFor(err error, publishContext map[string]string) cluster.ControllerAnswer {
-	if err == nil {
-		return cluster.ControllerAnswer{PublishContext: publishContext}
+// answerFor is the answer of a call that returned resp and err.
+func answerFor(err error, resp proto.Message) cluster.ControllerAnswer {
+	if err != nil {
+		msg := err.Error()
+		if st, ok := status.FromError(err); ok {
+			msg = st.Message()
+		}
+		return cluster.ControllerAnswer{Code: uint32(csi.Code(err)), Message: msg}
 	}
-	msg := err.Error()
-	if st, ok := status.FromError(err); ok {
-		msg = st.Message()
+	if pr, ok := resp.(*csipb.ControllerPublishVolumeResponse); ok {
+		return cluster.ControllerAnswer{PublishContext: pr.GetPublishContext()}
 	}
-	return cluster.ControllerAnswer{Code: uint32(csi.Code(err)), Message: msg}
+	if resp == nil {
+		return cluster.ControllerAnswer{}
+	}
+	body, merr := deterministic.Marshal(resp)
+	if merr != nil {
+		return cluster.ControllerAnswer{Code: uint32(codes.Internal), Message: "cannot encode the answer: " + merr.Error()}
+	}
+	return cluster.ControllerAnswer{Body: body}
 }
 
 // Lead fences, while this host leads the plugin's controller, the claims
@@ -365,7 +579,7 @@ func (r *Runtime) followControllers(ctx context.Context) {
 		done   chan struct{}
 	}
 	running := map[string]serving{}
-	recorded := map[string]bool{}
+	recorded := map[string]cluster.ControllerInfo{}
 	defer func() {
 		// All at once: each resigns with an etcd request of its own.
 		for _, s := range running {
@@ -386,9 +600,13 @@ func (r *Runtime) followControllers(ctx context.Context) {
 					continue
 				}
 				want[s.Name] = true
-				if v, ok := recorded[s.Name]; !ok || v != s.ControllerRequired {
-					if err := r.cluster.PutControllerInfo(ctx, s.Name, s.ControllerRequired); err == nil {
-						recorded[s.Name] = s.ControllerRequired
+				if _, f, err := r.plugins.Client(ctx, s.Name, claim.ControllerPlugin); err == nil {
+					info := cluster.ControllerInfo{ControllerRequired: s.ControllerRequired, ControllerExpand: f.ControllerExpand,
+						CloneVolume: f.CloneVolume, CreateDeleteSnapshot: f.CreateDeleteSnapshot}
+					if v, ok := recorded[s.Name]; !ok || v != info {
+						if err := r.cluster.PutControllerInfo(ctx, s.Name, info); err == nil {
+							recorded[s.Name] = info
+						}
 					}
 				}
 				if _, ok := running[s.Name]; !ok {

@@ -12,6 +12,7 @@ import (
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
+	"github.com/csiactor/csiactor/actors/claim"
 	"github.com/csiactor/csiactor/actors/plugin"
 	"github.com/csiactor/csiactor/actors/snapshot"
 	"github.com/csiactor/csiactor/csi"
@@ -120,6 +121,12 @@ func (f SnapshotFilter) Validate() error {
 
 func (r *Runtime) startSnapshots(ctx context.Context) error {
 	vb := r.cfg.Volumes.Retry
+	var plugins claim.Plugins = r.plugins
+	if r.ctrl != nil {
+		// Cluster mode: a host without a controller of the plugin has
+		// its snapshots taken by the plugin's controller leader.
+		plugins = r.ctrl
+	}
 	var err error
 	r.snaps, err = snapshot.NewManager(r.system.Root, snapshot.Config{
 		Backoff:              csi.Backoff{Initial: vb.Initial, Max: vb.Max, Multiplier: vb.Multiplier, Jitter: vb.Jitter},
@@ -128,7 +135,7 @@ func (r *Runtime) startSnapshots(ctx context.Context) error {
 		MaxInFlightPerPlugin: r.cfg.Plugins.MaxInFlight,
 		OnEvent:              r.snapshotEvent,
 		Logger:               r.log.WithField("component", "snapshots"),
-	}, r.store, volumeSources{r}, r.plugins)
+	}, r.store, volumeSources{r}, plugins)
 	if err != nil {
 		return fmt.Errorf("snapshot manager: %w", err)
 	}

@@ -117,6 +117,10 @@ type Config struct {
 	// and CreateVolume restores from one (NotFound for an unknown one).
 	// Without it the snapshot RPCs fail with Unimplemented.
 	Snapshots bool
+	// Clone: CLONE_VOLUME controller capability (it implies Controller):
+	// CreateVolume copies a volume it has (NotFound for an unknown one).
+	// Without it a volume content source is InvalidArgument.
+	Clone bool
 
 	// VolumeStats: GET_VOLUME_STATS node capability; NodeGetVolumeStats
 	// answers what SetUsage set for the volume (by default: its capacity,
@@ -195,6 +199,8 @@ type Volume struct {
 	Name          string
 	CapacityBytes int64
 	Parameters    map[string]string
+	// Source is the snapshot or volume ID it was created from, if any.
+	Source string
 }
 
 type ctrlPub struct {
@@ -253,7 +259,7 @@ func New(cfg Config) *Plugin {
 	if cfg.NodeID == "" {
 		cfg.NodeID = DefaultNodeID
 	}
-	if cfg.ControllerPublish || cfg.CreateDelete || cfg.ControllerExpand || cfg.GetCapacity || cfg.ListVolumes || cfg.GetVolume || cfg.Snapshots {
+	if cfg.ControllerPublish || cfg.CreateDelete || cfg.ControllerExpand || cfg.GetCapacity || cfg.ListVolumes || cfg.GetVolume || cfg.Snapshots || cfg.Clone {
 		cfg.Controller = true
 	}
 	cfg.Topology = maps.Clone(cfg.Topology)

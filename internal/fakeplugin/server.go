@@ -201,6 +201,9 @@ func (s *server) ControllerGetCapabilities(context.Context, *csipb.ControllerGet
 		resp.Capabilities = append(resp.Capabilities, controllerRPC(csipb.ControllerServiceCapability_RPC_LIST_VOLUMES))
 	}
 	resp.Capabilities = append(resp.Capabilities, s.p.cfg.controllerHealthCaps()...)
+	if s.p.cfg.Clone {
+		resp.Capabilities = append(resp.Capabilities, controllerRPC(csipb.ControllerServiceCapability_RPC_CLONE_VOLUME))
+	}
 	if s.p.cfg.Snapshots {
 		resp.Capabilities = append(resp.Capabilities,
 			controllerRPC(csipb.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT),
@@ -240,7 +243,9 @@ func (s *server) CreateVolume(_ context.Context, req *csipb.CreateVolumeRequest)
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists with capacity %d", req.GetName(), v.CapacityBytes)
 		}
 	} else {
-		p.volumes[id] = &Volume{ID: id, Name: req.GetName(), CapacityBytes: size, Parameters: maps.Clone(req.GetParameters())}
+		src := req.GetVolumeContentSource()
+		p.volumes[id] = &Volume{ID: id, Name: req.GetName(), CapacityBytes: size, Parameters: maps.Clone(req.GetParameters()),
+			Source: src.GetSnapshot().GetSnapshotId() + src.GetVolume().GetVolumeId()}
 	}
 	vol := &csipb.Volume{
 		VolumeId:      id,

@@ -42,12 +42,21 @@ func (s *Snapshot) csi() *csipb.Snapshot {
 	}
 }
 
-// checkContentSourceLocked refuses a CreateVolume from a snapshot the
-// plugin does not have (NotFound, as the spec says).
+// checkContentSourceLocked refuses a CreateVolume from a snapshot or
+// volume the plugin does not have (NotFound, as the spec says), and a
+// clone without Clone.
 func (p *Plugin) checkContentSourceLocked(src *csipb.VolumeContentSource) error {
 	if id := src.GetSnapshot().GetSnapshotId(); src.GetSnapshot() != nil {
 		if _, ok := p.snaps[id]; !ok {
 			return status.Errorf(codes.NotFound, "snapshot %q does not exist", id)
+		}
+	}
+	if v := src.GetVolume(); v != nil {
+		if !p.cfg.Clone {
+			return status.Error(codes.InvalidArgument, "this plugin cannot clone volumes (no CLONE_VOLUME)")
+		}
+		if _, ok := p.volumes[v.GetVolumeId()]; !ok {
+			return status.Errorf(codes.NotFound, "volume %q does not exist", v.GetVolumeId())
 		}
 	}
 	return nil

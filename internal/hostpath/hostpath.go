@@ -62,17 +62,28 @@ func Command(bin, nodeID, stateDir string) []string {
 // State is the driver's state.json: what it believes is staged, published
 // and attached.
 type State struct {
-	Volumes []Volume `json:"Volumes"`
+	Volumes   []Volume   `json:"Volumes"`
+	Snapshots []Snapshot `json:"Snapshots"`
+}
+
+// Snapshot is one snapshot in State: its ID and its source volume's.
+type Snapshot struct {
+	ID    string `json:"Id"`
+	Name  string `json:"Name"`
+	VolID string `json:"VolID"`
 }
 
 // Volume is one volume in State.
 type Volume struct {
-	VolID     string   `json:"VolID"`
-	VolName   string   `json:"VolName"`
-	NodeID    string   `json:"NodeID"`
-	Attached  bool     `json:"Attached"`
-	Staged    []string `json:"Staged"`
-	Published []string `json:"Published"`
+	VolID   string `json:"VolID"`
+	VolName string `json:"VolName"`
+	NodeID  string `json:"NodeID"`
+	// ParentSnapID or ParentVolID is what the volume was created from.
+	ParentSnapID string   `json:"ParentSnapID"`
+	ParentVolID  string   `json:"ParentVolID"`
+	Attached     bool     `json:"Attached"`
+	Staged       []string `json:"Staged"`
+	Published    []string `json:"Published"`
 }
 
 // ReadState reads stateDir/state.json; a driver that has not written it
