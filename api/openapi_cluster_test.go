@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,6 +98,37 @@ func answersCluster(t *testing.T, sc *specChecker) {
 		t.Fatal(err)
 	}
 	rc := newRawClient(t, apitest.Serve(t, n1, api.Options{}))
+	rc2 := newRawClient(t, apitest.Serve(t, n2, api.Options{}))
+	// Updates (PUT of a registered volume) on either host: the secrets
+	// while n2 holds a claim, another field only once no host does, and
+	// every host has the update.
+	const def = `"plugin":"fake","external_id":"ext-shared","capabilities":[{"access_mode":"single-node-writer","attachment_mode":"file-system"}]`
+	for _, c := range []*rawClient{rc, rc2} {
+		runSpecSteps(t, sc, c, []specStep{
+			{name: "update the secrets of a volume another host claims", method: "PUT", path: "/v1/volumes/shared",
+				body: `{` + def + `,"secrets":{"token":"rotated"}}`, status: 200, want: `"external_id":"ext-shared"`},
+			{name: "update another field of a volume a host claims", method: "PUT", path: "/v1/volumes/shared",
+				body: `{` + def + `,"parameters":{"tier":"fast"},"secrets":{"token":"rotated"}}`, status: 409,
+				want: `volume \"shared\" is claimed by alloc \"a2\" on host \"n2\": parameters cannot change while it has claims (only secrets can)`},
+		})
+	}
+	if _, err := n1.RegisterVolume(ctx, "free", runtime.VolumeSpec{Plugin: "fake", ExternalID: "ext-free",
+		Capabilities: []runtime.Capability{{AccessMode: "single-node-writer", AttachmentMode: "file-system"}}}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor(t, "volume free on n2", func() bool {
+		_, err := n2.Volume(ctx, "free")
+		return err == nil
+	})
+	runSpecSteps(t, sc, rc2, []specStep{
+		{name: "update an unclaimed volume on another host", method: "PUT", path: "/v1/volumes/free",
+			body:   `{"plugin":"fake","external_id":"ext-free","capabilities":[{"access_mode":"single-node-writer","attachment_mode":"file-system"}],"parameters":{"tier":"fast"}}`,
+			status: 200, want: `"parameters":{"tier":"fast"}`},
+	})
+	e.waitFor(t, "the update of volume free on n1", func() bool {
+		status, body := sc.do(rc.hc, rc.base, "GET", "/v1/volumes/free", "")
+		return status == 200 && strings.Contains(body, `"parameters":{"tier":"fast"}`)
+	})
 	runSpecSteps(t, sc, rc, []specStep{
 		{name: "other host's claim", method: "GET", path: "/v1/volumes/shared", status: 200, want: `"host":"n2"`},
 		{name: "nodes", method: "GET", path: "/v1/nodes", status: 200},

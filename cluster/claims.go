@@ -96,7 +96,9 @@ func (s *Session) readClaims(ctx context.Context, volume string) (claimsDoc, int
 // without a write.
 //
 // It fails with ErrUnavailable when etcd does not answer or this host's
-// lease was not renewed in time (see AdmitDeadline).
+// lease was not renewed in time (see AdmitDeadline), and with a
+// *StaleError when the volume's definition changed since this host
+// applied it (see Applied).
 func (s *Session) Admit(ctx context.Context, volume string, c persistence.Claim, fits func(held []persistence.Claim) error) error {
 	ref := claimRef{volume, c.Alloc}
 	s.mu.Lock()
@@ -138,12 +140,19 @@ func (s *Session) Admit(ctx context.Context, volume string, c persistence.Claim,
 			return err
 		}
 		key, alive := s.claimsKey(volume), s.aliveKey(s.cfg.NodeID)
-		rctx, cancel := s.reqCtx(ctx)
-		start := time.Now()
-		resp, err := s.cli.Txn(rctx).If(
+		cmps := []clientv3.Cmp{
 			clientv3.Compare(clientv3.ModRevision(key), "=", rev),
 			clientv3.Compare(clientv3.LeaseValue(alive), "=", lease),
-		).Then(clientv3.OpPut(key, string(data))).Else(clientv3.OpGet(alive)).Commit()
+		}
+		// The definition this host's record has must still be etcd's.
+		defRev, applied := s.appliedRev(volume)
+		if applied {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.volumeKey(volume)), "=", defRev))
+		}
+		rctx, cancel := s.reqCtx(ctx)
+		start := time.Now()
+		resp, err := s.cli.Txn(rctx).If(cmps...).Then(clientv3.OpPut(key, string(data))).
+			Else(clientv3.OpGet(alive), clientv3.OpGet(s.volumeKey(volume), clientv3.WithKeysOnly())).Commit()
 		cancel()
 		s.metrics.observe("txn", start)
 		if err != nil {
@@ -157,6 +166,9 @@ func (s *Session) Admit(ctx context.Context, volume string, c persistence.Claim,
 		}
 		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 0 || clientv3.LeaseID(kvs[0].Lease) != lease {
 			return fmt.Errorf("%w: this host's etcd lease is gone; new claims are refused until it is renewed", ErrUnavailable)
+		}
+		if kvs := resp.Responses[1].GetResponseRange().GetKvs(); applied && (len(kvs) == 0 && defRev != 0 || len(kvs) > 0 && kvs[0].ModRevision != defRev) {
+			return &StaleError{Volume: volume, Applied: defRev}
 		}
 	}
 	return fmt.Errorf("%w: the claims of volume %q kept changing; try again", ErrUnavailable, volume)

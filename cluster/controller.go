@@ -469,11 +469,10 @@ func (s *Session) leadOnce(ctx context.Context, plugin string, h ControllerHandl
 		return fmt.Errorf("election session: %w", err)
 	}
 	defer func() {
-		// Revoked at once, so that the next leader need not wait a TTL.
+		// Revoked at once, so that the next leader need not wait a TTL
+		// (unless etcd is unreachable: then it expires on its own).
 		cs.Orphan()
-		rctx, cancel := context.WithTimeout(context.Background(), s.cfg.DialTimeout)
-		_, _ = s.cli.Revoke(rctx, cs.Lease())
-		cancel()
+		_ = s.revoke(context.Background(), cs.Lease())
 	}()
 	key, rev, err := s.campaign(ctx, s.leaderPrefix(plugin), cs.Lease())
 	if err != nil {

@@ -1,6 +1,9 @@
 package cluster
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrUnavailable is returned when etcd cannot be reached, or this
@@ -20,3 +23,21 @@ var (
 	// ErrClosed is returned by every method after Close.
 	ErrClosed = errors.New("cluster session closed")
 )
+
+// StaleError is returned by Admit when volume Volume's definition in etcd
+// changed (updated, or removed) since this host applied the one at
+// revision Applied to its record (see Session.Applied): a claim admitted
+// now would be published with a definition the cluster no longer has.
+// Wait with WaitApplied, then try again. It is an ErrConflict.
+type StaleError struct {
+	Volume  string
+	Applied int64
+}
+
+func (e *StaleError) Error() string {
+	return fmt.Sprintf("%s: volume %q was updated in the cluster after the definition this host has (revision %d), which is being brought up to date; try again",
+		ErrConflict, e.Volume, e.Applied)
+}
+
+// Is makes a StaleError an ErrConflict.
+func (e *StaleError) Is(target error) bool { return target == ErrConflict }

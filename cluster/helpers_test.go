@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -210,6 +209,7 @@ type proxy struct {
 
 	mu      sync.Mutex
 	blocked bool                  // guarded by mu
+	frozen  bool                  // guarded by mu
 	conns   map[net.Conn]struct{} // guarded by mu
 	wg      sync.WaitGroup
 }
@@ -275,9 +275,36 @@ func (p *proxy) accept() {
 
 func (p *proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.isFrozen() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	_ = dst.Close()
 	_ = src.Close()
+}
+
+func (p *proxy) isFrozen() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.frozen
+}
+
+// freeze starts a silent partition: the connections stay open, and what
+// either side sends is dropped (as when a network drops packets, the
+// client's connection looks up until its keepalive gives up); new
+// connections are held as by block.
+func (p *proxy) freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.frozen, p.blocked = true, true
 }
 
 // dropAll closes every connection; p.mu is held.
@@ -300,7 +327,7 @@ func (p *proxy) block() {
 func (p *proxy) unblock() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.blocked = false
+	p.blocked, p.frozen = false, false
 	p.dropAllLocked()
 }
 

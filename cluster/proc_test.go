@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,6 +46,8 @@ type procCluster struct {
 	bin      string
 	base     string
 	endpoint string
+	// leaseTTL is the agents' cluster.lease_ttl; empty means 2s.
+	leaseTTL string
 }
 
 func newProcCluster(t *testing.T, endpoint string) *procCluster {
@@ -99,8 +102,8 @@ type procAgent struct {
 	logs []string      // stderr files of every run
 }
 
-// agentConfig is an agent's config file: short heartbeats and retries, a
-// 2 s lease, the TCP listener on a port the kernel picks, and the given
+// addAgent writes an agent's config file: short heartbeats and retries, a
+// 2 s lease (c.leaseTTL), the TCP listener on a port the kernel picks, and the given
 // allocations (YAML list items).
 func (c *procCluster) addAgent(node, allocations string) *procAgent {
 	c.t.Helper()
@@ -130,12 +133,12 @@ store:
   no_sync: true
 cluster:
   node_id: %s
-  lease_ttl: 2s
+  lease_ttl: %s
   etcd:
     endpoints: [%q]
     dial_timeout: 5s
 allocations:
-%s`, a.dataDir, node, c.endpoint, allocations)
+%s`, a.dataDir, node, cmp.Or(c.leaseTTL, "2s"), c.endpoint, allocations)
 	if err := os.WriteFile(a.config, []byte(cfg), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
@@ -229,22 +232,27 @@ func (a *procAgent) kill() {
 	}
 }
 
-// stop sends SIGTERM and waits for a clean exit.
-func (a *procAgent) stop() {
+// stop sends SIGTERM and waits for a clean exit; it returns the time
+// from the signal to the exit.
+func (a *procAgent) stop() time.Duration {
 	t := a.c.t
 	t.Helper()
 	cmd, done := a.down()
+	start := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatalf("SIGTERM %s: %v", a.node, err)
 	}
+	var took time.Duration
 	select {
 	case <-done:
+		took = time.Since(start)
 	case <-time.After(procDeadline):
 		t.Fatalf("agent %s did not exit on SIGTERM", a.node)
 	}
 	if !cmd.ProcessState.Success() {
 		t.Errorf("agent %s exited with %s on SIGTERM:\n%s", a.node, cmd.ProcessState, testbin.Tail(a.lastLog(), 40))
 	}
+	return took
 }
 
 func (a *procAgent) lastLog() string {

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
 )
 
 // Session is this host's membership of the cluster: an etcd client, a
@@ -32,9 +33,12 @@ type Session struct {
 	lease     clientv3.LeaseID    // guarded by mu
 	ttl       time.Duration       // guarded by mu; as granted
 	renewSent time.Time           // guarded by mu; send time of the last acknowledged keepalive (or grant)
+	renewErr  bool                // guarded by mu; the last renewal failed
 	frees     map[claimRef]string // guarded by mu; claims to remove from etcd, with their nonce
 	nonces    map[claimRef]string // guarded by mu; the nonce of every claim this session admitted
 	requested map[string]bool     // guarded by mu; keys of this host's controller requests (see ControllerRequested)
+	applied   map[string]int64    // guarded by mu; see Applied
+	appliedCh chan struct{}       // guarded by mu; closed and replaced at every Applied
 	closed    bool                // guarded by mu
 
 	kick      chan struct{}   // wakes the free loop
@@ -96,6 +100,8 @@ func Open(ctx context.Context, cfg Config) (*Session, error) {
 		frees:     map[claimRef]string{},
 		nonces:    map[claimRef]string{},
 		requested: map[string]bool{},
+		applied:   map[string]int64{},
+		appliedCh: make(chan struct{}),
 		kick:      make(chan struct{}, 1),
 		rejoined:  make(chan struct{}, 1),
 	}
@@ -242,6 +248,9 @@ func (s *Session) renew() {
 	_, err := s.cli.KeepAliveOnce(rctx, lease)
 	rcancel()
 	s.metrics.observe("keepalive", sent)
+	s.mu.Lock()
+	s.renewErr = err != nil
+	s.mu.Unlock()
 	switch {
 	case err == nil:
 		s.mu.Lock()
@@ -292,9 +301,36 @@ func (s *Session) touch(ctx context.Context) {
 	s.metrics.observe("put", start)
 }
 
+// LeaveTimeout bounds each etcd request made on the way out (Close's
+// revocation of the host's lease, the controller elections'
+// revocations): an agent stopping while etcd is slow, or cut off so
+// recently that its connection still looks up, does not wait on it for
+// long. While etcd is known to be unreachable (see revoke), none is made.
+const LeaveTimeout = 500 * time.Millisecond
+
+// revoke revokes lease on the way out, within LeaveTimeout, and reports
+// whether etcd confirmed it. While etcd is known to be unreachable (no
+// connection to a member, or the last renewal of this host's lease
+// failed) it sends nothing: the lease expires on the server at its TTL,
+// and a stop must not wait on etcd.
+func (s *Session) revoke(ctx context.Context, lease clientv3.LeaseID) error {
+	s.mu.Lock()
+	failing := s.renewErr
+	s.mu.Unlock()
+	if st := s.cli.ActiveConnection().GetState(); failing || st != connectivity.Ready {
+		return fmt.Errorf("%w: etcd is unreachable (connection %s, last renewal failed: %t)", ErrUnavailable, st, failing)
+	}
+	rctx, cancel := context.WithTimeout(ctx, LeaveTimeout)
+	defer cancel()
+	_, err := s.cli.Revoke(rctx, lease)
+	return err
+}
+
 // Close stops renewing the lease and revokes it (this host is down at
 // once; its claims stay), stops the background goroutines and closes the
-// etcd client. Claims still to be freed are freed by the next Prune. It is
+// etcd client. With etcd unreachable it does not revoke the lease, which
+// expires on the server at its TTL; the revocation waits LeaveTimeout at
+// most. Claims still to be freed are freed by the next Prune. It is
 // idempotent.
 func (s *Session) Close(ctx context.Context) error {
 	var err error
@@ -305,11 +341,9 @@ func (s *Session) Close(ctx context.Context) error {
 		s.mu.Unlock()
 		s.cancel()
 		s.wg.Wait()
-		rctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
-		if _, rerr := s.cli.Revoke(rctx, lease); rerr != nil {
-			s.log.WithError(rerr).Info("cannot revoke this host's etcd lease; it expires on its own")
+		if rerr := s.revoke(ctx, lease); rerr != nil {
+			s.log.WithError(rerr).Info("did not revoke this host's etcd lease; it expires on its own")
 		}
-		cancel()
 		err = s.cli.Close()
 		if s.reg != nil {
 			for _, c := range s.metrics.collectors() {

@@ -239,8 +239,10 @@ func TestSession_Partition(t *testing.T) {
 
 // TestSession_UpdateVolume: an update by compare-and-swap: a stale
 // revision (another host updated the definition meanwhile, or removed it)
-// is ErrConflict; with unclaimed, a claim on any host is ErrInUse naming
-// it; watchers see each change with a higher revision.
+// is ErrConflict; a host admits no claim on the volume until it applied
+// the update (a StaleError, until WaitApplied returns); with unclaimed, a
+// claim on any host is ErrInUse naming it; watchers see each change with
+// a higher revision.
 func TestSession_UpdateVolume(t *testing.T) {
 	t.Cleanup(leakcheck.Check(t)) // last: after the sessions and the server stopped
 	srv := etcdtest.Start(t)
@@ -259,6 +261,17 @@ func TestSession_UpdateVolume(t *testing.T) {
 	}
 	if _, err := a.UpdateVolume(ctx, "v1", rev, []byte("def3"), false); !errors.Is(err, cluster.ErrConflict) {
 		t.Fatalf("UpdateVolume at a stale revision = %v, want ErrConflict", err)
+	}
+	// a admits no claim until it applied b's update (its watch would).
+	var stale *cluster.StaleError
+	if err := admit(a, "v1", csi.AccessModeSingleNodeWriter, "x"); !errors.As(err, &stale) || stale.Applied != rev || !errors.Is(err, cluster.ErrConflict) {
+		t.Fatalf("claim on a before it applied b's update = %v, want a StaleError at revision %d", err, rev)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- a.WaitApplied(ctx, "v1", rev) }()
+	a.Applied("v1", rev2)
+	if err := <-waited; err != nil {
+		t.Fatal(err)
 	}
 	if err := admit(a, "v1", csi.AccessModeSingleNodeWriter, "x"); err != nil {
 		t.Fatal(err)

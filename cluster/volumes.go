@@ -13,8 +13,9 @@ import (
 func (s *Session) volumeKey(id string) string { return s.key("volumes", id) }
 
 // PutVolume records volume id's definition (opaque to the cluster; the
-// caller encodes it deterministically) for every host. The same
-// definition again is a no-op; another one is ErrConflict.
+// caller encodes it deterministically) for every host, and that this
+// host's record has it (see Applied). The same definition again is a
+// no-op; another one is ErrConflict.
 func (s *Session) PutVolume(ctx context.Context, id string, def []byte) error {
 	key := s.volumeKey(id)
 	rctx, cancel := s.reqCtx(ctx)
@@ -27,9 +28,11 @@ func (s *Session) PutVolume(ctx context.Context, id string, def []byte) error {
 		return fmt.Errorf("%w: register volume %q: %w", ErrUnavailable, id, err)
 	}
 	if resp.Succeeded {
+		s.Applied(id, resp.Header.Revision)
 		return nil
 	}
 	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 && bytes.Equal(kvs[0].Value, def) {
+		s.Applied(id, kvs[0].ModRevision)
 		return nil
 	}
 	return fmt.Errorf("%w: volume %q is registered in the cluster with a different definition", ErrConflict, id)
@@ -204,4 +207,46 @@ func (s *Session) VolumeIDs(ctx context.Context) ([]string, error) {
 		ids = append(ids, strings.TrimPrefix(string(kv.Key), prefix))
 	}
 	return ids, nil
+}
+
+// Applied records that this host's record of volume id has the
+// definition etcd held at mod revision rev (0: none), as the caller
+// mirrored it. From then on, Admit admits a claim on the volume only
+// while etcd's definition is still that one (StaleError otherwise), so
+// that no claim is published with a definition another host replaced
+// meanwhile. A volume never applied is admitted without that check.
+func (s *Session) Applied(id string, rev int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.applied[id] = rev
+	close(s.appliedCh)
+	s.appliedCh = make(chan struct{})
+}
+
+// WaitApplied waits until this host applies a definition of volume id
+// other than the one at revision old (a StaleError's Applied), or ctx
+// ends.
+func (s *Session) WaitApplied(ctx context.Context, id string, old int64) error {
+	for {
+		s.mu.Lock()
+		rev, ch := s.applied[id], s.appliedCh
+		s.mu.Unlock()
+		if rev != old {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// appliedRev returns the revision of volume id's definition this host
+// applied, and whether it applied one.
+func (s *Session) appliedRev(id string) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rev, ok := s.applied[id]
+	return rev, ok
 }

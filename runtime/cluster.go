@@ -434,7 +434,33 @@ func (r *Runtime) mirror(ctx context.Context, cv clusterVolume, rev int64) (volu
 		r.mirrored = map[string]int64{}
 	}
 	r.mirrored[cv.ID] = rev
+	r.cluster.Applied(cv.ID, rev)
 	return v, nil
+}
+
+// staleWait bounds each wait of claimApplied for this host to apply
+// another host's update of the volume (its watch brings it at once).
+const staleWait = 5 * time.Second
+
+// claimApplied runs claim, and again while it fails because the volume's
+// definition in the cluster changed since this host's record got it (a
+// cluster.StaleError: another host's update, which this host's watch is
+// bringing), once this host applied the new one. A claim is never
+// published with a definition the cluster replaced.
+func (r *Runtime) claimApplied(ctx context.Context, claim func() (volume.Claim, error)) (volume.Claim, error) {
+	for {
+		c, err := claim()
+		var se *cluster.StaleError
+		if r.cluster == nil || !errors.As(err, &se) {
+			return c, err
+		}
+		wctx, cancel := context.WithTimeout(ctx, staleWait)
+		werr := r.cluster.WaitApplied(wctx, se.Volume, se.Applied)
+		cancel()
+		if werr != nil {
+			return c, err
+		}
+	}
 }
 
 // maxUpdateRounds bounds the compare-and-swap rounds of one update of a

@@ -65,7 +65,7 @@ func (r *Runtime) ClaimWait(ctx context.Context, volumeID string, req ClaimReque
 	if err != nil {
 		return Claim{}, err
 	}
-	c, err := r.volumes.ClaimWait(ctx, vr, wait)
+	c, err := r.claimApplied(ctx, func() (volume.Claim, error) { return r.volumes.ClaimWait(ctx, vr, wait) })
 	if err != nil {
 		return Claim{}, mapErr(err)
 	}

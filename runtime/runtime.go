@@ -670,7 +670,7 @@ func (r *Runtime) Claim(ctx context.Context, volumeID string, req ClaimRequest) 
 	if err != nil {
 		return Claim{}, err
 	}
-	c, err := r.volumes.Claim(ctx, vr)
+	c, err := r.claimApplied(ctx, func() (volume.Claim, error) { return r.volumes.Claim(ctx, vr) })
 	if err != nil {
 		return Claim{}, mapErr(err)
 	}
