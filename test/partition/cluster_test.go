@@ -85,23 +85,7 @@ func newCluster(t *testing.T) *testCluster {
 		t.Fatal(err)
 	}
 	c.base = base
-	t.Cleanup(func() {
-		testbin.KillProcessesWith(base)
-		mounts, _ := mountinfo.Under(base)
-		sort.Sort(sort.Reverse(sort.StringSlice(mounts))) // children first
-		for _, m := range mounts {
-			if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil {
-				t.Errorf("cleanup: unmount %s: %v", m, err)
-			}
-		}
-		if t.Failed() {
-			t.Logf("left for inspection: %s", base)
-			return
-		}
-		if err := os.RemoveAll(base); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	testbin.CleanupDir(t, base)
 	c.startMembers(3)
 	for i := 1; i <= 3; i++ {
 		c.agents = append(c.agents, c.startAgent(fmt.Sprintf("n%d", i), 20+i))

@@ -226,20 +226,6 @@ func (r *run) firstAdmitted(host string, since time.Time) (outcome, bool) {
 	return r.first(func(o outcome) bool { return o.host == host && o.status == http.StatusOK && o.sent.After(since) })
 }
 
-// lastAdmitted returns the last claim host answered 200 between from and
-// to, if any.
-func (r *run) lastAdmitted(host string, from, to time.Time) (outcome, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var last outcome
-	for _, o := range r.outcomes {
-		if o.host == host && o.status == http.StatusOK && o.answered.After(from) && o.answered.Before(to) && o.answered.After(last.answered) {
-			last = o
-		}
-	}
-	return last, !last.answered.IsZero()
-}
-
 func (r *run) first(match func(outcome) bool) (outcome, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -157,17 +157,12 @@ func TestPartitions(t *testing.T) {
 		refused, ok = r.firstRefusal(n1.node, cut)
 		return ok, "no refusal yet"
 	})
-	last, admittedLate := r.lastAdmitted(n1.node, cut, time.Now())
-	t.Logf("%s: first refusal %s after the cut (claim sent %s after it: %s); lease expired on the server (key gone on %s) %s after the cut; last claim admitted after the cut: %v at +%s",
+	t.Logf("%s: first refusal %s after the cut (claim sent %s after it: %s); lease expired on the server (key gone on %s) %s after the cut",
 		n1.node, refused.answered.Sub(cut).Round(time.Millisecond), refused.sent.Sub(cut).Round(time.Millisecond), refused.err,
-		c.members[1].name, expired.at.Sub(cut).Round(time.Millisecond), admittedLate, last.answered.Sub(cut).Round(time.Millisecond))
+		c.members[1].name, expired.at.Sub(cut).Round(time.Millisecond))
 	if !refused.answered.Before(expired.at) {
 		t.Errorf("%s refused its first claim %s after the cut, not before the server expired its lease (%s after the cut)",
 			n1.node, refused.answered.Sub(cut), expired.at.Sub(cut))
-	}
-	if admittedLate && !last.answered.Before(expired.at) {
-		t.Errorf("%s admitted claim %s on %s %s after the cut, after its lease expired on the server (%s after the cut)",
-			n1.node, last.alloc, last.vol, last.answered.Sub(cut), expired.at.Sub(cut))
 	}
 	// The other hosts go on claiming without n1, and every published
 	// claim works, n1's too.
@@ -177,6 +172,13 @@ func TestPartitions(t *testing.T) {
 	checkPinned(t, pins, "while "+n1.node+" is cut off")
 	healed := time.Now()
 	c.net.heal(n1.node)
+	// No claim sent to n1 after the cut was admitted before the heal:
+	// etcd never saw it. (A claim admitted just before the cut may be
+	// answered after it, once published.)
+	if o, ok := r.firstAdmitted(n1.node, cut); ok && o.answered.Before(healed) {
+		t.Errorf("%s admitted claim %s on %s, sent %s after it was cut off from etcd, answered %s after",
+			n1.node, o.alloc, o.vol, o.sent.Sub(cut), o.answered.Sub(cut))
+	}
 	waitAdmitted(t, r, n1, healed, "after the heal")
 	testbin.Eventually(t, n1.node+"'s liveness key back", deadline, pollInterval, func() (bool, string) {
 		seen = append(seen, w.drain()...)
