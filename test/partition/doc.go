@@ -38,6 +38,17 @@
 // claims published before stay published, mounted and writable, and that
 // every agent admits claims again after each heal.
 //
+// # Caveats
+//
+// While the old leader's member is cut off, the agents' etcd clients still
+// send a third of their requests to it (round robin over the endpoints);
+// those hang until their timeout. On a loaded machine every lease renewal
+// of an agent has been seen failing for minutes, so the leases expire and
+// the agents refuse all claims until the heal. The test therefore only
+// logs whether each agent admitted claims under the new leader; what it
+// asserts there is the ordering (any lease that expired was preceded by
+// refusals) and the history.
+//
 // The tests need root and the ip, iptables and nsenter commands; they
 // skip with a message where these are missing or `ip netns add` fails,
 // and under -short. $CSIACTOR_PARTITION_BINARY, when set, names a
