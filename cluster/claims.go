@@ -156,6 +156,14 @@ func (s *Session) Admit(ctx context.Context, volume string, c persistence.Claim,
 		cancel()
 		s.metrics.observe("txn", start)
 		if err != nil {
+			// etcd may have applied the transaction though its answer
+			// was lost (a timeout in a partition): the caller records no
+			// claim, so free what it may have written, by its nonce, or
+			// it would hold the volume for this host until a restart.
+			s.mu.Lock()
+			s.frees[ref] = nonce
+			s.mu.Unlock()
+			s.kickFree()
 			return fmt.Errorf("%w: admit the claim of alloc %q on volume %q: %w", ErrUnavailable, c.Alloc, volume, err)
 		}
 		if resp.Succeeded {
@@ -222,6 +230,11 @@ func (s *Session) Free(volume, alloc string) {
 	s.frees[ref] = s.nonces[ref]
 	delete(s.nonces, ref)
 	s.mu.Unlock()
+	s.kickFree()
+}
+
+// kickFree wakes the free loop.
+func (s *Session) kickFree() {
 	select {
 	case s.kick <- struct{}{}:
 	default:

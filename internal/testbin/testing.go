@@ -4,9 +4,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/csiactor/csiactor/internal/mountinfo"
 )
 
 // Binary is the csiactor binary a package's tests run: built at most once
@@ -142,4 +146,29 @@ func Parallel(tb testing.TB, n int, fn func(i int) error) {
 	if err := <-errs; err != nil {
 		tb.Fatal(err)
 	}
+}
+
+// CleanupDir registers a cleanup of dir, a test's base directory, that
+// runs whatever happened: it kills every process whose command line
+// names dir (plugins outlive their agents by design), unmounts what is
+// still mounted under it, deepest first, and removes it; when t failed,
+// dir is left for inspection instead, and logged.
+func CleanupDir(t testing.TB, dir string) {
+	t.Cleanup(func() {
+		KillProcessesWith(dir)
+		mounts, _ := mountinfo.Under(dir)
+		sort.Sort(sort.Reverse(sort.StringSlice(mounts))) // children first
+		for _, m := range mounts {
+			if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil {
+				t.Errorf("cleanup: unmount %s: %v", m, err)
+			}
+		}
+		if t.Failed() {
+			t.Logf("left for inspection: %s", dir)
+			return
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
 }
