@@ -299,11 +299,16 @@ func TestCluster_EtcdDown(t *testing.T) {
 		return err == nil, err
 	})
 	as[1].stop()
-	ns, err := as[0].rt.Nodes(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ns[1].ID != "n2" || ns[1].Status != runtime.NodeDown || ns[1].Claims != 1 {
+	// Down once its lease is gone: revoked on the way out (within
+	// cluster.LeaveTimeout, which a loaded machine may overrun; then the
+	// lease expires at its TTL), and seen through n1's watch.
+	var ns []runtime.Node
+	eventually(t, "n2 listed down with its claim", func() (bool, error) {
+		var err error
+		ns, err = as[0].rt.Nodes(ctx)
+		return err == nil && len(ns) > 1 && ns[1].ID == "n2" && ns[1].Status == runtime.NodeDown, err
+	})
+	if ns[1].Claims != 1 {
 		t.Fatalf("n2 after shutdown: %+v (want down with its claim)", ns[1])
 	}
 	// With every agent shut down and etcd still up, no goroutine of the
