@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -71,7 +72,10 @@ const (
 //     benchmark stay), over N;
 //   - db-MiB, db-inuse-MiB: the etcd database of a member, file and in use;
 //   - restart-ready-s: one agent stopped, then started again on its data
-//     dir, until runtime.Ready reports ready.
+//     dir, until runtime.Ready reports ready; restart-synced-s: until it
+//     also has a volume registered on another agent once it was ready,
+//     whose ID sorts after every other (so its volume watch has read every
+//     definition: Ready does not wait for that).
 //
 // The etcd counters are the process-wide ones of the embedded members
 // (grpc_server_msg_received_total, etcd_network_client_grpc_*_bytes_total,
@@ -129,6 +133,7 @@ type scaleResult struct {
 	heapPerAgent            float64 // bytes
 	dbSize, dbInUse         int64
 	restart                 time.Duration
+	restartSynced           time.Duration
 	register                time.Duration // every volume registered and on every agent
 }
 
@@ -155,6 +160,7 @@ func (r scaleResult) metrics() []scaleMetric {
 		{float64(r.dbSize) / mib, "db-MiB"},
 		{float64(r.dbInUse) / mib, "db-inuse-MiB"},
 		{r.restart.Seconds(), "restart-ready-s"},
+		{r.restartSynced.Seconds(), "restart-synced-s"},
 		{r.register.Seconds(), "register-s"},
 	}
 }
@@ -202,9 +208,9 @@ func liveHeap() uint64 {
 	return ms.HeapAlloc
 }
 
-// waitScale polls cond every 100 ms until it holds, failing b on its
+// waitScale polls cond every interval until it holds, failing b on its
 // error or after scaleWait.
-func waitScale(b *testing.B, what string, cond func() (bool, error)) {
+func waitScale(b *testing.B, what string, every time.Duration, cond func() (bool, error)) {
 	b.Helper()
 	deadline := time.Now().Add(scaleWait)
 	for {
@@ -218,7 +224,7 @@ func waitScale(b *testing.B, what string, cond func() (bool, error)) {
 		if time.Now().After(deadline) {
 			b.Fatalf("gave up waiting for %s after %s", what, scaleWait)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(every)
 	}
 }
 
@@ -274,7 +280,7 @@ func runScale(b *testing.B, n, volumes, claims int) scaleResult {
 		b.Fatal(err)
 	}
 	for _, a := range as {
-		waitScale(b, "every volume on "+a.node, func() (bool, error) {
+		waitScale(b, "every volume on "+a.node, 100*time.Millisecond, func() (bool, error) {
 			vs, err := a.rt.Volumes(ctx, runtime.VolumeFilter{})
 			return len(vs) == volumes, err
 		})
@@ -322,7 +328,7 @@ func runScale(b *testing.B, n, volumes, claims int) scaleResult {
 		}
 	}
 	b.StopTimer()
-	waitScale(b, "every claim removed from etcd", func() (bool, error) {
+	waitScale(b, "every claim removed from etcd", 100*time.Millisecond, func() (bool, error) {
 		ns, err := as[0].rt.Nodes(ctx)
 		for _, nd := range ns {
 			if nd.Claims > 0 {
@@ -352,15 +358,28 @@ func runScale(b *testing.B, n, volumes, claims int) scaleResult {
 	// A restart: one agent stopped, then started on its data dir until
 	// ready. Its fake plugin goes on serving, as a plugin process outlives
 	// a restart of the agent.
-	a := as[rng.IntN(n)]
+	ai := rng.IntN(n)
+	a := as[ai]
 	a.stop()
 	t0 := time.Now()
 	a.start()
-	waitScale(b, a.node+" ready after its restart", func() (bool, error) {
+	waitScale(b, a.node+" ready after its restart", 5*time.Millisecond, func() (bool, error) {
 		r, err := a.rt.Ready(ctx)
 		return r.Status == runtime.ReadyOK, err
 	})
 	res.restart = time.Since(t0)
+	last := "zz-after-restart"
+	if _, err := as[(ai+1)%n].rt.RegisterVolume(ctx, last, volSpec(last, am)); err != nil {
+		b.Fatal(err)
+	}
+	waitScale(b, last+" on "+a.node+" after its restart", 5*time.Millisecond, func() (bool, error) {
+		_, err := a.rt.Volume(ctx, last)
+		if errors.Is(err, runtime.ErrNotFound) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	res.restartSynced = time.Since(t0)
 
 	for _, a := range as {
 		a.stop()
