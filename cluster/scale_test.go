@@ -40,7 +40,7 @@ const (
 	// (lease renewals, liveness keys, host lists) is measured, to be
 	// subtracted from the claims' traffic.
 	scaleIdle = 5 * time.Second
-	// scaleWait bounds the set-up's waits (every volume on every agent,
+	// scaleWait bounds the benchmark's waits (every volume on every agent,
 	// a restarted agent ready); a safety net, not a measurement.
 	scaleWait = 10 * time.Minute
 )
@@ -208,26 +208,6 @@ func liveHeap() uint64 {
 	return ms.HeapAlloc
 }
 
-// waitScale polls cond every interval until it holds, failing b on its
-// error or after scaleWait.
-func waitScale(b *testing.B, what string, every time.Duration, cond func() (bool, error)) {
-	b.Helper()
-	deadline := time.Now().Add(scaleWait)
-	for {
-		ok, err := cond()
-		if err != nil {
-			b.Fatalf("waiting for %s: %s", what, err)
-		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("gave up waiting for %s after %s", what, scaleWait)
-		}
-		time.Sleep(every)
-	}
-}
-
 func runScale(b *testing.B, n, volumes, claims int) scaleResult {
 	b.StopTimer()
 	res := scaleResult{agents: n, volumes: volumes, claims: claims}
@@ -280,7 +260,7 @@ func runScale(b *testing.B, n, volumes, claims int) scaleResult {
 		b.Fatal(err)
 	}
 	for _, a := range as {
-		waitScale(b, "every volume on "+a.node, 100*time.Millisecond, func() (bool, error) {
+		waitFor(b, "every volume on "+a.node, scaleWait, 100*time.Millisecond, func() (bool, error) {
 			vs, err := a.rt.Volumes(ctx, runtime.VolumeFilter{})
 			return len(vs) == volumes, err
 		})
@@ -328,7 +308,7 @@ func runScale(b *testing.B, n, volumes, claims int) scaleResult {
 		}
 	}
 	b.StopTimer()
-	waitScale(b, "every claim removed from etcd", 100*time.Millisecond, func() (bool, error) {
+	waitFor(b, "every claim removed from etcd", scaleWait, 100*time.Millisecond, func() (bool, error) {
 		ns, err := as[0].rt.Nodes(ctx)
 		for _, nd := range ns {
 			if nd.Claims > 0 {
@@ -363,7 +343,7 @@ func runScale(b *testing.B, n, volumes, claims int) scaleResult {
 	a.stop()
 	t0 := time.Now()
 	a.start()
-	waitScale(b, a.node+" ready after its restart", 5*time.Millisecond, func() (bool, error) {
+	waitFor(b, a.node+" ready after its restart", scaleWait, 5*time.Millisecond, func() (bool, error) {
 		r, err := a.rt.Ready(ctx)
 		return r.Status == runtime.ReadyOK, err
 	})
@@ -372,7 +352,7 @@ func runScale(b *testing.B, n, volumes, claims int) scaleResult {
 	if _, err := as[(ai+1)%n].rt.RegisterVolume(ctx, last, volSpec(last, am)); err != nil {
 		b.Fatal(err)
 	}
-	waitScale(b, last+" on "+a.node+" after its restart", 5*time.Millisecond, func() (bool, error) {
+	waitFor(b, last+" on "+a.node+" after its restart", scaleWait, 5*time.Millisecond, func() (bool, error) {
 		_, err := a.rt.Volume(ctx, last)
 		if errors.Is(err, runtime.ErrNotFound) {
 			return false, nil
