@@ -17,6 +17,12 @@ TESTFLAGS ?= -race -count=1 -timeout 12m
 #                           and an untimed bare one runs beside each: 50
 #                           pairs per sub-benchmark, the same sample in
 #                           every run, 5-25 s each
+#   BenchmarkScale          N agents on a 3-member embedded etcd, once per
+#                           N (1x); small by default (3 agents, 1,000
+#                           volumes, 200 claims, about 20 s); the campaign
+#                           is set by CSIACTOR_SCALE_AGENTS (e.g. 3,10,30,100),
+#                           CSIACTOR_SCALE_VOLUMES (10000) and
+#                           CSIACTOR_SCALE_CLAIMS (see cluster/scale_test.go)
 # The whole run takes about 3 minutes on 2 cores.
 BENCHTIME ?= 1s
 BENCHFLAGS ?= -run '^$$' -benchmem -timeout 30m
@@ -68,10 +74,11 @@ test:
 ## bench: every benchmark, each next to its baseline in the same run.
 bench:
 	$(GO) test -p 1 $(BENCHFLAGS) -bench . -benchtime $(BENCHTIME) \
-		-skip '^(BenchmarkHeartbeat|BenchmarkDeathDetection|BenchmarkLifecycleRealPlugin)$$' $(PKGS)
+		-skip '^(BenchmarkHeartbeat|BenchmarkDeathDetection|BenchmarkLifecycleRealPlugin|BenchmarkScale)$$' $(PKGS)
 	$(GO) test -p 1 $(BENCHFLAGS) -bench '^BenchmarkHeartbeat$$' -benchtime 3x $(PKGS)
 	$(GO) test -p 1 $(BENCHFLAGS) -bench '^BenchmarkDeathDetection$$' -benchtime 200x $(PKGS)
 	$(GO) test -p 1 $(BENCHFLAGS) -bench '^BenchmarkLifecycleRealPlugin$$' -benchtime 50x $(PKGS)
+	$(GO) test -p 1 $(BENCHFLAGS) -bench '^BenchmarkScale$$' -benchtime 1x $(PKGS)
 
 ## lint: go vet and staticcheck (pinned as a go tool in go.mod).
 lint:

@@ -47,7 +47,14 @@ func shortDir(t testing.TB, prefix string) string {
 // after waitLimit.
 func eventually(t testing.TB, what string, cond func() (bool, error)) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
+	waitFor(t, what, waitLimit, 10*time.Millisecond, cond)
+}
+
+// waitFor calls cond every interval until it returns true, failing t on
+// its error or after limit.
+func waitFor(t testing.TB, what string, limit, every time.Duration, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
 	for {
 		ok, err := cond()
 		if err != nil {
@@ -57,9 +64,9 @@ func eventually(t testing.TB, what string, cond func() (bool, error)) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
+			t.Fatalf("gave up waiting for %s after %s", what, limit)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(every)
 	}
 }
 

@@ -170,3 +170,11 @@ func RestartAll(t testing.TB, ss []*Server) {
 		}
 	}
 }
+
+// DBSize returns the size of the member's database file and the part of it
+// logically in use (etcd_mvcc_db_total_size_in_bytes and
+// etcd_mvcc_db_total_size_in_use_in_bytes of a real member).
+func (s *Server) DBSize() (size, inUse int64) {
+	b := s.etcd.Server.Backend()
+	return b.Size(), b.SizeInUse()
+}

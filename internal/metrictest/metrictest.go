@@ -14,6 +14,32 @@ import (
 // is one. A failed Gather fails t.
 func Value(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) (float64, bool) {
 	t.Helper()
+	var v float64
+	found := false
+	each(t, g, name, labels, func(x float64) bool {
+		v, found = x, true
+		return false
+	})
+	return v, found
+}
+
+// Sum returns the sum of the samples of the counter or gauge name in g
+// whose labels include labels (0 when there is none). A failed Gather fails
+// t.
+func Sum(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	var sum float64
+	each(t, g, name, labels, func(x float64) bool {
+		sum += x
+		return true
+	})
+	return sum
+}
+
+// each calls fn with the value of every sample of name in g whose labels
+// include labels, until fn returns false.
+func each(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string, fn func(float64) bool) {
+	t.Helper()
 	mfs, err := g.Gather()
 	if err != nil {
 		t.Fatalf("gather metrics: %s", err)
@@ -33,11 +59,13 @@ func Value(t testing.TB, g prometheus.Gatherer, name string, labels map[string]s
 					continue next
 				}
 			}
+			v := m.GetGauge().GetValue()
 			if c := m.GetCounter(); c != nil {
-				return c.GetValue(), true
+				v = c.GetValue()
 			}
-			return m.GetGauge().GetValue(), true
+			if !fn(v) {
+				return
+			}
 		}
 	}
-	return 0, false
 }

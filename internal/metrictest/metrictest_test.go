@@ -32,3 +32,27 @@ func TestValue(t *testing.T) {
 		}
 	}
 }
+
+func TestSum(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "c_total", Help: "c"}, []string{"a", "b"})
+	reg.MustRegister(c)
+	c.WithLabelValues("1", "x").Add(2)
+	c.WithLabelValues("1", "y").Add(3)
+	c.WithLabelValues("2", "y").Add(5)
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"c_total", nil, 10},
+		{"c_total", map[string]string{"a": "1"}, 5},
+		{"c_total", map[string]string{"b": "y"}, 8},
+		{"c_total", map[string]string{"a": "3"}, 0},
+		{"missing", nil, 0},
+	} {
+		if got := Sum(t, reg, tc.name, tc.labels); got != tc.want {
+			t.Errorf("Sum(%s, %v) = %v; want %v", tc.name, tc.labels, got, tc.want)
+		}
+	}
+}

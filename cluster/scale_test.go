@@ -1,0 +1,370 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	goruntime "runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/csiactor/csiactor/internal/etcdtest"
+	"github.com/csiactor/csiactor/internal/metrictest"
+	"github.com/csiactor/csiactor/runtime"
+)
+
+// Environment variables of BenchmarkScale, with their defaults (small, so
+// that `make bench` stays short; see BenchmarkScale for the campaign).
+const (
+	scaleAgentsEnv  = "CSIACTOR_SCALE_AGENTS"  // comma-separated agent counts, one sub-benchmark each
+	scaleVolumesEnv = "CSIACTOR_SCALE_VOLUMES" // volumes registered
+	scaleClaimsEnv  = "CSIACTOR_SCALE_CLAIMS"  // claims timed
+)
+
+const (
+	defaultScaleAgents  = "3"
+	defaultScaleVolumes = 1000
+	defaultScaleClaims  = 200
+	// scaleRegisterWorkers is how many volume registrations are in flight
+	// at once during the set-up.
+	scaleRegisterWorkers = 16
+	// scaleIdle is the window in which the cluster's background traffic
+	// (lease renewals, liveness keys, host lists) is measured, to be
+	// subtracted from the claims' traffic.
+	scaleIdle = 5 * time.Second
+	// scaleWait bounds the benchmark's waits (every volume on every agent,
+	// a restarted agent ready); a safety net, not a measurement.
+	scaleWait = 10 * time.Minute
+)
+
+// BenchmarkScale simulates a fleet: for each agent count N of
+// CSIACTOR_SCALE_AGENTS (default 3), N agents in this process (each a
+// runtime.Runtime in cluster mode with its own data dir on tmpfs, store,
+// etcd session and watches, and a fake plugin as a monolith allocation) on
+// a fresh 3-member embedded etcd, with CSIACTOR_SCALE_VOLUMES volumes
+// (default 1,000) registered through the agents in turn. Then
+// CSIACTOR_SCALE_CLAIMS claims (default 200) one at a time, each by a
+// random agent on a volume not claimed before, released and freed on the
+// agent before the next. It reports, per N:
+//
+//   - claim-p50-ms, claim-p99-ms: the runtime's Claim of a
+//     single-node-writer volume, admission in etcd and publish through the
+//     fake plugin (no mount);
+//   - etcd-reqs/claim, etcd-rx-B/claim, etcd-tx-B/claim, peer-B/claim:
+//     requests the etcd members received from clients (gRPC messages:
+//     unary calls and messages on streams), client bytes received and
+//     sent, and bytes between the members, per claim with its release and
+//     its removal from etcd, less the background measured while idle;
+//   - bg-reqs/s, bg-rx-B/s, bg-tx-B/s: that background, the whole cluster
+//     idle (lease renewals, liveness keys, host lists);
+//   - events/volume-put, events/claim: watch events the members sent to
+//     the agents per volume registered, and per claim;
+//   - heap-MiB/agent: live heap after GC with the agents running, less the
+//     same after they are stopped (the etcd members, fake plugins and the
+//     benchmark stay), over N;
+//   - db-MiB, db-inuse-MiB: the etcd database of a member, file and in use;
+//   - restart-ready-s: one agent stopped, then started again on its data
+//     dir, until runtime.Ready reports ready; restart-synced-s: until it
+//     also has a volume registered on another agent once it was ready,
+//     whose ID sorts after every other (so its volume watch has read every
+//     definition: Ready does not wait for that).
+//
+// The etcd counters are the process-wide ones of the embedded members
+// (grpc_server_msg_received_total, etcd_network_client_grpc_*_bytes_total,
+// etcd_network_peer_sent_bytes_total, etcd_debugging_mvcc_events_total),
+// summed over the three. It runs once per N whatever -benchtime says
+// (`make bench` gives it 1x). The full campaign of the issue:
+//
+//	CSIACTOR_SCALE_AGENTS=3,10,30,100 CSIACTOR_SCALE_VOLUMES=10000 \
+//	  go test -run '^$' -bench '^BenchmarkScale$' -benchtime 1x -timeout 3h ./cluster/
+func BenchmarkScale(b *testing.B) {
+	agents := scaleEnvInts(b, scaleAgentsEnv, defaultScaleAgents)
+	volumes := scaleEnvInts(b, scaleVolumesEnv, strconv.Itoa(defaultScaleVolumes))[0]
+	claims := scaleEnvInts(b, scaleClaimsEnv, strconv.Itoa(defaultScaleClaims))[0]
+	if claims > volumes {
+		b.Fatalf("%s=%d is more than %s=%d: every claim takes a volume of its own", scaleClaimsEnv, claims, scaleVolumesEnv, volumes)
+	}
+	for _, n := range agents {
+		b.Run(fmt.Sprintf("agents=%d/volumes=%d", n, volumes), func(b *testing.B) {
+			r := runScale(b, n, volumes, claims)
+			for _, m := range r.metrics() {
+				b.ReportMetric(m.v, m.unit)
+			}
+			fmt.Println(r.String())
+		})
+	}
+}
+
+// scaleEnvInts parses the comma-separated positive integers of env, def
+// when unset.
+func scaleEnvInts(b *testing.B, env, def string) []int {
+	b.Helper()
+	s := os.Getenv(env)
+	if s == "" {
+		s = def
+	}
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			b.Fatalf("%s=%q: want positive integers separated by commas", env, s)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// scaleResult is what runScale measured.
+type scaleResult struct {
+	agents, volumes, claims int
+	p50, p99                time.Duration
+	reqs, rxB, txB, peerB   float64 // per claim, background subtracted
+	bgReqs, bgRxB, bgTxB    float64 // per second
+	eventsPerPut            float64
+	eventsPerClaim          float64
+	heapPerAgent            float64 // bytes
+	dbSize, dbInUse         int64
+	restart                 time.Duration
+	restartSynced           time.Duration
+	register                time.Duration // every volume registered and on every agent
+}
+
+type scaleMetric struct {
+	v    float64
+	unit string
+}
+
+func (r scaleResult) metrics() []scaleMetric {
+	const mib = 1 << 20
+	return []scaleMetric{
+		{float64(r.p50.Microseconds()) / 1000, "claim-p50-ms"},
+		{float64(r.p99.Microseconds()) / 1000, "claim-p99-ms"},
+		{r.reqs, "etcd-reqs/claim"},
+		{r.rxB, "etcd-rx-B/claim"},
+		{r.txB, "etcd-tx-B/claim"},
+		{r.peerB, "peer-B/claim"},
+		{r.bgReqs, "bg-reqs/s"},
+		{r.bgRxB, "bg-rx-B/s"},
+		{r.bgTxB, "bg-tx-B/s"},
+		{r.eventsPerPut, "events/volume-put"},
+		{r.eventsPerClaim, "events/claim"},
+		{r.heapPerAgent / mib, "heap-MiB/agent"},
+		{float64(r.dbSize) / mib, "db-MiB"},
+		{float64(r.dbInUse) / mib, "db-inuse-MiB"},
+		{r.restart.Seconds(), "restart-ready-s"},
+		{r.restartSynced.Seconds(), "restart-synced-s"},
+		{r.register.Seconds(), "register-s"},
+	}
+}
+
+// String is one line of the table the benchmark prints.
+func (r scaleResult) String() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "scale agents=%d volumes=%d claims=%d:", r.agents, r.volumes, r.claims)
+	for _, m := range r.metrics() {
+		fmt.Fprintf(&sb, " %s=%.4g", m.unit, m.v)
+	}
+	return sb.String()
+}
+
+// etcdCounters are the embedded members' counters BenchmarkScale reads,
+// summed over the members (they share the process's default registry).
+type etcdCounters struct {
+	reqs, rxB, txB, peerB, events float64
+	at                            time.Time
+}
+
+func readEtcdCounters(b *testing.B) etcdCounters {
+	g := prometheus.DefaultGatherer
+	return etcdCounters{
+		reqs:   metrictest.Sum(b, g, "grpc_server_msg_received_total", nil),
+		rxB:    metrictest.Sum(b, g, "etcd_network_client_grpc_received_bytes_total", nil),
+		txB:    metrictest.Sum(b, g, "etcd_network_client_grpc_sent_bytes_total", nil),
+		peerB:  metrictest.Sum(b, g, "etcd_network_peer_sent_bytes_total", nil),
+		events: metrictest.Sum(b, g, "etcd_debugging_mvcc_events_total", nil),
+		at:     time.Now(),
+	}
+}
+
+func (c etcdCounters) sub(o etcdCounters) etcdCounters {
+	return etcdCounters{reqs: c.reqs - o.reqs, rxB: c.rxB - o.rxB, txB: c.txB - o.txB,
+		peerB: c.peerB - o.peerB, events: c.events - o.events}
+}
+
+// liveHeap is the live heap after a full collection.
+func liveHeap() uint64 {
+	goruntime.GC()
+	goruntime.GC()
+	var ms goruntime.MemStats
+	goruntime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+func runScale(b *testing.B, n, volumes, claims int) scaleResult {
+	b.StopTimer()
+	res := scaleResult{agents: n, volumes: volumes, claims: claims}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	members := etcdtest.StartCluster(b, 3)
+
+	// The agents, each with the production lease TTL (its renewals are
+	// the background traffic).
+	as := make([]*agent, n)
+	for i := range as {
+		node := fmt.Sprintf("s%03d", i)
+		cfg := benchConfig(b, node, members[0].Endpoint())
+		cfg.Cluster.Etcd.Endpoints = etcdtest.Endpoints(members)
+		cfg.Cluster.LeaseTTL = 0
+		as[i] = startAgentWith(b, node, cfg)
+	}
+
+	// Register the volumes through the agents in turn.
+	const am = "single-node-writer"
+	ids := make([]string, volumes)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("vol-%05d", i)
+	}
+	before := readEtcdCounters(b)
+	start := time.Now()
+	work := make(chan int)
+	errs := make(chan error, scaleRegisterWorkers)
+	var wg sync.WaitGroup
+	for range scaleRegisterWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				a := as[i%n]
+				if _, err := a.rt.RegisterVolume(ctx, ids[i], volSpec(ids[i], am)); err != nil {
+					errs <- fmt.Errorf("register %s on %s: %w", ids[i], a.node, err)
+					return
+				}
+			}
+		}()
+	}
+	for i := range ids {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+	for _, a := range as {
+		waitFor(b, "every volume on "+a.node, scaleWait, 100*time.Millisecond, func() (bool, error) {
+			vs, err := a.rt.Volumes(ctx, runtime.VolumeFilter{})
+			return len(vs) == volumes, err
+		})
+	}
+	res.register = time.Since(start)
+	res.eventsPerPut = readEtcdCounters(b).sub(before).events / float64(volumes)
+
+	// The background, idle.
+	idle := readEtcdCounters(b)
+	time.Sleep(scaleIdle)
+	bg := readEtcdCounters(b)
+	idleSecs := bg.at.Sub(idle.at).Seconds()
+	bg = bg.sub(idle)
+	res.bgReqs, res.bgRxB, res.bgTxB = bg.reqs/idleSecs, bg.rxB/idleSecs, bg.txB/idleSecs
+
+	// The claims, one at a time.
+	events := make([]<-chan runtime.Event, n)
+	for i, a := range as {
+		ch, err := a.rt.Subscribe(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		events[i] = ch
+	}
+	rng := rand.New(rand.NewPCG(1, uint64(n)))
+	order := rng.Perm(volumes)[:claims]
+	took := make([]time.Duration, claims)
+	before = readEtcdCounters(b)
+	b.StartTimer()
+	for k, vi := range order {
+		ai := rng.IntN(n)
+		a, vol, alloc := as[ai], ids[vi], fmt.Sprintf("c%d", k)
+		t0 := time.Now()
+		if _, err := a.rt.Claim(ctx, vol, claimReq(alloc, "write", am)); err != nil {
+			b.Fatalf("claim %s on %s: %s", vol, a.node, err)
+		}
+		took[k] = time.Since(t0)
+		if _, err := a.rt.Release(ctx, vol, alloc); err != nil {
+			b.Fatalf("release %s on %s: %s", vol, a.node, err)
+		}
+		for e := range events[ai] {
+			if e.Type == runtime.EventClaimFreed && e.Alloc == alloc {
+				break
+			}
+		}
+	}
+	b.StopTimer()
+	waitFor(b, "every claim removed from etcd", scaleWait, 100*time.Millisecond, func() (bool, error) {
+		ns, err := as[0].rt.Nodes(ctx)
+		for _, nd := range ns {
+			if nd.Claims > 0 {
+				return false, err
+			}
+		}
+		return err == nil, err
+	})
+	after := readEtcdCounters(b)
+	secs := after.at.Sub(before.at).Seconds()
+	d := after.sub(before)
+	perClaim := func(total, bgRate float64) float64 { return (total - bgRate*secs) / float64(claims) }
+	res.reqs = perClaim(d.reqs, res.bgReqs)
+	res.rxB = perClaim(d.rxB, res.bgRxB)
+	res.txB = perClaim(d.txB, res.bgTxB)
+	res.peerB = perClaim(d.peerB, bg.peerB/idleSecs)
+	res.eventsPerClaim = perClaim(d.events, bg.events/idleSecs)
+	slices.Sort(took)
+	res.p50 = took[claims*50/100]
+	res.p99 = took[min(claims-1, claims*99/100)]
+	cancel()
+	ctx = context.Background()
+
+	res.dbSize, res.dbInUse = members[0].DBSize()
+	withAgents := liveHeap()
+
+	// A restart: one agent stopped, then started on its data dir until
+	// ready. Its fake plugin goes on serving, as a plugin process outlives
+	// a restart of the agent.
+	ai := rng.IntN(n)
+	a := as[ai]
+	a.stop()
+	t0 := time.Now()
+	a.start()
+	waitFor(b, a.node+" ready after its restart", scaleWait, 5*time.Millisecond, func() (bool, error) {
+		r, err := a.rt.Ready(ctx)
+		return r.Status == runtime.ReadyOK, err
+	})
+	res.restart = time.Since(t0)
+	last := "zz-after-restart"
+	if _, err := as[(ai+1)%n].rt.RegisterVolume(ctx, last, volSpec(last, am)); err != nil {
+		b.Fatal(err)
+	}
+	waitFor(b, last+" on "+a.node+" after its restart", scaleWait, 5*time.Millisecond, func() (bool, error) {
+		_, err := a.rt.Volume(ctx, last)
+		if errors.Is(err, runtime.ErrNotFound) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	res.restartSynced = time.Since(t0)
+
+	for _, a := range as {
+		a.stop()
+	}
+	withoutAgents := liveHeap()
+	res.heapPerAgent = (float64(withAgents) - float64(withoutAgents)) / float64(n)
+	return res
+}
