@@ -17,6 +17,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/csiactor/csiactor/api"
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/runtime"
 )
@@ -223,7 +224,7 @@ func (s *Server) handler(d runtime.DockerDriver) http.Handler {
 			log := s.log.WithFields(logrus.Fields{"driver": d.Name, "method": path})
 			if err != nil {
 				log.WithError(err).Debug("docker request failed")
-				writeJSON(w, statusOf(err), map[string]string{"Err": err.Error()})
+				writeJSON(w, api.StatusCode(err), map[string]string{"Err": err.Error()})
 				return
 			}
 			log.Trace("docker request done")
@@ -307,21 +308,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", ContentType)
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(v)
-}
-
-// statusOf is the HTTP status of an error, as the agent's API gives it.
-func statusOf(err error) int {
-	switch {
-	case errors.Is(err, runtime.ErrInvalid):
-		return http.StatusBadRequest
-	case errors.Is(err, runtime.ErrNotFound):
-		return http.StatusNotFound
-	case errors.Is(err, runtime.ErrConflict):
-		return http.StatusConflict
-	case errors.Is(err, runtime.ErrPluginUnavailable), errors.Is(err, runtime.ErrClusterUnavailable), errors.Is(err, runtime.ErrShutdown):
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
 }
 
 // volume returns the volume name of d's plugin.
