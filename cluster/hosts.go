@@ -78,20 +78,26 @@ func (s *Session) Hosts(ctx context.Context) ([]Host, error) {
 	return out, nil
 }
 
-// refreshHosts sets csiactor_cluster_hosts from etcd.
+// refreshHosts sets csiactor_cluster_hosts from etcd. Every host does so
+// at every renewal, so it asks for counts only: the number of host
+// records and of liveness keys, in one transaction (not Hosts, whose
+// records, and every claim to count them by host, would make each
+// renewal's answer grow with the fleet, and the fleet's traffic with its
+// square).
 func (s *Session) refreshHosts() {
-	hs, err := s.Hosts(s.ctx)
+	rctx, cancel := s.reqCtx(s.ctx)
+	defer cancel()
+	start := time.Now()
+	resp, err := s.cli.Txn(rctx).Then(
+		clientv3.OpGet(s.key("hosts")+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(s.key("alive")+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
+	).Commit()
+	s.metrics.observe("txn", start)
 	if err != nil {
 		return
 	}
-	up, down := 0, 0
-	for _, h := range hs {
-		if h.Status == StatusUp {
-			up++
-		} else {
-			down++
-		}
-	}
+	hosts := resp.Responses[0].GetResponseRange().GetCount()
+	up := resp.Responses[1].GetResponseRange().GetCount()
 	s.metrics.hosts.WithLabelValues(StatusUp).Set(float64(up))
-	s.metrics.hosts.WithLabelValues(StatusDown).Set(float64(down))
+	s.metrics.hosts.WithLabelValues(StatusDown).Set(float64(max(0, hosts-up)))
 }

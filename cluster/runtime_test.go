@@ -311,6 +311,17 @@ func TestCluster_EtcdDown(t *testing.T) {
 	if ns[1].Claims != 1 {
 		t.Fatalf("n2 after shutdown: %+v (want down with its claim)", ns[1])
 	}
+	// The gauge counts it down too (from counts of the host records and
+	// the liveness keys, at n1's next renewal).
+	eventually(t, "csiactor_cluster_hosts with n2 down", func() (bool, error) {
+		err := testutil.GatherAndCompare(as[0].reg, strings.NewReader(`
+# HELP csiactor_cluster_hosts Hosts of the cluster by status (up: its lease is alive; down: it expired), as this agent last saw them.
+# TYPE csiactor_cluster_hosts gauge
+csiactor_cluster_hosts{status="down"} 1
+csiactor_cluster_hosts{status="up"} 2
+`), "csiactor_cluster_hosts")
+		return err == nil, nil
+	})
 	// With every agent shut down and etcd still up, no goroutine of the
 	// etcd client or of the cluster package is left.
 	as[0].stop()
