@@ -12,6 +12,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/csiactor/csiactor/internal/atomicfile"
 	"github.com/csiactor/csiactor/runtime"
 )
 
@@ -221,34 +222,15 @@ func (b *book) saveLocked() error {
 	return nil
 }
 
+// writeFileSync writes data to path atomically and durably: the directory
+// is made if missing, and synced after the rename.
 func writeFileSync(path string, data []byte) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".mounts-*.tmp")
-	if err != nil {
+	if err := atomicfile.Write(path, data); err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.SyncDir(dir)
 }

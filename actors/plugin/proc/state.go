@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/csiactor/csiactor/internal/atomicfile"
 )
 
 // StateFile is the name of the file, in a plugin's output directory, that
@@ -29,35 +31,12 @@ type State struct {
 func WriteState(dir string, st State) error {
 	b, err := json.Marshal(st)
 	if err == nil {
-		err = writeFile(dir, StateFile, b)
+		err = atomicfile.Write(filepath.Join(dir, StateFile), b)
 	}
 	if err != nil {
 		return fmt.Errorf("write process state: %w", err)
 	}
 	return nil
-}
-
-// writeFile writes b to dir/name atomically (a new file renamed over the
-// old one) and synced.
-func writeFile(dir, name string, b []byte) error {
-	tmp, err := os.CreateTemp(dir, name+".tmp*")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(b)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(dir, name))
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
-	}
-	return err
 }
 
 // ReadState reads dir/process.json; a missing file is the zero State.
@@ -100,7 +79,7 @@ type position struct {
 func writePosition(dir string, pos position) error {
 	b, err := json.Marshal(pos)
 	if err == nil {
-		err = writeFile(dir, PositionFile, b)
+		err = atomicfile.Write(filepath.Join(dir, PositionFile), b)
 	}
 	if err != nil {
 		return fmt.Errorf("record how far the plugin's output was logged: %w", err)
