@@ -243,15 +243,7 @@ func TestCluster_MultiNodeSingleWriter(t *testing.T) {
 	if len(ns) != 3 || total != 10 || !ns[0].Self || ns[0].ID != "n1" {
 		t.Fatalf("Nodes = %+v", ns)
 	}
-	eventually(t, "csiactor_cluster_hosts", func() (bool, error) {
-		err := testutil.GatherAndCompare(as[0].reg, strings.NewReader(`
-# HELP csiactor_cluster_hosts Hosts of the cluster by status (up: its lease is alive; down: it expired), as this agent last saw them.
-# TYPE csiactor_cluster_hosts gauge
-csiactor_cluster_hosts{status="down"} 0
-csiactor_cluster_hosts{status="up"} 3
-`), "csiactor_cluster_hosts")
-		return err == nil, nil
-	})
+	waitHostsGauge(t, as[0], 3, 0)
 	if n, err := testutil.GatherAndCount(as[0].reg, "csiactor_cluster_etcd_request_seconds", "csiactor_cluster_lease_renewals_total"); err != nil || n == 0 {
 		t.Fatalf("cluster metrics: %d series, %v", n, err)
 	}
@@ -313,15 +305,7 @@ func TestCluster_EtcdDown(t *testing.T) {
 	}
 	// The gauge counts it down too (from counts of the host records and
 	// the liveness keys, at n1's next renewal).
-	eventually(t, "csiactor_cluster_hosts with n2 down", func() (bool, error) {
-		err := testutil.GatherAndCompare(as[0].reg, strings.NewReader(`
-# HELP csiactor_cluster_hosts Hosts of the cluster by status (up: its lease is alive; down: it expired), as this agent last saw them.
-# TYPE csiactor_cluster_hosts gauge
-csiactor_cluster_hosts{status="down"} 1
-csiactor_cluster_hosts{status="up"} 2
-`), "csiactor_cluster_hosts")
-		return err == nil, nil
-	})
+	waitHostsGauge(t, as[0], 2, 1)
 	// With every agent shut down and etcd still up, no goroutine of the
 	// etcd client or of the cluster package is left.
 	as[0].stop()
@@ -438,4 +422,19 @@ func TestCluster_ThreeMembers(t *testing.T) {
 	if len(v.Claims) != 6 || writers != 1 {
 		t.Fatalf("claims after the outage: %+v", v.Claims)
 	}
+}
+
+// waitHostsGauge waits until a's csiactor_cluster_hosts shows up hosts up
+// and down hosts down.
+func waitHostsGauge(t *testing.T, a *agent, up, down int) {
+	t.Helper()
+	want := fmt.Sprintf(`
+# HELP csiactor_cluster_hosts Hosts of the cluster by status (up: its lease is alive; down: it expired), as this agent last saw them.
+# TYPE csiactor_cluster_hosts gauge
+csiactor_cluster_hosts{status="down"} %d
+csiactor_cluster_hosts{status="up"} %d
+`, down, up)
+	eventually(t, fmt.Sprintf("csiactor_cluster_hosts at %d up, %d down", up, down), func() (bool, error) {
+		return testutil.GatherAndCompare(a.reg, strings.NewReader(want), "csiactor_cluster_hosts") == nil, nil
+	})
 }

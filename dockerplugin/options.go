@@ -3,7 +3,7 @@ package dockerplugin
 import (
 	"fmt"
 	"maps"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/csiactor/csiactor/csi"
@@ -48,7 +48,7 @@ func createSpec(drv runtime.DockerDriver, name string, opts map[string]string) (
 	spec.Plugin = drv.Plugin
 	params := maps.Clone(d.Parameters)
 	var ctxEntries map[string]string
-	for _, k := range sortedKeys(opts) {
+	for _, k := range slices.Sorted(maps.Keys(opts)) {
 		if err := checkKey(k); err != nil {
 			return spec, err
 		}
@@ -251,13 +251,4 @@ func parseSegments(s string) (map[string]string, error) {
 		seg[k] = v
 	}
 	return seg, nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
