@@ -138,8 +138,8 @@ func TestPartitions(t *testing.T) {
 	// Case 1: n1 cut from every member.
 	t.Log("case 1: an agent cut from etcd")
 	w := c.watchAlive(c.members[1])
-	cut := time.Now()
 	c.net.cut(n1.node, "m1", "m2", "m3")
+	cut := time.Now()
 	t.Logf("%s: cut %s from every etcd member", cut.Format("15:04:05.000"), n1.node)
 	var expired aliveEvent
 	var seen []aliveEvent
@@ -202,8 +202,8 @@ func TestPartitions(t *testing.T) {
 	for _, a := range c.agents {
 		waitAdmitted(t, r, a, time.Now(), "before the leader's cut")
 	}
-	cut = time.Now()
 	c.net.cut(old.name, restNames...)
+	cut = time.Now()
 	t.Logf("%s: cut the leader %s from %v", cut.Format("15:04:05.000"), old.name, restNames)
 	var elected *member
 	testbin.Eventually(t, "a new leader among "+strings.Join(restNames, ", "), deadline, pollInterval, func() (bool, string) {
