@@ -83,6 +83,38 @@ func TestCluster_VolumeVisibleEverywhere(t *testing.T) {
 	}
 }
 
+// TestCluster_ReadyAfterListing: an agent that joins a cluster holding
+// more volume definitions than one page of its listing says it is ready
+// only once it has every one of them: from then on it lists and claims
+// every volume of the cluster.
+func TestCluster_ReadyAfterListing(t *testing.T) {
+	srv := etcdtest.Start(t)
+	a := startAgent(t, "a", srv.Endpoint())
+	ctx := context.Background()
+	const n = 600 // more than a page
+	for i := range n {
+		id := fmt.Sprintf("v%03d", i)
+		if _, err := a.rt.RegisterVolume(ctx, id, volSpec(id, "single-node-writer")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := startAgent(t, "b", srv.Endpoint())
+	eventually(t, "b ready", func() (bool, error) {
+		r, err := b.rt.Ready(ctx)
+		return r.Status == runtime.ReadyOK, err
+	})
+	vs, err := b.rt.Volumes(ctx, runtime.VolumeFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vs) != n {
+		t.Fatalf("b lists %d volumes once ready, want %d", len(vs), n)
+	}
+	if _, err := b.rt.Claim(ctx, fmt.Sprintf("v%03d", n-1), claimReq("b1", "write", "single-node-writer")); err != nil {
+		t.Fatalf("claim on the last volume listed: %v", err)
+	}
+}
+
 // TestCluster_SingleNodeWriter300: 300 concurrent write claims from 3
 // agents on one single-node-writer volume: exactly one wins, the other
 // 299 get ErrConflict (HTTP 409). After its release the volume can be

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -295,7 +296,7 @@ func TestSession_UpdateVolume(t *testing.T) {
 			case got <- e:
 			default:
 			}
-		})
+		}, nil)
 	}()
 	select {
 	case e := <-got:
@@ -312,6 +313,69 @@ func TestSession_UpdateVolume(t *testing.T) {
 // TestSession_DeleteVolumeAfterFree: this host's claim freed just before
 // (its removal from etcd may still be under way) does not hold a
 // deregistration back; another host's claim does, named.
+// TestSession_WatchVolumesPages: a listing of more definitions than one
+// page reads every one once, in pages at one revision (a definition
+// written between two pages comes from the watch, after the listing),
+// and says it is complete only after the last.
+func TestSession_WatchVolumesPages(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	srv := etcdtest.Start(t)
+	a := open(t, "a", srv.Endpoint())
+	ctx := context.Background()
+	const n = 1234 // two full pages and a part
+	for i := range n {
+		if err := a.PutVolume(ctx, fmt.Sprintf("v%04d", i), []byte("def")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
+	seen := map[string]int{}
+	listedAt := -1 // definitions seen when listed was first called
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = a.WatchVolumes(wctx, func(e cluster.VolumeEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen[e.ID]++
+		}, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if listedAt < 0 {
+				listedAt = len(seen)
+			}
+		})
+	}()
+	eventually(t, "the listing to complete", func() (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return listedAt >= 0, nil
+	})
+	if err := a.PutVolume(ctx, "zz-after", []byte("def")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the watch to bring a definition written after the listing", func() (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return seen["zz-after"] == 1, nil
+	})
+	cancel()
+	<-done
+	if listedAt != n {
+		t.Errorf("listed called after %d definitions, want %d", listedAt, n)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Errorf("%s seen %d times, want once", id, k)
+		}
+	}
+	if len(seen) != n+1 {
+		t.Errorf("seen %d definitions, want %d", len(seen), n+1)
+	}
+}
+
 func TestSession_DeleteVolumeAfterFree(t *testing.T) {
 	t.Cleanup(leakcheck.Check(t)) // last: after the sessions and the server stopped
 	srv := etcdtest.Start(t)

@@ -134,12 +134,20 @@ type VolumeEvent struct {
 	Rev int64
 }
 
+// volumePage bounds the definitions one read of a listing returns, so
+// that a host (re)starting in a cluster of many volumes never holds all
+// of them in one response.
+const volumePage = 500
+
 // WatchVolumes calls fn with every volume definition in etcd, then with
 // every change, in order, until ctx ends. fn runs on WatchVolumes's
 // goroutine. When the watch breaks (etcd unreachable, history compacted)
 // it lists again and calls fn with every definition once more, so fn must
-// be idempotent. It returns ctx's error.
-func (s *Session) WatchVolumes(ctx context.Context, fn func(VolumeEvent)) error {
+// be idempotent. listed, if not nil, is called after each complete
+// listing, before the changes that follow it: from the first call on,
+// fn has seen every definition etcd held when the listing began. It
+// returns ctx's error.
+func (s *Session) WatchVolumes(ctx context.Context, fn func(VolumeEvent), listed func()) error {
 	prefix := s.volumeKey("")
 	for {
 		rev, err := s.listVolumes(ctx, prefix, fn)
@@ -154,6 +162,9 @@ func (s *Session) WatchVolumes(ctx context.Context, fn func(VolumeEvent)) error 
 			case <-time.After(time.Second):
 			}
 			continue
+		}
+		if listed != nil {
+			listed()
 		}
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		for wr := range s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
@@ -176,19 +187,32 @@ func (s *Session) WatchVolumes(ctx context.Context, fn func(VolumeEvent)) error 
 	}
 }
 
+// listVolumes calls fn with every definition under prefix, in pages of
+// volumePage read at the revision of the first, and returns that
+// revision.
 func (s *Session) listVolumes(ctx context.Context, prefix string, fn func(VolumeEvent)) (int64, error) {
-	rctx, cancel := s.reqCtx(ctx)
-	defer cancel()
-	start := time.Now()
-	resp, err := s.cli.Get(rctx, prefix, clientv3.WithPrefix())
-	s.metrics.observe("get", start)
-	if err != nil {
-		return 0, err
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	var rev int64
+	for from := prefix; ; {
+		rctx, cancel := s.reqCtx(ctx)
+		start := time.Now()
+		resp, err := s.cli.Get(rctx, from, clientv3.WithRange(end), clientv3.WithLimit(volumePage), clientv3.WithRev(rev))
+		cancel()
+		s.metrics.observe("get", start)
+		if err != nil {
+			return 0, err
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, kv := range resp.Kvs {
+			fn(VolumeEvent{ID: strings.TrimPrefix(string(kv.Key), prefix), Def: kv.Value, Rev: kv.ModRevision})
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return rev, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
-	for _, kv := range resp.Kvs {
-		fn(VolumeEvent{ID: strings.TrimPrefix(string(kv.Key), prefix), Def: kv.Value, Rev: kv.ModRevision})
-	}
-	return resp.Header.Revision, nil
 }
 
 // VolumeIDs returns the IDs of every volume definition in etcd, sorted.

@@ -344,7 +344,7 @@ func (r *Runtime) afterVolumesStarted(ctx context.Context) error {
 	r.wg.Add(3)
 	go func() {
 		defer r.wg.Done()
-		_ = r.cluster.WatchVolumes(wctx, r.clusterVolumeChanged)
+		_ = r.cluster.WatchVolumes(wctx, r.clusterVolumeChanged, func() { r.clusterListed.Store(true) })
 	}()
 	go r.followRejoins(wctx)
 	go r.followControllers(wctx)

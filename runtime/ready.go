@@ -26,16 +26,18 @@ type Readiness struct {
 	Status string `json:"status"`
 	// Pending lists what is still pending, at most 50 items (the last one
 	// then says how many more there are): allocations restored or
-	// registered that have not answered their first fingerprint, and
-	// volumes with a claim the host was missing that is not published
+	// registered that have not answered their first fingerprint, in
+	// cluster mode the first read of the volume definitions from etcd,
+	// and volumes with a claim the host was missing that is not published
 	// again yet (with its last error when an attempt failed).
 	Pending []string `json:"pending,omitempty"`
 }
 
 // Ready reports whether the agent has finished starting: every allocation
-// has answered its first fingerprint (healthy or not), and every claim the
+// has answered its first fingerprint (healthy or not), every claim the
 // host check found missing (after a reboot, or a mount gone) is published
-// again. Once ready, the runtime stays ready: later repairs show in the
+// again, and in cluster mode every volume definition in etcd has been
+// read once (so the agent lists and claims every volume of the cluster). Once ready, the runtime stays ready: later repairs show in the
 // claims' Condition, not here. The runtime asks itself until it is ready,
 // so the moment does not depend on when Ready is first called. A repair
 // that keeps failing keeps the runtime starting, and Pending names it with
@@ -62,6 +64,9 @@ func (r *Runtime) readiness(ctx context.Context) (Readiness, error) {
 		if !a.Healthy && strings.HasPrefix(a.HealthDescription, "starting") {
 			pending = append(pending, fmt.Sprintf("allocation %s (plugin %s): %s", a.ID, a.Plugin, a.HealthDescription))
 		}
+	}
+	if r.cluster != nil && !r.clusterListed.Load() {
+		pending = append(pending, "cluster: reading the volume definitions from etcd")
 	}
 	ids := r.volumes.Repairing()
 	sort.Strings(ids)

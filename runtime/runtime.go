@@ -75,8 +75,11 @@ type Runtime struct {
 	host     *hostCheck
 	done     chan struct{} // closed by Shutdown
 	isReady  atomic.Bool   // latched by Ready once nothing is pending
-	wg       sync.WaitGroup
-	stopped  bool
+	// clusterListed: in cluster mode, the volume watch has read every
+	// definition in etcd once (Ready waits for it).
+	clusterListed atomic.Bool
+	wg            sync.WaitGroup
+	stopped       bool
 
 	// registration watches plugins.registration_dir, when set.
 	registration *registration.Watcher
