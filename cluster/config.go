@@ -15,6 +15,9 @@ const (
 	DefaultLeaseTTL    = 10 * time.Second
 	DefaultPrefix      = "/csiactor/v1"
 	DefaultDialTimeout = 5 * time.Second
+	// DefaultAnswerRetention is Config.AnswerRetention's default: a
+	// requester that restarts within a day still finds its answer.
+	DefaultAnswerRetention = 24 * time.Hour
 )
 
 // Config configures a Session. Zero fields mean their defaults.
@@ -37,6 +40,12 @@ type Config struct {
 	// Prefix is the key prefix of everything the session writes. Zero
 	// means DefaultPrefix.
 	Prefix string
+	// AnswerRetention is how long the answer to a one-shot controller
+	// request (anything but a claim step) stays in etcd when its
+	// requester never reads it (it gave up, or its host is gone): the
+	// plugin's controller leader removes older ones. Zero means
+	// DefaultAnswerRetention.
+	AnswerRetention time.Duration
 	// Logger receives the session's logs; nil discards them.
 	Logger *logrus.Entry
 	// Registerer receives csiactor_cluster_hosts,
@@ -54,6 +63,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
+	}
+	if c.AnswerRetention == 0 {
+		c.AnswerRetention = DefaultAnswerRetention
 	}
 	c.Prefix = strings.TrimRight(c.Prefix, "/")
 	return c

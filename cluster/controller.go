@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -498,6 +499,11 @@ func (s *Session) leadOnce(ctx context.Context, plugin string, h ControllerHandl
 		h.Lead(lctx)
 	}()
 	l := &leadership{s: s, plugin: plugin, key: key, rev: rev, h: h, ctx: lctx, cancel: lcancel, running: map[string]bool{}, dirty: map[string]bool{}}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		l.sweepEvery()
+	}()
 	l.serve()
 	lcancel()
 	l.wg.Wait()
@@ -607,6 +613,66 @@ func (l *leadership) serve() {
 		}
 		wcancel()
 	}
+}
+
+// sweepEvery removes, at the start of the term and then every quarter of
+// the retention, the answers to one-shot requests older than
+// Config.AnswerRetention: their requesters never read them.
+func (l *leadership) sweepEvery() {
+	every := l.s.cfg.AnswerRetention / 4
+	for {
+		if err := l.sweep(time.Now()); err != nil && l.ctx.Err() == nil {
+			l.s.log.WithError(err).WithField("plugin", l.plugin).Warn("cannot remove old controller answers; trying again later")
+		}
+		t := time.NewTimer(every)
+		select {
+		case <-l.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// sweep removes the answered one-shot requests of the plugin written
+// before now less the retention, each unless it changed since it was
+// read. A removed answer to a create is logged: the plugin may hold a
+// volume or snapshot nobody recorded.
+func (l *leadership) sweep(now time.Time) error {
+	s := l.s
+	rctx, cancel := s.reqCtx(l.ctx)
+	start := time.Now()
+	resp, err := s.cli.Get(rctx, s.controllerPrefix(l.plugin)+"~", clientv3.WithPrefix())
+	cancel()
+	s.metrics.observe("get", start)
+	if err != nil {
+		return fmt.Errorf("%w: list controller requests: %w", ErrUnavailable, err)
+	}
+	for _, kv := range resp.Kvs {
+		var r ControllerRequest
+		if json.Unmarshal(kv.Value, &r) != nil || r.Answer == nil || isClaimOp(r.Op) || now.Sub(r.At) < s.cfg.AnswerRetention {
+			continue
+		}
+		rctx, cancel := s.reqCtx(l.ctx)
+		start := time.Now()
+		d, err := s.cli.Txn(rctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
+			Then(clientv3.OpDelete(string(kv.Key))).Commit()
+		cancel()
+		s.metrics.observe("txn", start)
+		if err != nil {
+			return fmt.Errorf("%w: remove an old controller answer: %w", ErrUnavailable, err)
+		}
+		if !d.Succeeded {
+			continue
+		}
+		log := s.log.WithFields(logrus.Fields{"plugin": l.plugin, "op": r.Op, "subject": r.Volume, "host": r.Host, "asked": r.At.Format(time.RFC3339)})
+		if r.Answer.Code == 0 && (r.Op == OpCreateVolume || r.Op == OpCreateSnapshot) {
+			log.Warn("removed the answer to a controller request its host never read: the plugin may hold what it created for it, recorded nowhere")
+		} else {
+			log.Info("removed the answer to a controller request its host never read")
+		}
+	}
+	return nil
 }
 
 func pendingValue(v []byte) bool {
