@@ -67,9 +67,13 @@ const (
 //     idle (lease renewals, liveness keys, host lists);
 //   - events/volume-put, events/claim: watch events the members sent to
 //     the agents per volume registered, and per claim;
-//   - heap-MiB/agent: live heap after GC with the agents running, less the
+//   - heap-MiB/agent: the live heap (after GC) one more agent adds when it
+//     joins the fleet on a data dir of its own, once ready (every volume
+//     definition read and mirrored), with its fake plugin's;
+//   - fleet-heap-MiB/agent: live heap with the agents running, less the
 //     same after they are stopped (the etcd members, fake plugins and the
-//     benchmark stay), over N;
+//     benchmark stay), over N: an average that also counts what the etcd
+//     members hold for the agents, and moves with the members' own heap;
 //   - db-MiB, db-inuse-MiB: the etcd database of a member, file and in use;
 //   - restart-ready-s: one agent stopped, then started again on its data
 //     dir, until runtime.Ready reports ready; restart-synced-s: until it
@@ -130,7 +134,8 @@ type scaleResult struct {
 	bgReqs, bgRxB, bgTxB    float64 // per second
 	eventsPerPut            float64
 	eventsPerClaim          float64
-	heapPerAgent            float64 // bytes
+	heapPerAgent            float64 // bytes, of the agent that joins last
+	fleetHeapPerAgent       float64 // bytes, the fleet's average
 	dbSize, dbInUse         int64
 	restart                 time.Duration
 	restartSynced           time.Duration
@@ -157,6 +162,7 @@ func (r scaleResult) metrics() []scaleMetric {
 		{r.eventsPerPut, "events/volume-put"},
 		{r.eventsPerClaim, "events/claim"},
 		{r.heapPerAgent / mib, "heap-MiB/agent"},
+		{r.fleetHeapPerAgent / mib, "fleet-heap-MiB/agent"},
 		{float64(r.dbSize) / mib, "db-MiB"},
 		{float64(r.dbInUse) / mib, "db-inuse-MiB"},
 		{r.restart.Seconds(), "restart-ready-s"},
@@ -361,10 +367,27 @@ func runScale(b *testing.B, n, volumes, claims int) scaleResult {
 	})
 	res.restartSynced = time.Since(t0)
 
+	// One more agent joins, on a data dir of its own: the live heap it
+	// adds once ready (every definition read and mirrored) is an agent's
+	// heap at this fleet size (with its fake plugin's, which is small).
+	before0 := liveHeap()
+	j := startAgentWith(b, "join", func() runtime.Config {
+		cfg := benchConfig(b, "join", members[0].Endpoint())
+		cfg.Cluster.Etcd.Endpoints = etcdtest.Endpoints(members)
+		cfg.Cluster.LeaseTTL = 0
+		return cfg
+	}())
+	waitFor(b, "the joining agent ready", scaleWait, 5*time.Millisecond, func() (bool, error) {
+		r, err := j.rt.Ready(ctx)
+		return r.Status == runtime.ReadyOK, err
+	})
+	res.heapPerAgent = float64(liveHeap()) - float64(before0)
+	j.stop()
+
 	for _, a := range as {
 		a.stop()
 	}
 	withoutAgents := liveHeap()
-	res.heapPerAgent = (float64(withAgents) - float64(withoutAgents)) / float64(n)
+	res.fleetHeapPerAgent = (float64(withAgents) - float64(withoutAgents)) / float64(n)
 	return res
 }
