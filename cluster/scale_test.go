@@ -311,13 +311,16 @@ func runScale(b *testing.B, n, volumes, claims int) scaleResult {
 	members := etcdtest.StartCluster(b, 3)
 
 	// The agents, each with the production lease TTL (its renewals are
-	// the background traffic).
+	// the background traffic) and plugin heartbeat (the tests' 500 ms
+	// would have the process probe 2N fake plugins a second, a load no
+	// host of a real fleet carries for the others).
 	as := make([]*agent, n)
 	for i := range as {
 		node := fmt.Sprintf("s%03d", i)
 		cfg := benchConfig(b, node, members[0].Endpoint())
 		cfg.Cluster.Etcd.Endpoints = etcdtest.Endpoints(members)
 		cfg.Cluster.LeaseTTL = 0
+		cfg.Plugins.HeartbeatInterval = runtime.DefaultHeartbeatInterval
 		as[i] = startAgentWith(b, node, cfg)
 	}
 
