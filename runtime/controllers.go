@@ -206,6 +206,10 @@ func (p *clusterPlugins) CachedClient(name string, typ claim.PluginType) (csi.Cl
 	return c, facts, true
 }
 
+// Refingerprint asks this host's node allocations of plugin name to
+// fingerprint now: the node volume limit is this host's.
+func (p *clusterPlugins) Refingerprint(name string) { p.local.Refingerprint(name) }
+
 // WaitHealthy waits for a healthy local allocation; for the controller,
 // a controller leader anywhere in the cluster will do too.
 func (p *clusterPlugins) WaitHealthy(ctx context.Context, name string, typ claim.PluginType) error {

@@ -68,7 +68,11 @@ const (
 	// EventActiveChanged: operations of a plugin's controller or node side
 	// now go to another allocation (an older healthy one while the
 	// singleton is unhealthy, or back to the singleton).
-	EventActiveChanged      = "active-changed"
+	EventActiveChanged = "active-changed"
+	// EventNodeInfoChanged: a fingerprint of a healthy node allocation
+	// found NodeGetInfo's answer changed; Message has the new
+	// max_volumes_per_node, which new claims are held to from now on.
+	EventNodeInfoChanged    = "node-info-changed"
 	EventVolumeRegistered   = "volume-registered"
 	EventVolumeDeregistered = "volume-deregistered"
 	EventVolumeCreated      = "volume-created"

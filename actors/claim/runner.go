@@ -14,6 +14,7 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc/codes"
 
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/kinderr"
@@ -219,6 +220,11 @@ func (r *Runner) step(ctx context.Context, s Step) Result {
 		return fmt.Errorf("%w: unknown claim step %s", ErrInvalid, s.Method)
 	})
 	res.PublishContext = pubCtx
+	if s.Method == ControllerPublish && csi.Code(res.Err) == codes.ResourceExhausted {
+		if rf, ok := r.plugins.(Refingerprinter); ok {
+			rf.Refingerprint(s.Plugin)
+		}
+	}
 	if res.OK() {
 		switch s.Method {
 		case NodeUnpublish:
