@@ -177,6 +177,9 @@ type Step struct {
 	PublishContext map[string]string
 	VolumeContext  map[string]string
 	Secrets        map[string]string
+	// SecretsFrom, when set, is where Secrets are read just before the
+	// RPC (see internal/secretfile).
+	SecretsFrom string
 }
 
 // String names the RPC, the volume and the allocation; it never shows
