@@ -7,9 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/csiactor/csiactor/internal/etcdtest"
 	"github.com/csiactor/csiactor/internal/fakeplugin"
 	"github.com/csiactor/csiactor/internal/hostpath"
 	"github.com/csiactor/csiactor/runtime"
@@ -200,4 +203,70 @@ func TestRuntime_SecretsFrom_Hostpath(t *testing.T) {
 	}
 	e.stop()
 	assertNoSecretInFiles(t, e.dataDir)
+}
+
+// Cluster mode without secrets.key_file: a secrets_from volume is
+// accepted (only the reference is shared), the other host reads the file
+// at its claim, and no etcd value holds a secret taken from the file.
+func TestRuntime_SecretsFrom_Cluster(t *testing.T) {
+	srv := etcdtest.Start(t)
+	dir := shortDir(t, "csiactor-sfc-")
+	host := func(node string) *testEnv {
+		e := &testEnv{t: t, dataDir: filepath.Join(dir, node)}
+		e.cfg = testConfig(e.dataDir)
+		e.cfg.Cluster = &runtime.ClusterConfig{NodeID: node, LeaseTTL: 2 * time.Second,
+			Etcd: runtime.EtcdConfig{Endpoints: []string{srv.Endpoint()}, DialTimeout: 2 * time.Second}}
+		e.start()
+		return e
+	}
+	ctx := context.Background()
+	n1, n2 := host("n1"), host("n2")
+	n1.attach("fake-n1", "fake", runtime.TypeMonolith, fakeplugin.Config{ControllerPublish: true, StageUnstage: true, NodeID: "csi-n1"})
+	p2 := n2.attach("fake-n2", "fake", runtime.TypeMonolith, fakeplugin.Config{ControllerPublish: true, StageUnstage: true, NodeID: "csi-n2"})
+	file := filepath.Join(dir, "secrets.yaml")
+	if err := os.WriteFile(file, []byte("password: p-"+secretMark+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	spec := volSpec("single-node-writer")
+	spec.SecretsFrom = &runtime.SecretsFrom{File: file}
+	if _, err := n1.rt.RegisterVolume(ctx, "shared", spec); err != nil {
+		t.Fatalf("register a secrets_from volume without a key in cluster mode: %v", err)
+	}
+	eventually(t, "the volume on n2", func() (bool, error) {
+		v, err := n2.rt.Volume(ctx, "shared")
+		return err == nil && v.SecretsFrom != nil && v.SecretsFrom.File == file, nil
+	})
+	if _, err := n2.rt.Claim(ctx, "shared", claimReq("a2", "write", "single-node-writer")); err != nil {
+		t.Fatal(err)
+	}
+	if req, _ := p2.LastRequest("NodeStageVolume").(*csipb.NodeStageVolumeRequest); req.GetSecrets()["password"] != "p-"+secretMark {
+		t.Fatalf("n2's NodeStageVolume got secrets %v, want the file's", req.GetSecrets())
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	resp, err := cli.Get(ctx, runtime.DefaultClusterPrefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	holdsRef := false
+	for _, kv := range resp.Kvs {
+		if bytes.Contains(kv.Value, []byte(secretMark)) {
+			t.Errorf("etcd key %s holds a secret taken from the file", kv.Key)
+		}
+		holdsRef = holdsRef || bytes.Contains(kv.Value, []byte(`"secrets_from":{"file":"`+file+`"}`))
+	}
+	if !holdsRef {
+		t.Error("no etcd value holds the reference")
+	}
+	if _, err := n2.rt.Release(ctx, "shared", "a2"); err != nil {
+		t.Fatal(err)
+	}
+	n2.waitFreed("shared", "a2")
+	n1.stop()
+	n2.stop()
+	assertNoSecretInFiles(t, n1.dataDir)
+	assertNoSecretInFiles(t, n2.dataDir)
 }
