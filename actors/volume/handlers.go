@@ -308,6 +308,10 @@ func (a *volumeActor) reserveAll(ctx actor.Context, alloc string, reqs []*claimR
 			a.join(req, a.rec.Claims[i].Alloc)
 			continue
 		}
+		if _, err := secretsOf(a.rec); err != nil {
+			answer(req.reply, reply{err: err})
+			continue
+		}
 		if err := a.admitHere(facts); err != nil {
 			answer(req.reply, reply{err: err})
 			continue
@@ -691,14 +695,24 @@ func (a *volumeActor) register(ctx actor.Context, req *registerRequest) {
 			return
 		}
 		vreq := spec.validateRequest()
+		var err error
+		if vreq.Secrets, err = readSecrets(spec.ID, spec.Secrets, spec.SecretsFrom); err != nil {
+			answer(req.reply, reply{err: err})
+			return
+		}
 		a.startOp(ctx, req, req.ctx, spec.Plugin, "ValidateVolumeCapabilities", csi.PublishKind, false,
 			func(ctx context.Context, c csi.Client) (any, error) { return validate(ctx, c, vreq) })
+		return
+	}
+	secrets, err := readSecrets(spec.ID, spec.Secrets, spec.SecretsFrom)
+	if err != nil {
+		answer(req.reply, reply{err: err})
 		return
 	}
 	creq := &csipb.CreateVolumeRequest{
 		Name:               spec.ID,
 		Parameters:         spec.Parameters,
-		Secrets:            spec.Secrets,
+		Secrets:            secrets,
 		VolumeCapabilities: spec.csiCapabilities(),
 	}
 	if spec.CapacityBytes > 0 {
@@ -764,7 +778,12 @@ func (a *volumeActor) deregister(ctx actor.Context, req *deregisterRequest) {
 		a.remove(ctx, req)
 		return
 	}
-	dreq := &csipb.DeleteVolumeRequest{VolumeId: a.rec.ExternalID, Secrets: maps.Clone(a.rec.Secrets)}
+	secrets, err := secretsOf(a.rec)
+	if err != nil {
+		answer(req.reply, reply{err: err})
+		return
+	}
+	dreq := &csipb.DeleteVolumeRequest{VolumeId: a.rec.ExternalID, Secrets: maps.Clone(secrets)}
 	a.startOp(ctx, req, req.ctx, a.rec.Plugin, "DeleteVolume", csi.UnpublishKind, true, func(ctx context.Context, c csi.Client) (any, error) {
 		return nil, c.DeleteVolume(ctx, dreq)
 	})
