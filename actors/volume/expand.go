@@ -10,6 +10,7 @@ import (
 	"github.com/csiactor/csiactor/actors/claim"
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/kinderr"
+	"github.com/csiactor/csiactor/internal/secretfile"
 	"github.com/csiactor/csiactor/persistence"
 )
 
@@ -207,7 +208,7 @@ func (a *volumeActor) runExpansion(ctx actor.Context) {
 			}
 			creq.Secrets = sec
 			res := r.Do(ctx, v.Plugin, claim.ControllerPlugin, csi.PublishKind, func(ctx context.Context, c csi.Client) error {
-				out, err := c.ControllerExpandVolume(ctx, creq)
+				out, err := c.ControllerExpandVolume(secretfile.WithRef(ctx, v.SecretsFrom), creq)
 				resp = out
 				return err
 			})

@@ -16,6 +16,7 @@ import (
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/actorkit"
 	"github.com/csiactor/csiactor/internal/kinderr"
+	"github.com/csiactor/csiactor/internal/secretfile"
 	"github.com/csiactor/csiactor/persistence"
 )
 
@@ -701,7 +702,9 @@ func (a *volumeActor) register(ctx actor.Context, req *registerRequest) {
 			return
 		}
 		a.startOp(ctx, req, req.ctx, spec.Plugin, "ValidateVolumeCapabilities", csi.PublishKind, false,
-			func(ctx context.Context, c csi.Client) (any, error) { return validate(ctx, c, vreq) })
+			func(ctx context.Context, c csi.Client) (any, error) {
+				return validate(secretfile.WithRef(ctx, spec.SecretsFrom), c, vreq)
+			})
 		return
 	}
 	secrets, err := readSecrets(spec.ID, spec.Secrets, spec.SecretsFrom)
@@ -728,7 +731,7 @@ func (a *volumeActor) register(ctx actor.Context, req *registerRequest) {
 			Snapshot: &csipb.VolumeContentSource_SnapshotSource{SnapshotId: spec.snapshotSource}}}
 	}
 	a.startOp(ctx, req, req.ctx, spec.Plugin, "CreateVolume", csi.PublishKind, true, func(ctx context.Context, c csi.Client) (any, error) {
-		resp, err := c.CreateVolume(ctx, creq)
+		resp, err := c.CreateVolume(secretfile.WithRef(ctx, spec.SecretsFrom), creq)
 		return resp.GetVolume(), err
 	})
 }
@@ -784,8 +787,9 @@ func (a *volumeActor) deregister(ctx actor.Context, req *deregisterRequest) {
 		return
 	}
 	dreq := &csipb.DeleteVolumeRequest{VolumeId: a.rec.ExternalID, Secrets: maps.Clone(secrets)}
+	ref := a.rec.SecretsFrom
 	a.startOp(ctx, req, req.ctx, a.rec.Plugin, "DeleteVolume", csi.UnpublishKind, true, func(ctx context.Context, c csi.Client) (any, error) {
-		return nil, c.DeleteVolume(ctx, dreq)
+		return nil, c.DeleteVolume(secretfile.WithRef(ctx, ref), dreq)
 	})
 }
 
