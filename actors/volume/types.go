@@ -217,6 +217,11 @@ type Volume struct {
 	// before the first poll, or when the plugin reports neither.
 	Usage     *Usage     `json:"usage,omitempty"`
 	Condition *Condition `json:"condition,omitempty"`
+	// Ephemeral is true for a volume a claim created for itself (see
+	// Manager.ClaimEphemeral); EphemeralPhase is its phase: creating,
+	// ready or deleting (persistence.Volume.Ephemeral).
+	Ephemeral      bool   `json:"ephemeral,omitempty"`
+	EphemeralPhase string `json:"ephemeral_phase,omitempty"`
 }
 
 // Claim is a current or past claim's status: its record (which holds no
@@ -275,6 +280,8 @@ func viewOf(v *persistence.Volume) Volume {
 		CreatedAt:           v.CreatedAt,
 		UpdatedAt:           v.UpdatedAt,
 		Expansion:           expansionOf(v.Expansion),
+		Ephemeral:           v.Ephemeral != "",
+		EphemeralPhase:      v.Ephemeral,
 	}
 	if mo := v.MountOptions; mo != nil && (mo.FSType != "" || len(mo.MountFlags) > 0) {
 		out.MountOptions = RedactMountOptions(mo)
