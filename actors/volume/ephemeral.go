@@ -67,6 +67,11 @@ type ephemeralWork struct {
 	// DeleteVolume; attempts counts the failures in a row.
 	retry    *claim.Job
 	attempts int
+	// recreate are the ephemeral claims that came while the volume is
+	// being deleted. They are never answered here: once the volume is
+	// gone this actor stops, and their callers send them again to the
+	// next actor of the volume (Manager.ask), which creates it anew.
+	recreate []*ephemeralRequest
 }
 
 // ClaimEphemeral claims volume req.VolumeID as Claim does. When no volume
@@ -82,7 +87,9 @@ type ephemeralWork struct {
 // ephemeral, or an ephemeral one of another plugin, or one being deleted,
 // it fails with ErrConflict naming the volume; on an ephemeral volume it
 // is a claim like any other (several claims may share the volume when its
-// access mode allows), and spec is not compared with the volume's.
+// access mode allows), and spec is not compared with the volume's. On an
+// ephemeral volume being deleted, it waits for the deletion to end and
+// then creates the volume anew (a plain Claim is ErrConflict then).
 func (m *Manager) ClaimEphemeral(ctx context.Context, req ClaimRequest, spec Spec) (Claim, error) {
 	if err := req.validate(); err != nil {
 		return Claim{}, err
@@ -138,6 +145,8 @@ func (a *volumeActor) ephemeral(ctx actor.Context, req *ephemeralRequest) {
 	case a.rec.Ephemeral == "":
 		answer(req.claim.reply, reply{err: kinderr.Errorf(ErrConflict,
 			"volume %q is registered and not ephemeral: claim it without ephemeral, or give the ephemeral volume another ID", a.h.id)})
+	case a.rec.Ephemeral == persistence.EphemeralDeleting:
+		a.eph.recreate = append(a.eph.recreate, req)
 	case a.rec.Plugin != req.spec.Plugin:
 		answer(req.claim.reply, reply{err: kinderr.Errorf(ErrConflict,
 			"ephemeral volume %q is a volume of plugin %q, not of plugin %q", a.h.id, a.rec.Plugin, req.spec.Plugin)})

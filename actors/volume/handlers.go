@@ -140,7 +140,9 @@ func (a *volumeActor) enqueue(ctx actor.Context, w any) {
 // settle starts queued work while the slot is free, then arms or disarms
 // the idle timer.
 func (a *volumeActor) settle(ctx actor.Context) {
-	if a.stopping {
+	if a.stopping || a.removed {
+		// Removed: its queued requests are sent again to the next
+		// actor of the volume once this one has stopped.
 		return
 	}
 	for a.slot.kind == slotFree && len(a.queue) > 0 && !a.stopping {

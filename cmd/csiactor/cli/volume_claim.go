@@ -75,6 +75,8 @@ Example:
 			}
 			req := runtime.ClaimRequest{Alloc: *alloc, Mode: *mode, AccessMode: *access, AttachmentMode: *attach}
 			switch {
+			case *ephPlugin != "" && *wait != "":
+				return usagef("-wait is not available with -ephemeral")
 			case *ephPlugin != "":
 				req.Ephemeral = &runtime.EphemeralSpec{Plugin: *ephPlugin, Parameters: ephParams.m,
 					Capability: runtime.EphemeralCapability{FSType: *ephFSType, MountFlags: ephMountFlags}}
