@@ -39,7 +39,18 @@ func (h *host) waitEphemeralGone(d driver, vol, ext string) {
 	h.t.Helper()
 	h.eventually(vol+" deleted through the controller and deregistered", readyDeadline, func() (bool, string) {
 		r := h.cli("volume", "status", vol)
-		_, still := driverVolume(d.state(h), ext)
+		s := hostpath.State{}
+		if d.plugin == hostpath.PluginName {
+			// The driver rewrites state.json in place: a read may catch
+			// it half written.
+			var err error
+			if s, err = hostpath.ReadState(d.dir(h)); err != nil {
+				return false, err.Error()
+			}
+		} else {
+			s = d.state(h)
+		}
+		_, still := driverVolume(s, ext)
 		return r.code == 1 && strings.Contains(r.stderr, "not found") && !still, fmt.Sprintf("%s; driver still has it: %t", r, still)
 	})
 }
