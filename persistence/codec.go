@@ -48,7 +48,7 @@ const volumeCodecShape = "Volume{ID string; Plugin string; ExternalID string; " 
 	"Stagings []Staging{Usage string; Path string; Users []string; Staged bool; Mounted bool; Lost bool}; " +
 	"Revision uint64; CreatedAt time.Time; UpdatedAt time.Time; " +
 	"Expansion *Expansion{CapacityBytes int64; Controller bool; NodeCapable bool; Node bool; LastError string; Attempts int; NodeOffline bool}; " +
-	"AccessibleTopology []map[string]string; NodeExpandPending int64; SecretsFrom string}"
+	"AccessibleTopology []map[string]string; NodeExpandPending int64; SecretsFrom string; Ephemeral string}"
 
 // volumeCodecCovers reports whether the binary codec covers every field of
 // Volume as compiled.
@@ -164,7 +164,8 @@ func appendVolume(dst []byte, v *Volume) []byte {
 		dst = appendMap(dst, t)
 	}
 	dst = binary.AppendVarint(dst, v.NodeExpandPending)
-	return appendString(dst, v.SecretsFrom)
+	dst = appendString(dst, v.SecretsFrom)
+	return appendString(dst, v.Ephemeral)
 }
 
 func appendClaims(dst []byte, cs []Claim) []byte {
@@ -470,5 +471,6 @@ func decodeVolumeBinary(data []byte, v *Volume) error {
 	}
 	v.NodeExpandPending = r.varint("node_expand_pending")
 	v.SecretsFrom = r.string("secrets_from")
+	v.Ephemeral = r.string("ephemeral")
 	return err
 }

@@ -109,19 +109,23 @@ func TestVolumeCodec_OlderRecordLeavesNewFieldsZero(t *testing.T) {
 	created := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 	// A record written before Expansion existed ends after UpdatedAt.
 	updated := created.Add(time.Hour)
+	// The fields after UpdatedAt take a byte each when zero: the
+	// expansion and accessible topology counts, node_expand_pending,
+	// secrets_from, ephemeral.
+	const afterUpdated = 5
 	rec := appendVolume(nil, &Volume{ID: "v", Revision: 9, CreatedAt: created, UpdatedAt: updated})
-	rec = rec[:len(rec)-4] // the expansion and accessible topology counts, node_expand_pending, secrets_from
+	rec = rec[:len(rec)-afterUpdated]
 	var old Volume
 	if err := decodeVolumeBinary(rec, &old); err != nil {
 		t.Fatalf("decode record without an expansion: %v", err)
 	}
-	if old.ID != "v" || !old.UpdatedAt.Equal(updated) || old.Expansion != nil {
+	if old.ID != "v" || !old.UpdatedAt.Equal(updated) || old.Expansion != nil || old.Ephemeral != "" {
 		t.Fatalf("decoded %+v", old)
 	}
 
 	// A record written before UpdatedAt existed ends after CreatedAt.
 	rec = appendVolume(nil, &Volume{ID: "v", Revision: 9, CreatedAt: created})
-	rec = rec[:len(rec)-4-len(appendTime(nil, time.Time{}))]
+	rec = rec[:len(rec)-afterUpdated-len(appendTime(nil, time.Time{}))]
 	var got Volume
 	if err := decodeVolumeBinary(rec, &got); err != nil {
 		t.Fatalf("decode record without its last field: %v", err)

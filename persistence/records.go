@@ -99,7 +99,21 @@ type Volume struct {
 	// RPC that carries them (see internal/secretfile), instead of
 	// Secrets: only this reference is stored, never the values.
 	SecretsFrom string `json:"secrets_from,omitempty"`
+	// Ephemeral is the phase of a volume a claim created for itself (an
+	// ephemeral volume), "" for any other: EphemeralCreating (the intent,
+	// recorded before CreateVolume; ExternalID is empty until it
+	// answers), EphemeralReady (created; claimed like any volume), and
+	// EphemeralDeleting (its last claim was freed; recorded before
+	// DeleteVolume, the record goes when it succeeds).
+	Ephemeral string `json:"ephemeral,omitempty"`
 }
+
+// The phases of an ephemeral volume (Volume.Ephemeral).
+const (
+	EphemeralCreating = "creating"
+	EphemeralReady    = "ready"
+	EphemeralDeleting = "deleting"
+)
 
 // Expansion is a volume's expansion in progress, as its steps left it.
 type Expansion struct {

@@ -144,6 +144,7 @@ func volumeFromManager(v volume.Volume) Volume {
 		Claims: make([]Claim, 0, len(v.Claims)), PastClaims: make([]Claim, 0, len(v.PastClaims)),
 		Expansion: v.Expansion, AccessibleTopology: v.AccessibleTopology,
 		Usage: v.Usage, Condition: v.Condition,
+		Ephemeral: v.Ephemeral, EphemeralPhase: v.EphemeralPhase,
 	}
 	if v.SecretsFrom != "" {
 		out.SecretsFrom = &SecretsFrom{File: v.SecretsFrom}

@@ -61,6 +61,9 @@ func (r *Runtime) ClaimWait(ctx context.Context, volumeID string, req ClaimReque
 	if wait <= 0 || wait > MaxClaimWait {
 		return Claim{}, fieldErr("wait", fmt.Sprintf("%s: want more than 0 and at most %s", wait, MaxClaimWait))
 	}
+	if req.Ephemeral != nil {
+		return Claim{}, fieldErr("wait", "not available with ephemeral: an ephemeral volume is created for the claim")
+	}
 	vr, err := r.claimRequest(volumeID, req)
 	if err != nil {
 		return Claim{}, err

@@ -669,6 +669,9 @@ func (r *Runtime) Volume(ctx context.Context, id string) (Volume, error) {
 // claim is published (with its target path) or has failed finally (and is
 // being torn down). The same request again returns the same claim.
 func (r *Runtime) Claim(ctx context.Context, volumeID string, req ClaimRequest) (Claim, error) {
+	if req.Ephemeral != nil {
+		return r.claimEphemeral(ctx, volumeID, req)
+	}
 	vr, err := r.claimRequest(volumeID, req)
 	if err != nil {
 		return Claim{}, err

@@ -581,6 +581,13 @@ type Volume struct {
 	// SecretsFrom is where the volume's secrets are read from at each
 	// RPC; nil when it has literal secrets or none.
 	SecretsFrom *SecretsFrom `json:"secrets_from,omitempty"`
+	// Ephemeral is true for a volume a claim created for itself
+	// ([ClaimRequest.Ephemeral]): it is deleted through its plugin's
+	// controller once its last claim is freed. EphemeralPhase is where
+	// that stands: "creating" (recorded before CreateVolume), "ready", or
+	// "deleting" (recorded before DeleteVolume).
+	Ephemeral      bool   `json:"ephemeral,omitempty"`
+	EphemeralPhase string `json:"ephemeral_phase,omitempty"`
 }
 
 // Claim is a current or past claim of a volume by one allocation.
@@ -631,10 +638,29 @@ type ClaimRequest struct {
 	Mode           string `json:"mode"`
 	AccessMode     string `json:"access_mode"`
 	AttachmentMode string `json:"attachment_mode"`
+	// Ephemeral, on a claim of a volume ID that is not registered, creates
+	// the volume first through its plugin's controller, marked ephemeral:
+	// it is deleted through the controller once its last claim is freed.
+	// On a registered ephemeral volume the claim is a claim like any other;
+	// on a registered volume that is not ephemeral it is ErrConflict. Not
+	// available in cluster mode (ErrInvalid). See [EphemeralSpec].
+	Ephemeral *EphemeralSpec `json:"ephemeral,omitempty"`
 }
 
 // Validate checks r; the error is a *FieldError naming the bad field.
 func (r ClaimRequest) Validate() error {
+	if err := r.validate(); err != nil {
+		return err
+	}
+	if r.Ephemeral != nil {
+		if _, err := r.Ephemeral.volumeSpec(r); err != nil {
+			return prefixed("ephemeral", err)
+		}
+	}
+	return nil
+}
+
+func (r ClaimRequest) validate() error {
 	if err := ValidateID("alloc", r.Alloc); err != nil {
 		return err
 	}

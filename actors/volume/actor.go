@@ -33,7 +33,8 @@ type volumeActor struct {
 	// allocs is what is in flight for each alloc, by alloc: an entry
 	// exists while something is (see allocWork).
 	allocs    map[string]*allocWork
-	expanding expansion // the expansion in progress, when the record has one
+	expanding expansion     // the expansion in progress, when the record has one
+	eph       ephemeralWork // an ephemeral volume's creation or deletion (see ephemeral.go)
 	// forgetting are the allocs whose past claims the next persist
 	// forgets without freeing them: no claim-freed event for them.
 	forgetting []string
@@ -159,6 +160,10 @@ func (a *volumeActor) Receive(ctx actor.Context) {
 		a.enqueue(ctx, msg)
 	case *deregisterRequest:
 		a.enqueue(ctx, msg)
+	case *ephemeralRequest:
+		a.enqueue(ctx, msg)
+	case *ephemeralRetryDue:
+		a.ephemeralRetryDue(ctx, msg)
 	case *claimRequest:
 		a.claim(ctx, msg)
 	case *reconcileRequest:

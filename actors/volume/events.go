@@ -68,14 +68,21 @@ func (m *Manager) recordEvents(old, cur *persistence.Volume, forgotten ...string
 	ev := func(typ, alloc, msg string) {
 		emit(Event{Time: now, Type: typ, Plugin: cur.Plugin, Volume: cur.ID, Alloc: alloc, Message: msg})
 	}
-	if old == nil {
+	switch {
+	case old == nil && cur.Ephemeral == persistence.EphemeralCreating:
+		// The intent of an ephemeral volume: EventVolumeCreated comes
+		// when CreateVolume has answered.
+		old = &persistence.Volume{}
+	case old != nil && old.Ephemeral == persistence.EphemeralCreating && cur.Ephemeral == persistence.EphemeralReady:
+		ev(EventVolumeCreated, "", "ephemeral volume created through the controller")
+	case old == nil:
 		if cur.Created {
 			ev(EventVolumeCreated, "", "volume created through the controller")
 		} else {
 			ev(EventVolumeRegistered, "", "volume registered")
 		}
 		old = &persistence.Volume{}
-	} else {
+	default:
 		recordExpansion(old, cur, ev)
 	}
 	oldClaims, oldPast, curPast := indexClaims(old.Claims), indexClaims(old.PastClaims), indexClaims(cur.PastClaims)
@@ -190,8 +197,13 @@ func (m *Manager) recordRemoved(v *persistence.Volume, deleted bool) {
 		return
 	}
 	typ, msg := EventVolumeDeregistered, "volume deregistered"
-	if deleted {
+	switch {
+	case deleted && v.Ephemeral != "":
+		typ, msg = EventVolumeDeleted, "ephemeral volume deleted through the controller: its last claim was freed"
+	case deleted:
 		typ, msg = EventVolumeDeleted, "volume deleted through the controller and deregistered"
+	case v.Ephemeral != "":
+		msg = "ephemeral volume forgotten: CreateVolume failed"
 	}
 	m.cfg.OnEvent(Event{Time: time.Now(), Type: typ, Plugin: v.Plugin, Volume: v.ID, Message: msg})
 }

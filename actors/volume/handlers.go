@@ -141,7 +141,9 @@ func (a *volumeActor) enqueue(ctx actor.Context, w any) {
 // settle starts queued work while the slot is free, then arms or disarms
 // the idle timer.
 func (a *volumeActor) settle(ctx actor.Context) {
-	if a.stopping {
+	if a.stopping || a.removed {
+		// Removed: its queued requests are sent again to the next
+		// actor of the volume once this one has stopped.
 		return
 	}
 	for a.slot.kind == slotFree && len(a.queue) > 0 && !a.stopping {
@@ -169,11 +171,14 @@ func (a *volumeActor) settle(ctx actor.Context) {
 			a.pollStats(ctx, w)
 		case *forceWork:
 			a.runForce(ctx, w.alloc)
+		case *ephemeralRequest:
+			a.ephemeral(ctx, w)
 		}
 	}
 	if a.stopping {
 		return
 	}
+	a.driveEphemeral(ctx)
 	idle := a.isIdle()
 	switch {
 	case idle && a.idle == nil && a.m.cfg.IdleTimeout > 0:
@@ -191,7 +196,8 @@ func (a *volumeActor) settle(ctx actor.Context) {
 func (a *volumeActor) isIdle() bool {
 	return a.slot == (slot{}) && len(a.queue) == 0 && len(a.allocs) == 0 &&
 		len(a.expanding.waiters) == 0 && a.expanding.retry == nil &&
-		(a.rec == nil || !claim.Unfinished(a.rec))
+		len(a.eph.waiters) == 0 && a.eph.retry == nil &&
+		(a.rec == nil || !claim.Unfinished(a.rec) && !ephemeralPending(a.rec))
 }
 
 func (a *volumeActor) idleTimeout(ctx actor.Context, msg *idleTimeout) {
@@ -218,6 +224,9 @@ func (a *volumeActor) notFound() error {
 func (a *volumeActor) claim(ctx actor.Context, msg *claimRequest) {
 	if a.rec == nil {
 		answer(msg.reply, reply{err: a.notFound()})
+		return
+	}
+	if a.ephemeralClaim(msg) {
 		return
 	}
 	i, err := claim.Admit(a.rec, msg.req)
@@ -671,6 +680,9 @@ func (a *volumeActor) respawnClaimer(ctx actor.Context, msg *respawnClaimer) {
 func (a *volumeActor) register(ctx actor.Context, req *registerRequest) {
 	if a.rec != nil {
 		switch {
+		case a.rec.Ephemeral != "" && !req.mirror:
+			answer(req.reply, reply{err: kinderr.Errorf(ErrConflict,
+				"volume %q is an ephemeral volume (%s): a claim created it and it is deleted when its last claim is freed", a.h.id, a.rec.Ephemeral)})
 		case req.mirror:
 			a.update(req)
 		case req.spec.sameAs(a.rec, req.create):
@@ -712,28 +724,35 @@ func (a *volumeActor) register(ctx actor.Context, req *registerRequest) {
 		answer(req.reply, reply{err: err})
 		return
 	}
-	creq := &csipb.CreateVolumeRequest{
-		Name:               spec.ID,
-		Parameters:         spec.Parameters,
-		Secrets:            secrets,
-		VolumeCapabilities: spec.csiCapabilities(),
-	}
-	if spec.CapacityBytes > 0 {
-		creq.CapacityRange = &csipb.CapacityRange{RequiredBytes: spec.CapacityBytes}
-	}
-	creq.AccessibilityRequirements = topologyRequirement(spec.Topology)
-	if spec.cloneSource != "" {
-		creq.VolumeContentSource = &csipb.VolumeContentSource{Type: &csipb.VolumeContentSource_Volume{
-			Volume: &csipb.VolumeContentSource_VolumeSource{VolumeId: spec.cloneSource}}}
-	}
-	if spec.snapshotSource != "" {
-		creq.VolumeContentSource = &csipb.VolumeContentSource{Type: &csipb.VolumeContentSource_Snapshot{
-			Snapshot: &csipb.VolumeContentSource_SnapshotSource{SnapshotId: spec.snapshotSource}}}
-	}
+	creq := spec.createRequest()
+	creq.Secrets = secrets
 	a.startOp(ctx, req, req.ctx, spec.Plugin, "CreateVolume", csi.PublishKind, true, func(ctx context.Context, c csi.Client) (any, error) {
 		resp, err := c.CreateVolume(secretfile.WithRef(ctx, spec.SecretsFrom), creq)
 		return resp.GetVolume(), err
 	})
+}
+
+// createRequest is the CreateVolume request for s, named s.ID.
+func (s Spec) createRequest() *csipb.CreateVolumeRequest {
+	creq := &csipb.CreateVolumeRequest{
+		Name:               s.ID,
+		Parameters:         s.Parameters,
+		Secrets:            s.Secrets,
+		VolumeCapabilities: s.csiCapabilities(),
+	}
+	if s.CapacityBytes > 0 {
+		creq.CapacityRange = &csipb.CapacityRange{RequiredBytes: s.CapacityBytes}
+	}
+	creq.AccessibilityRequirements = topologyRequirement(s.Topology)
+	if s.cloneSource != "" {
+		creq.VolumeContentSource = &csipb.VolumeContentSource{Type: &csipb.VolumeContentSource_Volume{
+			Volume: &csipb.VolumeContentSource_VolumeSource{VolumeId: s.cloneSource}}}
+	}
+	if s.snapshotSource != "" {
+		creq.VolumeContentSource = &csipb.VolumeContentSource{Type: &csipb.VolumeContentSource_Snapshot{
+			Snapshot: &csipb.VolumeContentSource_SnapshotSource{SnapshotId: s.snapshotSource}}}
+	}
+	return creq
 }
 
 // record persists v, the record of a new volume (registered or created),
@@ -767,6 +786,10 @@ func (a *volumeActor) deregister(ctx actor.Context, req *deregisterRequest) {
 		return
 	}
 	switch n, p := len(a.rec.Claims), len(a.rec.PastClaims); {
+	case a.rec.Ephemeral != "":
+		answer(req.reply, reply{err: kinderr.Errorf(ErrConflict,
+			"volume %q is an ephemeral volume (%s): it is deleted through the controller when its last claim is freed, not deregistered", a.h.id, a.rec.Ephemeral)})
+		return
 	case n > 0:
 		answer(req.reply, reply{err: kinderr.Errorf(ErrInUse, "volume %q is in use: it has %s%s", a.h.id, claimsHeld(n, p), inUseHint(n, p, req.force))})
 		return
@@ -837,6 +860,8 @@ func (a *volumeActor) opFinished(ctx actor.Context, msg *opFinished) {
 		} else {
 			a.validated(req, msg)
 		}
+	case *ephemeralOp:
+		a.ephemeralFinished(ctx, req, msg)
 	case *deregisterRequest:
 		if err := opError("DeleteVolume", a.h.id, msg.res); err != nil {
 			answer(req.reply, reply{err: err})
@@ -858,6 +883,16 @@ func (a *volumeActor) created(req *registerRequest, msg *opFinished) {
 		return
 	}
 	v := req.spec.record(time.Now())
+	applyCreated(v, created)
+	// A plugin volume registered under another ID (the plugin derived the
+	// same volume from this name) is refused in record, and left alone:
+	// it is the other ID's.
+	a.record(req, v, "create")
+}
+
+// applyCreated records in v what CreateVolume answered: the plugin's ID,
+// context, capacity and accessible topology.
+func applyCreated(v *persistence.Volume, created *csipb.Volume) {
 	v.ExternalID = created.GetVolumeId()
 	v.Created = true
 	if vc := created.GetVolumeContext(); len(vc) > 0 {
@@ -869,13 +904,10 @@ func (a *volumeActor) created(req *registerRequest, msg *opFinished) {
 	if c := created.GetCapacityBytes(); c > 0 {
 		v.CapacityBytes = c
 	}
+	v.AccessibleTopology = nil
 	for _, t := range created.GetAccessibleTopology() {
 		v.AccessibleTopology = append(v.AccessibleTopology, maps.Clone(t.GetSegments()))
 	}
-	// A plugin volume registered under another ID (the plugin derived the
-	// same volume from this name) is refused in record, and left alone:
-	// it is the other ID's.
-	a.record(req, v, "create")
 }
 
 func opError(method, id string, res claim.Result) error {
@@ -890,20 +922,30 @@ func opError(method, id string, res claim.Result) error {
 
 // remove deletes the record, answers, and stops the actor.
 func (a *volumeActor) remove(ctx actor.Context, req *deregisterRequest) {
-	a.m.faultPoint("persist:", "deregister", a.h.id)
-	if err := a.m.store.DeleteVolume(context.Background(), a.h.id); err != nil {
-		answer(req.reply, reply{err: fmt.Errorf("delete volume %q: %w", a.h.id, err)})
+	if err := a.forget(ctx, req.delete, "deregister"); err != nil {
+		answer(req.reply, reply{err: err})
 		return
 	}
-	a.m.recordRemoved(a.rec, req.delete)
+	answer(req.reply, reply{left: req.left})
+}
+
+// forget deletes the record (deleted: the volume was deleted through the
+// controller), forgets the volume and stops the actor; point is the crash
+// point before the record is deleted.
+func (a *volumeActor) forget(ctx actor.Context, deleted bool, point string) error {
+	a.m.faultPoint("persist:", point, a.h.id)
+	if err := a.m.store.DeleteVolume(context.Background(), a.h.id); err != nil {
+		return fmt.Errorf("delete volume %q: %w", a.h.id, err)
+	}
+	a.m.recordRemoved(a.rec, deleted)
 	a.m.stats.forget(a.h.id)
 	last := a.rec
 	a.rec = nil
 	a.h.snap.Store(&snapshot{})
 	a.m.removed(a.h, last)
 	a.removed = true
-	answer(req.reply, reply{left: req.left})
 	ctx.Stop(ctx.Self())
+	return nil
 }
 
 // stopWork stops every goroutine the actor owns and waits for them.
@@ -917,6 +959,8 @@ func (a *volumeActor) stopWork() {
 	a.slot.job = nil
 	a.expanding.retry.Stop()
 	a.expanding.retry = nil
+	a.eph.retry.Stop()
+	a.eph.retry = nil
 	for alloc, w := range a.allocs {
 		w.lookup.Stop()
 		w.retry.Stop()

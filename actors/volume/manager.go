@@ -246,7 +246,9 @@ func (m *Manager) Start(ctx context.Context) error {
 		id := strings.Clone(v.ID)
 		index[id] = struct{}{}
 		k := extKey{intern(names, v.Plugin), strings.Clone(v.ExternalID)}
-		if other, dup := byExt[k]; dup {
+		if other, dup := byExt[k]; v.ExternalID == "" {
+			// An ephemeral volume not created yet: no plugin volume.
+		} else if dup {
 			m.log.WithFields(logrus.Fields{"volume": id, "other": other, "plugin": k.plugin, "external_id": k.ext}).
 				Warn("two volume IDs are registered for the same plugin volume, so the claim limits of its access mode do not hold across them; deregister one")
 		} else {
@@ -259,7 +261,7 @@ func (m *Manager) Start(ctx context.Context) error {
 				used = append(used, extKey{intern(names, v.Plugin), id})
 			}
 		}
-		if claim.Unfinished(&v) {
+		if claim.Unfinished(&v) || ephemeralPending(&v) {
 			resume = append(resume, id)
 		}
 		if claim.Repairing(&v) {
@@ -535,7 +537,7 @@ func (m *Manager) registered(id string, v *persistence.Volume) {
 	if _, ok := m.index[id]; !ok {
 		m.index[id] = struct{}{}
 	}
-	if k := keyOf(v); m.extConflictLocked(k, id) == nil {
+	if k := keyOf(v); v.ExternalID != "" && m.extConflictLocked(k, id) == nil {
 		m.addExtLocked(k, id)
 	}
 }

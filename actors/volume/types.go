@@ -225,6 +225,11 @@ type Volume struct {
 	// SecretsFrom is the reference the secrets are read from; "" for
 	// none.
 	SecretsFrom string `json:"secrets_from,omitempty"`
+	// Ephemeral is true for a volume a claim created for itself (see
+	// Manager.ClaimEphemeral); EphemeralPhase is its phase: creating,
+	// ready or deleting (persistence.Volume.Ephemeral).
+	Ephemeral      bool   `json:"ephemeral,omitempty"`
+	EphemeralPhase string `json:"ephemeral_phase,omitempty"`
 }
 
 // Claim is a current or past claim's status: its record (which holds no
@@ -284,6 +289,8 @@ func viewOf(v *persistence.Volume) Volume {
 		UpdatedAt:           v.UpdatedAt,
 		Expansion:           expansionOf(v.Expansion),
 		SecretsFrom:         v.SecretsFrom,
+		Ephemeral:           v.Ephemeral != "",
+		EphemeralPhase:      v.Ephemeral,
 	}
 	if mo := v.MountOptions; mo != nil && (mo.FSType != "" || len(mo.MountFlags) > 0) {
 		out.MountOptions = RedactMountOptions(mo)

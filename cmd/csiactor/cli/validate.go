@@ -20,6 +20,10 @@ var (
 	claimFlagNames = flagNames{
 		"alloc": "-alloc", "mode": "-mode",
 		"access_mode": "-access-mode", "attachment_mode": "-attachment-mode",
+		"ephemeral": "-ephemeral", "ephemeral.plugin": "-ephemeral", "ephemeral.capacity_bytes": "-ephemeral-capacity",
+		"ephemeral.parameters": "-ephemeral-parameter", "ephemeral.capability": "-ephemeral-fs-type/-ephemeral-mount-flag",
+		"ephemeral.capability.fs_type": "-ephemeral-fs-type", "ephemeral.capability.mount_flags": "-ephemeral-mount-flag",
+		"ephemeral.capability.access_mode": "-access-mode", "ephemeral.capability.attachment_mode": "-attachment-mode",
 	}
 	volumeFlagNames = flagNames{
 		"id": "ID", "plugin": "-plugin", "external_id": "-external-id",

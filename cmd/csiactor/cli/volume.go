@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -64,10 +65,21 @@ does not know. With -json, prints every page's volumes as one JSON array.`,
 			if cf.json {
 				return printJSON(e.stdout, vs)
 			}
-			t := newTable(e.stdout, "ID", "PLUGIN", "EXTERNAL ID", "CAPACITY", "CLAIMS", "PAST CLAIMS")
+			cols := []string{"ID", "PLUGIN", "EXTERNAL ID", "CAPACITY", "CLAIMS", "PAST CLAIMS"}
+			// The EPHEMERAL column (the phase of each ephemeral volume)
+			// shows only when there is one.
+			eph := slices.ContainsFunc(vs, func(v runtime.Volume) bool { return v.Ephemeral })
+			if eph {
+				cols = append(cols, "EPHEMERAL")
+			}
+			t := newTable(e.stdout, cols...)
 			for _, v := range vs {
-				t.row(v.ID, v.Plugin, orDash(v.ExternalID), formatSize(v.CapacityBytes),
-					fmt.Sprint(len(v.Claims)), fmt.Sprint(len(v.PastClaims)))
+				row := []string{v.ID, v.Plugin, orDash(v.ExternalID), formatSize(v.CapacityBytes),
+					fmt.Sprint(len(v.Claims)), fmt.Sprint(len(v.PastClaims))}
+				if eph {
+					row = append(row, orDash(v.EphemeralPhase))
+				}
+				t.row(row...)
 			}
 			return t.flush()
 		}
@@ -107,6 +119,9 @@ how full it is and its condition, as its plugin last reported them
 			t.row("Plugin", v.Plugin)
 			t.row("External ID", orDash(v.ExternalID))
 			t.row("Capacity", formatSize(v.CapacityBytes))
+			if v.Ephemeral {
+				t.row("Ephemeral", v.EphemeralPhase+" (deleted through the controller once its last claim is freed)")
+			}
 			if len(v.AccessibleTopology) > 0 {
 				ts := make([]string, len(v.AccessibleTopology))
 				for i, tp := range v.AccessibleTopology {

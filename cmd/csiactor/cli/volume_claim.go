@@ -32,8 +32,18 @@ agent goes on with the claim (as it does when the command is interrupted);
 follow it with "csiactor volume status VOLUME" or give it up with
 "csiactor volume release -alloc ALLOC VOLUME".
 
+With -ephemeral PLUGIN, a VOLUME that is not registered is created first
+through PLUGIN's controller as an ephemeral volume (of -ephemeral-capacity,
+with the -ephemeral-parameter, -ephemeral-fs-type and -ephemeral-mount-flag
+given, and the claim's access and attachment modes as its capability); it
+is deleted through the controller once its last claim is freed. On an
+ephemeral VOLUME that exists it is a claim like any other; on a VOLUME that
+is not ephemeral the agent refuses it (409). Not with -wait.
+
 Example:
-  csiactor volume claim -alloc web-1 -mode write -access-mode single-node-writer data1`,
+  csiactor volume claim -alloc web-1 -mode write -access-mode single-node-writer data1
+  csiactor volume claim -alloc job-7 -mode write -access-mode single-node-writer \
+    -ephemeral hostpath.csi.k8s.io -ephemeral-capacity 1GiB scratch-job-7`,
 	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 		alloc := fs.String("alloc", "", "the claiming alloc's `id` (required)")
 		mode := fs.String("mode", "", "claim `mode`: read or write (required)")
@@ -41,6 +51,13 @@ Example:
 		attach := fs.String("attachment-mode", "file-system", "attachment `mode`: file-system or block-device")
 		wait := fs.String("wait", "", "wait up to `duration` (like 30s) for conflicting claims to go")
 		timeout := fs.Duration("timeout", defaultClaimTimeout, "how long to wait for the claim to be published, after any -wait; the agent goes on after it")
+		ephPlugin := fs.String("ephemeral", "", "create VOLUME, if it is not registered, as an ephemeral volume of plugin `name`")
+		ephCapacity := fs.String("ephemeral-capacity", "", "the ephemeral volume's `size`, like 1GiB (default: the plugin's)")
+		var ephParams kvFlag
+		fs.Var(&ephParams, "ephemeral-parameter", "`KEY=VALUE` CreateVolume parameter of the ephemeral volume (repeatable)")
+		ephFSType := fs.String("ephemeral-fs-type", "", "file-system `type` of the ephemeral volume, like ext4")
+		var ephMountFlags listFlag
+		fs.Var(&ephMountFlags, "ephemeral-mount-flag", "mount `flag` of the ephemeral volume (repeatable; never shown)")
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
 			if err := wantArgs(args, "VOLUME"); err != nil {
 				return err
@@ -57,6 +74,22 @@ Example:
 				return err
 			}
 			req := runtime.ClaimRequest{Alloc: *alloc, Mode: *mode, AccessMode: *access, AttachmentMode: *attach}
+			switch {
+			case *ephPlugin != "" && *wait != "":
+				return usagef("-wait is not available with -ephemeral")
+			case *ephPlugin != "":
+				req.Ephemeral = &runtime.EphemeralSpec{Plugin: *ephPlugin, Parameters: ephParams.m,
+					Capability: runtime.EphemeralCapability{FSType: *ephFSType, MountFlags: ephMountFlags}}
+				if *ephCapacity != "" {
+					n, err := parseSize(*ephCapacity)
+					if err != nil {
+						return usagef("-ephemeral-capacity: %s", err)
+					}
+					req.Ephemeral.CapacityBytes = n
+				}
+			case *ephCapacity != "" || len(ephParams.m) > 0 || *ephFSType != "" || len(ephMountFlags) > 0:
+				return usagef("-ephemeral-capacity, -ephemeral-parameter, -ephemeral-fs-type and -ephemeral-mount-flag need -ephemeral PLUGIN")
+			}
 			if err := usageFromField(req.Validate(), claimFlagNames); err != nil {
 				return err
 			}
