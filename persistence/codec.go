@@ -43,7 +43,8 @@ const volumeCodecShape = "Volume{ID string; Plugin string; ExternalID string; " 
 	"CapacityBytes int64; Created bool; ControllerPublished bool; PublishContext map[string]string; " +
 	"Claims []Claim{Alloc string; Mode string; AccessMode string; AttachmentMode string; State string; " +
 	"Usage string; TargetPath string; StagingPath string; LastError string; Attempts int; " +
-	"CreatedAt time.Time; UpdatedAt time.Time; NodeID string; ControllerRequired bool; Repair string}; " +
+	"CreatedAt time.Time; UpdatedAt time.Time; NodeID string; ControllerRequired bool; Repair string; " +
+	"ReadOnly bool; MountFlags []string; MountGroup string; SELinuxContext string}; " +
 	"PastClaims []Claim; " +
 	"Stagings []Staging{Usage string; Path string; Users []string; Staged bool; Mounted bool; Lost bool}; " +
 	"Revision uint64; CreatedAt time.Time; UpdatedAt time.Time; " +
@@ -185,7 +186,11 @@ func appendClaims(dst []byte, cs []Claim) []byte {
 			dst = appendTime(dst, c.UpdatedAt)
 			dst = appendString(dst, c.NodeID)
 			dst = appendBool(dst, c.ControllerRequired)
-			return appendString(dst, c.Repair)
+			dst = appendString(dst, c.Repair)
+			dst = appendBool(dst, c.ReadOnly)
+			dst = appendStrings(dst, c.MountFlags)
+			dst = appendString(dst, c.MountGroup)
+			return appendString(dst, c.SELinuxContext)
 		})
 	}
 	return dst
@@ -396,6 +401,10 @@ func (r *volumeReader) claims(what string) []Claim {
 		c.NodeID = e.string("claim node_id")
 		c.ControllerRequired = e.bool("claim controller_required")
 		c.Repair = e.string("claim repair")
+		c.ReadOnly = e.bool("claim read_only")
+		c.MountFlags = e.strings("claim mount_flags")
+		c.MountGroup = e.string("claim mount_group")
+		c.SELinuxContext = e.string("claim selinux_context")
 	}
 	return out
 }

@@ -151,6 +151,15 @@ type Claim struct {
 	// changed") while it goes through its publish steps again; empty
 	// otherwise. Set on current claims only.
 	Repair string `json:"repair,omitempty"`
+	// ReadOnly, MountFlags, MountGroup and SELinuxContext are the claim's
+	// own publish options (see runtime.ClaimRequest), kept so that a
+	// resume or repair publishes with the same ones. MountFlags are added
+	// to the volume's and, like them, may carry credentials: never shown.
+	// MountGroup is a decimal gid, empty for none.
+	ReadOnly       bool     `json:"read_only,omitempty"`
+	MountFlags     []string `json:"mount_flags,omitempty"`
+	MountGroup     string   `json:"mount_group,omitempty"`
+	SELinuxContext string   `json:"selinux_context,omitempty"`
 }
 
 // Staging records who uses one staging path of a volume (one per usage).

@@ -140,6 +140,9 @@ type ClaimRequest struct {
 	// capabilities.
 	AccessMode     csi.AccessMode
 	AttachmentMode csi.AttachmentMode
+	// Options are the claim's own publish options (read-only, mount
+	// flags, mount group, SELinux context).
+	Options claim.Options
 }
 
 func (r ClaimRequest) claim() claim.Request {
@@ -149,6 +152,7 @@ func (r ClaimRequest) claim() claim.Request {
 		Capability: csi.VolumeCapability{
 			AccessMode: r.AccessMode, AttachmentMode: r.AttachmentMode,
 		},
+		Options: r.Options,
 	}
 }
 
@@ -230,6 +234,9 @@ type Claim struct {
 	// ConditionRepairing or ConditionDegraded while Repair is set, empty
 	// otherwise.
 	Condition string `json:"condition,omitempty"`
+	// MountFlagCount is how many mount flags of its own the claim has:
+	// the view never holds the flags (its MountFlags is nil).
+	MountFlagCount int `json:"mount_flag_count,omitempty"`
 }
 
 // Filter selects volumes for List. Empty fields match everything.
@@ -297,7 +304,9 @@ func viewOf(v *persistence.Volume) Volume {
 
 // claimOf is the status of the claim record c on volume.
 func claimOf(volume string, c *persistence.Claim) Claim {
-	return Claim{Volume: volume, Claim: *c, Condition: conditionOf(c)}
+	out := Claim{Volume: volume, Claim: *c, Condition: conditionOf(c), MountFlagCount: len(c.MountFlags)}
+	out.MountFlags = nil
+	return out
 }
 
 // The conditions of a claim the host was found missing (Claim.Condition).

@@ -20,6 +20,8 @@ var (
 	claimFlagNames = flagNames{
 		"alloc": "-alloc", "mode": "-mode",
 		"access_mode": "-access-mode", "attachment_mode": "-attachment-mode",
+		"read_only": "-read-only", "mount_flags": "-mount-flag", "mount_group": "-mount-group",
+		"selinux_context": "-selinux-context",
 	}
 	volumeFlagNames = flagNames{
 		"id": "ID", "plugin": "-plugin", "external_id": "-external-id",

@@ -32,8 +32,18 @@ agent goes on with the claim (as it does when the command is interrupted);
 follow it with "csiactor volume status VOLUME" or give it up with
 "csiactor volume release -alloc ALLOC VOLUME".
 
+-read-only publishes the volume read-only whatever the mode and access
+mode; -mount-flag (repeatable) adds mount flags to the volume's for this
+claim (never shown); -mount-group GID makes the published volume group
+GID with the setgid bit (through the plugin's VOLUME_MOUNT_GROUP, else by
+the agent); -selinux-context mounts it with context="..." (hosts with
+SELinux only). These options are part of the claim: claiming again with
+other ones is a conflict.
+
 Example:
-  csiactor volume claim -alloc web-1 -mode write -access-mode single-node-writer data1`,
+  csiactor volume claim -alloc web-1 -mode write -access-mode single-node-writer data1
+  csiactor volume claim -alloc web-2 -mode write -access-mode single-node-writer \
+    -read-only -mount-flag noexec -mount-group 1000 data2`,
 	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 		alloc := fs.String("alloc", "", "the claiming alloc's `id` (required)")
 		mode := fs.String("mode", "", "claim `mode`: read or write (required)")
@@ -41,6 +51,11 @@ Example:
 		attach := fs.String("attachment-mode", "file-system", "attachment `mode`: file-system or block-device")
 		wait := fs.String("wait", "", "wait up to `duration` (like 30s) for conflicting claims to go")
 		timeout := fs.Duration("timeout", defaultClaimTimeout, "how long to wait for the claim to be published, after any -wait; the agent goes on after it")
+		readOnly := fs.Bool("read-only", false, "publish the volume read-only")
+		var mountFlags listFlag
+		fs.Var(&mountFlags, "mount-flag", "mount `flag` added to the volume's for this claim (repeatable; never shown)")
+		mountGroup := fs.Int64("mount-group", -1, "`gid` the published volume is given (group and setgid); -1 for none")
+		selinux := fs.String("selinux-context", "", "SELinux `context` to mount the volume with")
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
 			if err := wantArgs(args, "VOLUME"); err != nil {
 				return err
@@ -56,7 +71,13 @@ Example:
 			if err := checkID("VOLUME", args[0]); err != nil {
 				return err
 			}
-			req := runtime.ClaimRequest{Alloc: *alloc, Mode: *mode, AccessMode: *access, AttachmentMode: *attach}
+			req := runtime.ClaimRequest{
+				Alloc: *alloc, Mode: *mode, AccessMode: *access, AttachmentMode: *attach,
+				ReadOnly: *readOnly, MountFlags: mountFlags, SELinuxContext: *selinux,
+			}
+			if *mountGroup != -1 {
+				req.MountGroup = mountGroup
+			}
 			if err := usageFromField(req.Validate(), claimFlagNames); err != nil {
 				return err
 			}
