@@ -384,7 +384,9 @@ func TestCloneVolume_PlansLeaveTheOriginal(t *testing.T) {
 		if alloc == "r" {
 			mode = ModeRead
 		}
-		step(func(c *persistence.Volume) { Reserve(c, Request{Alloc: alloc, Mode: mode, Capability: mnmw}, f, "/d", now) })
+		step(func(c *persistence.Volume) {
+			Reserve(c, Request{Alloc: alloc, Mode: mode, Capability: mnmw}, f, "/d", now)
+		})
 		for {
 			s, ok := NextPublish(v, alloc)
 			if !ok {
