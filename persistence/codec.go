@@ -44,12 +44,12 @@ const volumeCodecShape = "Volume{ID string; Plugin string; ExternalID string; " 
 	"Claims []Claim{Alloc string; Mode string; AccessMode string; AttachmentMode string; State string; " +
 	"Usage string; TargetPath string; StagingPath string; LastError string; Attempts int; " +
 	"CreatedAt time.Time; UpdatedAt time.Time; NodeID string; ControllerRequired bool; Repair string; " +
-	"ReadOnly bool; MountFlags []string; MountGroup string; SELinuxContext string}; " +
+	"ReadOnly bool; MountFlagCount int; MountGroup string; SELinuxContext string}; " +
 	"PastClaims []Claim; " +
 	"Stagings []Staging{Usage string; Path string; Users []string; Staged bool; Mounted bool; Lost bool}; " +
 	"Revision uint64; CreatedAt time.Time; UpdatedAt time.Time; " +
 	"Expansion *Expansion{CapacityBytes int64; Controller bool; NodeCapable bool; Node bool; LastError string; Attempts int; NodeOffline bool}; " +
-	"AccessibleTopology []map[string]string; NodeExpandPending int64}"
+	"AccessibleTopology []map[string]string; NodeExpandPending int64; ClaimMountFlags map[string]string}"
 
 // volumeCodecCovers reports whether the binary codec covers every field of
 // Volume as compiled.
@@ -164,7 +164,8 @@ func appendVolume(dst []byte, v *Volume) []byte {
 	for _, t := range v.AccessibleTopology {
 		dst = appendMap(dst, t)
 	}
-	return binary.AppendVarint(dst, v.NodeExpandPending)
+	dst = binary.AppendVarint(dst, v.NodeExpandPending)
+	return appendMap(dst, v.ClaimMountFlags)
 }
 
 func appendClaims(dst []byte, cs []Claim) []byte {
@@ -188,7 +189,7 @@ func appendClaims(dst []byte, cs []Claim) []byte {
 			dst = appendBool(dst, c.ControllerRequired)
 			dst = appendString(dst, c.Repair)
 			dst = appendBool(dst, c.ReadOnly)
-			dst = appendStrings(dst, c.MountFlags)
+			dst = binary.AppendVarint(dst, int64(c.MountFlagCount))
 			dst = appendString(dst, c.MountGroup)
 			return appendString(dst, c.SELinuxContext)
 		})
@@ -402,7 +403,7 @@ func (r *volumeReader) claims(what string) []Claim {
 		c.ControllerRequired = e.bool("claim controller_required")
 		c.Repair = e.string("claim repair")
 		c.ReadOnly = e.bool("claim read_only")
-		c.MountFlags = e.strings("claim mount_flags")
+		c.MountFlagCount = int(e.varint("claim mount_flag_count"))
 		c.MountGroup = e.string("claim mount_group")
 		c.SELinuxContext = e.string("claim selinux_context")
 	}
@@ -477,5 +478,6 @@ func decodeVolumeBinary(data []byte, v *Volume) error {
 		}
 	}
 	v.NodeExpandPending = r.varint("node_expand_pending")
+	v.ClaimMountFlags = r.stringMap("claim_mount_flags")
 	return err
 }

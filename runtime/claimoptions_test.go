@@ -120,15 +120,16 @@ func TestRuntime_Claim_Options(t *testing.T) {
 	// The record keeps the options, which a resume or repair publishes
 	// with (TestAgent_ClaimOptions shows it on real mounts).
 	e.stop()
-	rec := readClaim(t, e.dataDir, "vol-1", "a1")
-	if !rec.ReadOnly || !slices.Equal(rec.MountFlags, []string{"password=hunter2"}) {
-		t.Errorf("persisted claim = %+v, want its options", rec)
+	rec, flags := readClaim(t, e.dataDir, "vol-1", "a1")
+	if !rec.ReadOnly || rec.MountFlagCount != 1 || flags != "password=hunter2" {
+		t.Errorf("persisted claim = %+v with flags %q, want its options", rec, flags)
 	}
 	p.Stop()
 }
 
-// readClaim reads alloc's claim on vol from the stopped runtime's store.
-func readClaim(t *testing.T, dataDir, vol, alloc string) persistence.Claim {
+// readClaim reads alloc's claim on vol from the stopped runtime's store,
+// and its mount flags as the volume record keeps them.
+func readClaim(t *testing.T, dataDir, vol, alloc string) (persistence.Claim, string) {
 	t.Helper()
 	st, err := persistence.Open(filepath.Join(dataDir, "state.db"), persistence.Config{})
 	if err != nil {
@@ -141,11 +142,11 @@ func readClaim(t *testing.T, dataDir, vol, alloc string) persistence.Claim {
 	}
 	for _, c := range v.Claims {
 		if c.Alloc == alloc {
-			return c
+			return c, v.ClaimMountFlags[alloc]
 		}
 	}
 	t.Fatalf("no claim of %s on %s", alloc, vol)
-	return persistence.Claim{}
+	return persistence.Claim{}, ""
 }
 
 // TestRuntime_Claim_MountGroup: with VOLUME_MOUNT_GROUP the group goes to

@@ -38,11 +38,11 @@ func (r Request) Validate() error {
 }
 
 // same reports whether c is the claim r asks for.
-func (r Request) same(c *persistence.Claim) bool {
+func (r Request) same(v *persistence.Volume, c *persistence.Claim) bool {
 	return c.Mode == string(r.Mode) &&
 		c.AccessMode == r.Capability.AccessMode.String() &&
 		c.AttachmentMode == r.Capability.AttachmentMode.String() &&
-		r.Options.differ(optionsOf(c)) == ""
+		r.Options.differ(optionsOf(v, c)) == ""
 }
 
 // Admit decides whether r may be reserved on v, by the access-mode table (one
@@ -75,10 +75,10 @@ func Admit(v *persistence.Volume, r Request) (int, error) {
 	}
 	if i := FindClaim(v.Claims, r.Alloc); i >= 0 {
 		c := &v.Claims[i]
-		if r.same(c) {
+		if r.same(v, c) {
 			return i, nil
 		}
-		if d := r.Options.differ(optionsOf(c)); d != "" && c.Mode == string(r.Mode) &&
+		if d := r.Options.differ(optionsOf(v, c)); d != "" && c.Mode == string(r.Mode) &&
 			c.AccessMode == r.Capability.AccessMode.String() && c.AttachmentMode == r.Capability.AttachmentMode.String() {
 			return -1, kinderr.Errorf(ErrConflict,
 				"alloc %q already holds a %s claim on volume %q with other options: %s", r.Alloc, c.Mode, v.ID, d)

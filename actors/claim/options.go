@@ -98,17 +98,36 @@ func CheckSELinuxContext(s string) error {
 // as kubelet's SELinuxMount does.
 func SELinuxMountFlag(context string) string { return `context="` + context + `"` }
 
-// optionsOf returns c's options.
-func optionsOf(c *persistence.Claim) Options {
-	return Options{ReadOnly: c.ReadOnly, MountFlags: c.MountFlags, MountGroup: c.MountGroup, SELinuxContext: c.SELinuxContext}
+// optionsOf returns the options of c, a claim on v.
+func optionsOf(v *persistence.Volume, c *persistence.Claim) Options {
+	o := Options{ReadOnly: c.ReadOnly, MountGroup: c.MountGroup, SELinuxContext: c.SELinuxContext}
+	if f, ok := v.ClaimMountFlags[c.Alloc]; ok && c.MountFlagCount > 0 {
+		o.MountFlags = strings.Split(f, "\x00")
+	}
+	return o
 }
 
-// setOptions records o in c.
-func setOptions(c *persistence.Claim, o Options) {
+// setOptions records o in c, a new claim on v (its mount flags on v). The
+// volume's map is replaced, never changed in place, and keeps the flags of
+// current claims only.
+func setOptions(v *persistence.Volume, c *persistence.Claim, o Options) {
 	c.ReadOnly = o.ReadOnly
-	c.MountFlags = slices.Clone(o.MountFlags)
+	c.MountFlagCount = len(o.MountFlags)
 	c.MountGroup = o.MountGroup
 	c.SELinuxContext = o.SELinuxContext
+	m := map[string]string{}
+	for alloc, f := range v.ClaimMountFlags {
+		if alloc != c.Alloc && FindClaim(v.Claims, alloc) >= 0 {
+			m[alloc] = f
+		}
+	}
+	if len(o.MountFlags) > 0 {
+		m[c.Alloc] = strings.Join(o.MountFlags, "\x00")
+	}
+	v.ClaimMountFlags = m
+	if len(m) == 0 {
+		v.ClaimMountFlags = nil
+	}
 }
 
 // differ names how o differs from the options of an existing claim, old;

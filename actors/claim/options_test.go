@@ -64,9 +64,10 @@ func TestApplyGroup_OnRootMismatch(t *testing.T) {
 func TestAdmit_Options(t *testing.T) {
 	mnmw := fsCap(csi.AccessModeMultiNodeMultiWriter)
 	held := persistence.Claim{Alloc: "a", Mode: "write", AccessMode: mnmw.AccessMode.String(), AttachmentMode: mnmw.AttachmentMode.String(),
-		State: StatePublished, MountGroup: "10", SELinuxContext: "u:r:t:s0", MountFlags: []string{"secret-flag"}}
+		State: StatePublished, MountGroup: "10", SELinuxContext: "u:r:t:s0", MountFlagCount: 1}
 	v := vol(mnmw)
 	v.Claims = []persistence.Claim{held}
+	v.ClaimMountFlags = map[string]string{"a": "secret-flag"}
 	base := Request{Alloc: "a", Mode: ModeWrite, Capability: mnmw, Options: Options{MountGroup: "10", SELinuxContext: "u:r:t:s0", MountFlags: []string{"secret-flag"}}}
 	for _, tt := range []struct {
 		name   string
@@ -119,5 +120,15 @@ func TestStepFor_Options(t *testing.T) {
 	}
 	if got := v.MountOptions.MountFlags; len(got) != 1 {
 		t.Errorf("the volume's own flags changed: %q", got)
+	}
+	// A second claim keeps the first's flags; a claim gone loses its own.
+	Reserve(v, Request{Alloc: "b", Mode: ModeWrite, Capability: mnmw, Options: Options{MountFlags: []string{"x", "y"}}}, Facts{StageUnstage: true}, "/d", now)
+	if got := optionsOf(v, &v.Claims[1]).MountFlags; strings.Join(got, " ") != "x y" || v.ClaimMountFlags["a"] != "noexec" {
+		t.Errorf("flags after a second claim: %q, map %q", got, v.ClaimMountFlags)
+	}
+	v.Claims = v.Claims[1:]
+	Reserve(v, Request{Alloc: "c", Mode: ModeWrite, Capability: mnmw}, Facts{StageUnstage: true}, "/d", now)
+	if _, ok := v.ClaimMountFlags["a"]; ok || len(v.ClaimMountFlags) != 1 {
+		t.Errorf("flags of claims gone are kept: %q", v.ClaimMountFlags)
 	}
 }

@@ -35,7 +35,7 @@ func Reserve(v *persistence.Volume, r Request, f Facts, dataDir string, now time
 		CreatedAt:          now,
 		UpdatedAt:          now,
 	}
-	setOptions(&c, r.Options)
+	setOptions(v, &c, r.Options)
 	if f.StageUnstage {
 		c.StagingPath = StagingPath(dataDir, v.Plugin, v.ID, usage)
 		if len(v.Stagings) > 0 {
@@ -413,7 +413,7 @@ func stepFor(v *persistence.Volume, c *persistence.Claim, m Method) Step {
 	case NodePublish:
 		s.Readonly = c.Mode == string(ModeRead) || capab.AccessMode.ReadOnly() || c.ReadOnly
 		s.PublishContext = v.PublishContext
-		s.Capability = withFlags(capab, c.MountFlags...)
+		s.Capability = withFlags(capab, optionsOf(v, c).MountFlags...)
 		s.MountGroup = c.MountGroup
 	case NodeStage:
 		s.PublishContext = v.PublishContext

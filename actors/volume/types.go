@@ -234,9 +234,6 @@ type Claim struct {
 	// ConditionRepairing or ConditionDegraded while Repair is set, empty
 	// otherwise.
 	Condition string `json:"condition,omitempty"`
-	// MountFlagCount is how many mount flags of its own the claim has:
-	// the view never holds the flags (its MountFlags is nil).
-	MountFlagCount int `json:"mount_flag_count,omitempty"`
 }
 
 // Filter selects volumes for List. Empty fields match everything.
@@ -304,9 +301,7 @@ func viewOf(v *persistence.Volume) Volume {
 
 // claimOf is the status of the claim record c on volume.
 func claimOf(volume string, c *persistence.Claim) Claim {
-	out := Claim{Volume: volume, Claim: *c, Condition: conditionOf(c), MountFlagCount: len(c.MountFlags)}
-	out.MountFlags = nil
-	return out
+	return Claim{Volume: volume, Claim: *c, Condition: conditionOf(c)}
 }
 
 // The conditions of a claim the host was found missing (Claim.Condition).
