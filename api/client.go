@@ -220,7 +220,7 @@ func (c *Client) DeleteVolume(ctx context.Context, id string, deleteToo bool) er
 
 // Claim claims and publishes the volume volumeID.
 func (c *Client) Claim(ctx context.Context, volumeID string, req runtime.ClaimRequest) (runtime.Claim, error) {
-	body, err := json.Marshal(req)
+	body, err := req.RequestJSON()
 	if err != nil {
 		return runtime.Claim{}, err
 	}

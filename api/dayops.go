@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"time"
@@ -128,7 +127,7 @@ func (s *server) forceDeregisterAllocation(w http.ResponseWriter, r *http.Reques
 // ClaimWait claims the volume volumeID as Claim does, waiting up to wait
 // for conflicting claims to go (POST /v1/volumes/{id}/claims?wait=).
 func (c *Client) ClaimWait(ctx context.Context, volumeID string, req runtime.ClaimRequest, wait time.Duration) (runtime.Claim, error) {
-	body, err := json.Marshal(req)
+	body, err := req.RequestJSON()
 	if err != nil {
 		return runtime.Claim{}, err
 	}

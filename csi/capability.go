@@ -150,6 +150,10 @@ func (m AttachmentMode) Valid() bool {
 type MountOptions struct {
 	FSType     string
 	MountFlags []string
+	// VolumeMountGroup is the group (a decimal gid) the node plugin
+	// makes the volume writable by (CSI volume_mount_group, for plugins
+	// with VOLUME_MOUNT_GROUP); empty for none.
+	VolumeMountGroup string
 }
 
 // String prints the file-system type and the number of mount flags, never
@@ -291,6 +295,7 @@ func (c VolumeCapability) ToCSI() *csipb.VolumeCapability {
 		if c.MountOptions != nil {
 			m.FsType = c.MountOptions.FSType
 			m.MountFlags = append([]string(nil), c.MountOptions.MountFlags...)
+			m.VolumeMountGroup = c.MountOptions.VolumeMountGroup
 		}
 		vc.AccessType = &csipb.VolumeCapability_Mount{Mount: m}
 	}

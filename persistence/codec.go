@@ -43,12 +43,13 @@ const volumeCodecShape = "Volume{ID string; Plugin string; ExternalID string; " 
 	"CapacityBytes int64; Created bool; ControllerPublished bool; PublishContext map[string]string; " +
 	"Claims []Claim{Alloc string; Mode string; AccessMode string; AttachmentMode string; State string; " +
 	"Usage string; TargetPath string; StagingPath string; LastError string; Attempts int; " +
-	"CreatedAt time.Time; UpdatedAt time.Time; NodeID string; ControllerRequired bool; Repair string}; " +
+	"CreatedAt time.Time; UpdatedAt time.Time; NodeID string; ControllerRequired bool; Repair string; " +
+	"ReadOnly bool; MountFlagCount int; MountGroup string; SELinuxContext string}; " +
 	"PastClaims []Claim; " +
 	"Stagings []Staging{Usage string; Path string; Users []string; Staged bool; Mounted bool; Lost bool}; " +
 	"Revision uint64; CreatedAt time.Time; UpdatedAt time.Time; " +
 	"Expansion *Expansion{CapacityBytes int64; Controller bool; NodeCapable bool; Node bool; LastError string; Attempts int; NodeOffline bool}; " +
-	"AccessibleTopology []map[string]string; NodeExpandPending int64; SecretsFrom string; Ephemeral string}"
+	"AccessibleTopology []map[string]string; NodeExpandPending int64; SecretsFrom string; Ephemeral string; ClaimMountFlags map[string]string}"
 
 // volumeCodecCovers reports whether the binary codec covers every field of
 // Volume as compiled.
@@ -165,7 +166,8 @@ func appendVolume(dst []byte, v *Volume) []byte {
 	}
 	dst = binary.AppendVarint(dst, v.NodeExpandPending)
 	dst = appendString(dst, v.SecretsFrom)
-	return appendString(dst, v.Ephemeral)
+	dst = appendString(dst, v.Ephemeral)
+	return appendMap(dst, v.ClaimMountFlags)
 }
 
 func appendClaims(dst []byte, cs []Claim) []byte {
@@ -187,7 +189,11 @@ func appendClaims(dst []byte, cs []Claim) []byte {
 			dst = appendTime(dst, c.UpdatedAt)
 			dst = appendString(dst, c.NodeID)
 			dst = appendBool(dst, c.ControllerRequired)
-			return appendString(dst, c.Repair)
+			dst = appendString(dst, c.Repair)
+			dst = appendBool(dst, c.ReadOnly)
+			dst = binary.AppendVarint(dst, int64(c.MountFlagCount))
+			dst = appendString(dst, c.MountGroup)
+			return appendString(dst, c.SELinuxContext)
 		})
 	}
 	return dst
@@ -398,6 +404,10 @@ func (r *volumeReader) claims(what string) []Claim {
 		c.NodeID = e.string("claim node_id")
 		c.ControllerRequired = e.bool("claim controller_required")
 		c.Repair = e.string("claim repair")
+		c.ReadOnly = e.bool("claim read_only")
+		c.MountFlagCount = int(e.varint("claim mount_flag_count"))
+		c.MountGroup = e.string("claim mount_group")
+		c.SELinuxContext = e.string("claim selinux_context")
 	}
 	return out
 }
@@ -472,5 +482,6 @@ func decodeVolumeBinary(data []byte, v *Volume) error {
 	v.NodeExpandPending = r.varint("node_expand_pending")
 	v.SecretsFrom = r.string("secrets_from")
 	v.Ephemeral = r.string("ephemeral")
+	v.ClaimMountFlags = r.stringMap("claim_mount_flags")
 	return err
 }

@@ -106,6 +106,11 @@ type Volume struct {
 	// EphemeralDeleting (its last claim was freed; recorded before
 	// DeleteVolume, the record goes when it succeeds).
 	Ephemeral string `json:"ephemeral,omitempty"`
+	// ClaimMountFlags are the mount flags of the current claims' own, by
+	// alloc, joined with NUL bytes (a flag holds none). Like the volume's
+	// they may carry credentials: never shown. Replaced, never changed in
+	// place (see claim.CloneVolume).
+	ClaimMountFlags map[string]string `json:"claim_mount_flags,omitempty"`
 }
 
 // The phases of an ephemeral volume (Volume.Ephemeral).
@@ -169,6 +174,16 @@ type Claim struct {
 	// changed") while it goes through its publish steps again; empty
 	// otherwise. Set on current claims only.
 	Repair string `json:"repair,omitempty"`
+	// ReadOnly, MountGroup and SELinuxContext are the claim's own
+	// publish options (see runtime.ClaimRequest), kept so that a resume or
+	// repair publishes with the same ones; MountGroup is a decimal gid,
+	// empty for none. The claim's own mount flags are kept on the volume
+	// (Volume.ClaimMountFlags), so that the claim record, which is shown,
+	// never holds one; MountFlagCount says how many there are.
+	ReadOnly       bool   `json:"read_only,omitempty"`
+	MountFlagCount int    `json:"mount_flag_count,omitempty"`
+	MountGroup     string `json:"mount_group,omitempty"`
+	SELinuxContext string `json:"selinux_context,omitempty"`
 }
 
 // Staging records who uses one staging path of a volume (one per usage).

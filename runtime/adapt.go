@@ -163,11 +163,13 @@ func volumeFromManager(v volume.Volume) Volume {
 
 // claimFromManager is the public shape of the manager's claim.
 func claimFromManager(c volume.Claim) Claim {
-	return Claim{
+	out := Claim{
 		Alloc: c.Alloc, Mode: c.Mode, AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode,
 		State: c.State, TargetPath: c.TargetPath, LastError: c.LastError,
 		Repair: c.Repair, Condition: c.Condition,
 	}
+	setClaimOptions(&out, c)
+	return out
 }
 
 // The store must satisfy what the actor packages ask of it.

@@ -91,6 +91,12 @@ type HostConfig struct {
 	// SkipMountCheck trusts the store over the mount table: for plugins
 	// that mount nothing (test fakes). The boot ID is still checked.
 	SkipMountCheck bool
+	// SELinuxFile is a file that exists when the host has SELinux.
+	// Empty means DefaultSELinuxFile, or a selinuxfs in the mount table.
+	// It is a seam for tests; the agent command takes it from
+	// $CSIACTOR_SELINUX_FILE. A claim with selinux_context on a host
+	// without SELinux is refused.
+	SELinuxFile string
 }
 
 // APIConfig says where the agent serves its API.

@@ -139,6 +139,7 @@ func (p *pluginsAdapter) resolve(ctx context.Context, k targetKey) (csi.Client, 
 		facts.VolumeStats = fp.Node.GetVolumeStats
 		facts.NodeCondition = fp.Node.GetVolumeStats && fp.Node.VolumeCondition
 		facts.NodeHealth = fp.Node.GetVolumeHealth
+		facts.VolumeMountGroup = fp.Node.VolumeMountGroup
 	}
 	return t.Client, facts, nil
 }

@@ -695,13 +695,16 @@ func (r *Runtime) claimRequest(volumeID string, req ClaimRequest) (volume.ClaimR
 	if err := r.ready(); err != nil {
 		return volume.ClaimRequest{}, err
 	}
+	if err := r.checkSELinux(req); err != nil {
+		return volume.ClaimRequest{}, err
+	}
 	// Validate parsed these already; parse again for the typed values.
 	am, _ := csi.ParseAccessMode(req.AccessMode)
 	at, _ := csi.ParseAttachmentMode(req.AttachmentMode)
 	mode, _ := claim.ParseMode(req.Mode)
 	return volume.ClaimRequest{
 		VolumeID: volumeID, Alloc: req.Alloc, Mode: mode,
-		AccessMode: am, AttachmentMode: at,
+		AccessMode: am, AttachmentMode: at, Options: req.options(),
 	}, nil
 }
 

@@ -396,11 +396,8 @@ func (s VolumeSpec) validate() error {
 		if o.FSType != "" && !validFSType(o.FSType) {
 			return fieldErr("mount_options.fs_type", fmt.Sprintf("%q is not a file-system type name", o.FSType))
 		}
-		for i, f := range o.MountFlags {
-			// Never echo a flag: it may be a credential.
-			if f == "" || strings.ContainsRune(f, 0) {
-				return fieldErr(fmt.Sprintf("mount_options.mount_flags[%d]", i), "must be non-empty and without NUL bytes")
-			}
+		if err := validateMountFlags("mount_options.mount_flags", o.MountFlags); err != nil {
+			return err
 		}
 	}
 	for _, m := range []struct {
@@ -613,6 +610,13 @@ type Claim struct {
 	// ClaimDegraded while Repair is set; a claim with a condition is never
 	// in state published.
 	Condition string `json:"condition,omitempty"`
+	// ReadOnly, MountGroup and SELinuxContext are the claim's options
+	// as asked for; MountFlagCount how many mount flags of its own it has
+	// (the flags are never shown).
+	ReadOnly       bool   `json:"read_only,omitempty"`
+	MountFlagCount int    `json:"mount_flag_count,omitempty"`
+	MountGroup     *int64 `json:"mount_group,omitempty"`
+	SELinuxContext string `json:"selinux_context,omitempty"`
 }
 
 // Claim conditions: ClaimRepairing and ClaimDegraded are set while a
@@ -633,6 +637,10 @@ const (
 
 // ClaimRequest is the body of a claim request
 // (POST /v1/volumes/{id}/claims).
+//
+// MountFlags are input only, as a volume's: String, GoString and
+// MarshalJSON show how many there are (mount_flag_count), never the
+// flags. [ClaimRequest.RequestJSON] writes the full body for sending.
 type ClaimRequest struct {
 	Alloc          string `json:"alloc"`
 	Mode           string `json:"mode"`
@@ -645,6 +653,18 @@ type ClaimRequest struct {
 	// on a registered volume that is not ephemeral it is ErrConflict. Not
 	// available in cluster mode (ErrInvalid). See [EphemeralSpec].
 	Ephemeral *EphemeralSpec `json:"ephemeral,omitempty"`
+	// ReadOnly publishes the volume read-only, whatever the mode and
+	// access mode. It is part of the claim's identity.
+	ReadOnly bool `json:"read_only,omitempty"`
+	// MountFlags are added to the volume's for this claim's publish
+	// (file-system claims only).
+	MountFlags []string `json:"mount_flags,omitempty"`
+	// MountGroup is a gid the published volume is made writable by
+	// (Kubernetes' fsGroup); nil for none.
+	MountGroup *int64 `json:"mount_group,omitempty"`
+	// SELinuxContext mounts the volume with context="..." (one per
+	// volume on a host); a host without SELinux refuses it.
+	SELinuxContext string `json:"selinux_context,omitempty"`
 }
 
 // Validate checks r; the error is a *FieldError naming the bad field.
@@ -674,7 +694,7 @@ func (r ClaimRequest) validate() error {
 	if r.Mode == ModeWrite && vc.AccessMode.ReadOnly() {
 		return fieldErr("mode", fmt.Sprintf("write is not allowed with access mode %s", vc.AccessMode))
 	}
-	return nil
+	return r.validateOptions(vc.AttachmentMode)
 }
 
 // VolumeFilter selects volumes in a list; empty fields match everything.

@@ -13,6 +13,8 @@ type Request struct {
 	// Capability is the access and attachment mode asked for; mount
 	// options come from the volume.
 	Capability csi.VolumeCapability
+	// Options are the claim's own publish options.
+	Options Options
 }
 
 // Validate checks the request's own fields, naming the bad one.
@@ -32,14 +34,15 @@ func (r Request) Validate() error {
 	if r.Mode == ModeWrite && r.Capability.AccessMode.ReadOnly() {
 		return kinderr.Errorf(ErrInvalid, "mode write is not allowed with access_mode %s", r.Capability.AccessMode)
 	}
-	return nil
+	return r.Options.validate(r.Capability.AttachmentMode)
 }
 
 // same reports whether c is the claim r asks for.
-func (r Request) same(c *persistence.Claim) bool {
+func (r Request) same(v *persistence.Volume, c *persistence.Claim) bool {
 	return c.Mode == string(r.Mode) &&
 		c.AccessMode == r.Capability.AccessMode.String() &&
-		c.AttachmentMode == r.Capability.AttachmentMode.String()
+		c.AttachmentMode == r.Capability.AttachmentMode.String() &&
+		r.Options.differ(optionsOf(v, c)) == ""
 }
 
 // Admit decides whether r may be reserved on v, by the access-mode table (one
@@ -72,8 +75,13 @@ func Admit(v *persistence.Volume, r Request) (int, error) {
 	}
 	if i := FindClaim(v.Claims, r.Alloc); i >= 0 {
 		c := &v.Claims[i]
-		if r.same(c) {
+		if r.same(v, c) {
 			return i, nil
+		}
+		if d := r.Options.differ(optionsOf(v, c)); d != "" && c.Mode == string(r.Mode) &&
+			c.AccessMode == r.Capability.AccessMode.String() && c.AttachmentMode == r.Capability.AttachmentMode.String() {
+			return -1, kinderr.Errorf(ErrConflict,
+				"alloc %q already holds a %s claim on volume %q with other options: %s", r.Alloc, c.Mode, v.ID, d)
 		}
 		return -1, kinderr.Errorf(ErrConflict,
 			"alloc %q already holds a %s claim with %s/%s on volume %q", r.Alloc, c.Mode, c.AccessMode, c.AttachmentMode, v.ID)
@@ -89,6 +97,9 @@ func Admit(v *persistence.Volume, r Request) (int, error) {
 		if c.AccessMode != r.Capability.AccessMode.String() || c.AttachmentMode != r.Capability.AttachmentMode.String() {
 			return kinderr.Errorf(ErrConflict,
 				"volume %q is claimed with %s/%s by alloc %q", v.ID, c.AccessMode, c.AttachmentMode, c.Alloc)
+		}
+		if err := admitOptions(v, r, c); err != nil {
+			return err
 		}
 		if c.Mode == string(ModeWrite) {
 			writers++

@@ -35,6 +35,7 @@ func Reserve(v *persistence.Volume, r Request, f Facts, dataDir string, now time
 		CreatedAt:          now,
 		UpdatedAt:          now,
 	}
+	setOptions(v, &c, r.Options)
 	if f.StageUnstage {
 		c.StagingPath = StagingPath(dataDir, v.Plugin, v.ID, usage)
 		if len(v.Stagings) > 0 {
@@ -411,10 +412,16 @@ func stepFor(v *persistence.Volume, c *persistence.Claim, m Method) Step {
 	case ControllerPublish:
 		s.Readonly = capab.AccessMode.ReadOnly()
 	case NodePublish:
-		s.Readonly = c.Mode == string(ModeRead) || capab.AccessMode.ReadOnly()
+		s.Readonly = c.Mode == string(ModeRead) || capab.AccessMode.ReadOnly() || c.ReadOnly
 		s.PublishContext = v.PublishContext
+		s.Capability = withFlags(capab, optionsOf(v, c).MountFlags...)
+		s.MountGroup = c.MountGroup
 	case NodeStage:
 		s.PublishContext = v.PublishContext
+		s.MountGroup = c.MountGroup
+	}
+	if c.SELinuxContext != "" && (m == NodeStage || m == NodePublish) {
+		s.Capability = withFlags(s.Capability, SELinuxMountFlag(c.SELinuxContext))
 	}
 	return s
 }

@@ -77,41 +77,41 @@ func TestAdmit_Cases(t *testing.T) {
 		want  error
 	}{
 		{"first claim", func() *persistence.Volume { return vol(snw) },
-			Request{"a", ModeWrite, snw}, -1, nil},
+			Request{Alloc: "a", Mode: ModeWrite, Capability: snw}, -1, nil},
 		{"repeat is idempotent", func() *persistence.Volume {
 			v := vol(snw)
 			v.Claims = []persistence.Claim{claimOf("a", ModeWrite, snw, StateStaged)}
 			return v
-		}, Request{"a", ModeWrite, snw}, 0, nil},
+		}, Request{Alloc: "a", Mode: ModeWrite, Capability: snw}, 0, nil},
 		{"same alloc other mode", func() *persistence.Volume {
 			v := vol(snw)
 			v.Claims = []persistence.Claim{claimOf("a", ModeWrite, snw, StatePublished)}
 			return v
-		}, Request{"a", ModeRead, snw}, -1, ErrConflict},
+		}, Request{Alloc: "a", Mode: ModeRead, Capability: snw}, -1, ErrConflict},
 		{"capability the volume lacks", func() *persistence.Volume { return vol(snw) },
-			Request{"a", ModeWrite, mnmw}, -1, ErrInvalid},
+			Request{Alloc: "a", Mode: ModeWrite, Capability: mnmw}, -1, ErrInvalid},
 		{"other capability held", func() *persistence.Volume {
 			v := vol(snw, mnmw)
 			v.Claims = []persistence.Claim{claimOf("a", ModeWrite, mnmw, StatePublished)}
 			return v
-		}, Request{"b", ModeWrite, snw}, -1, ErrConflict},
+		}, Request{Alloc: "b", Mode: ModeWrite, Capability: snw}, -1, ErrConflict},
 		{"released writer still published holds", func() *persistence.Volume {
 			v := vol(snw)
 			v.PastClaims = []persistence.Claim{claimOf("a", ModeWrite, snw, StateTaken)}
 			return v
-		}, Request{"b", ModeWrite, snw}, -1, ErrClaimLimit},
+		}, Request{Alloc: "b", Mode: ModeWrite, Capability: snw}, -1, ErrClaimLimit},
 		{"detached past claim does not hold", func() *persistence.Volume {
 			v := vol(snw)
 			v.PastClaims = []persistence.Claim{claimOf("a", ModeWrite, snw, StateNodeDetached)}
 			return v
-		}, Request{"b", ModeWrite, snw}, -1, nil},
+		}, Request{Alloc: "b", Mode: ModeWrite, Capability: snw}, -1, nil},
 		{"same alloc being released", func() *persistence.Volume {
 			v := vol(snw)
 			v.PastClaims = []persistence.Claim{claimOf("a", ModeWrite, snw, StateControllerDetached)}
 			return v
-		}, Request{"a", ModeWrite, snw}, -1, ErrInUse},
+		}, Request{Alloc: "a", Mode: ModeWrite, Capability: snw}, -1, ErrInUse},
 		{"write on reader-only", func() *persistence.Volume { return vol(fsCap(csi.AccessModeMultiNodeReaderOnly)) },
-			Request{"a", ModeWrite, fsCap(csi.AccessModeMultiNodeReaderOnly)}, -1, ErrInvalid},
+			Request{Alloc: "a", Mode: ModeWrite, Capability: fsCap(csi.AccessModeMultiNodeReaderOnly)}, -1, ErrInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -162,7 +162,7 @@ func TestSteps_FullLifecycle(t *testing.T) {
 	snw := fsCap(csi.AccessModeSingleNodeWriter)
 	v := vol(snw)
 	f := Facts{NodeID: "n1", ControllerRequired: true, StageUnstage: true}
-	c := Reserve(v, Request{"a", ModeWrite, snw}, f, "/d", now)
+	c := Reserve(v, Request{Alloc: "a", Mode: ModeWrite, Capability: snw}, f, "/d", now)
 	if c.State != StateReserved || c.NodeID != "n1" || !c.ControllerRequired || c.StagingPath == "" {
 		t.Fatalf("reserved %+v", c)
 	}
@@ -197,9 +197,9 @@ func TestSteps_SharedStagingAndController(t *testing.T) {
 	mnmw := fsCap(csi.AccessModeMultiNodeMultiWriter)
 	v := vol(mnmw)
 	f := Facts{NodeID: "n1", ControllerRequired: true, StageUnstage: true}
-	Reserve(v, Request{"a", ModeWrite, mnmw}, f, "/d", now)
+	Reserve(v, Request{Alloc: "a", Mode: ModeWrite, Capability: mnmw}, f, "/d", now)
 	publishAll(t, v, "a")
-	Reserve(v, Request{"b", ModeWrite, mnmw}, f, "/d", now)
+	Reserve(v, Request{Alloc: "b", Mode: ModeWrite, Capability: mnmw}, f, "/d", now)
 	if got := publishAll(t, v, "b"); !slices.Equal(got, []Method{NodePublish}) {
 		t.Errorf("second claim on a staged, controller-published volume ran %v", got)
 	}
@@ -225,7 +225,7 @@ func TestSteps_ClaimDuringUnstageStagesAgain(t *testing.T) {
 	mnmw := fsCap(csi.AccessModeMultiNodeMultiWriter)
 	v := vol(mnmw)
 	f := Facts{NodeID: "n1", ControllerRequired: true, StageUnstage: true}
-	Reserve(v, Request{"a", ModeWrite, mnmw}, f, "/d", now)
+	Reserve(v, Request{Alloc: "a", Mode: ModeWrite, Capability: mnmw}, f, "/d", now)
 	publishAll(t, v, "a")
 	Retire(v, "a", "", now)
 	s, _, _ := AdvanceRelease(v, "a", now)
@@ -238,7 +238,7 @@ func TestSteps_ClaimDuringUnstageStagesAgain(t *testing.T) {
 		t.Fatalf("staging still recorded as staged while its unstage runs: %+v", v.Stagings)
 	}
 	// b is reserved while the unstage is in flight, then the unstage ends.
-	Reserve(v, Request{"b", ModeWrite, mnmw}, f, "/d", now)
+	Reserve(v, Request{Alloc: "b", Mode: ModeWrite, Capability: mnmw}, f, "/d", now)
 	ApplyRelease(v, unstage, now)
 	if got := releaseAll(t, v, "a"); len(got) != 0 {
 		t.Errorf("a's release ran %v after b joined, want nothing more (b needs the attachment)", got)
@@ -254,7 +254,7 @@ func TestSteps_ClaimDuringUnstageStagesAgain(t *testing.T) {
 	if s, _, _ = AdvanceRelease(v, "b", now); s.Method != NodeUnstage {
 		t.Fatalf("step %v, want NodeUnstage", s.Method)
 	}
-	Reserve(v, Request{"c", ModeWrite, mnmw}, f, "/d", now)
+	Reserve(v, Request{Alloc: "c", Mode: ModeWrite, Capability: mnmw}, f, "/d", now)
 	if got := releaseAll(t, v, "b"); len(got) != 0 {
 		t.Errorf("b's release ran %v after c joined, want nothing more", got)
 	}
@@ -270,7 +270,7 @@ func TestSteps_ClaimAfterUncertainControllerUnpublishPublishesAgain(t *testing.T
 	mnmw := fsCap(csi.AccessModeMultiNodeMultiWriter)
 	v := vol(mnmw)
 	f := Facts{NodeID: "n1", ControllerRequired: true, StageUnstage: true}
-	Reserve(v, Request{"a", ModeWrite, mnmw}, f, "/d", now)
+	Reserve(v, Request{Alloc: "a", Mode: ModeWrite, Capability: mnmw}, f, "/d", now)
 	publishAll(t, v, "a")
 	Retire(v, "a", "", now)
 	var s Step
@@ -293,7 +293,7 @@ func TestSteps_ClaimAfterUncertainControllerUnpublishPublishesAgain(t *testing.T
 	}
 	// Before the retry, b claims: it publishes again, and a's teardown
 	// leaves the attachment to b.
-	Reserve(v, Request{"b", ModeWrite, mnmw}, f, "/d", now)
+	Reserve(v, Request{Alloc: "b", Mode: ModeWrite, Capability: mnmw}, f, "/d", now)
 	if got := publishAll(t, v, "b"); !slices.Equal(got, []Method{ControllerPublish, NodeStage, NodePublish}) {
 		t.Errorf("claim after an uncertain ControllerUnpublish ran %v", got)
 	}
@@ -306,7 +306,7 @@ func TestSteps_ClaimAfterUncertainControllerUnpublishPublishesAgain(t *testing.T
 	// Not controller-required, yet published (another claim's facts): the
 	// uncertain unpublish is still retried until it succeeds.
 	w := vol(mnmw)
-	Reserve(w, Request{"a", ModeWrite, mnmw}, Facts{NodeID: "n1", StageUnstage: true}, "/d", now)
+	Reserve(w, Request{Alloc: "a", Mode: ModeWrite, Capability: mnmw}, Facts{NodeID: "n1", StageUnstage: true}, "/d", now)
 	publishAll(t, w, "a")
 	w.ControllerPublished = true
 	Retire(w, "a", "", now)
@@ -324,7 +324,7 @@ func TestSteps_ClaimAfterUncertainControllerUnpublishPublishesAgain(t *testing.T
 func TestSteps_NoStagingNoController(t *testing.T) {
 	snw := fsCap(csi.AccessModeSingleNodeWriter)
 	v := vol(snw)
-	c := Reserve(v, Request{"a", ModeWrite, snw}, Facts{NodeID: "n1"}, "/d", now)
+	c := Reserve(v, Request{Alloc: "a", Mode: ModeWrite, Capability: snw}, Facts{NodeID: "n1"}, "/d", now)
 	if c.StagingPath != "" || len(v.Stagings) != 0 {
 		t.Errorf("staging without STAGE_UNSTAGE: %+v", v)
 	}
@@ -342,7 +342,7 @@ func TestSteps_FailedStageStillTornDown(t *testing.T) {
 	// unpublished, unstaged and controller-unpublished anyway.
 	snw := fsCap(csi.AccessModeSingleNodeWriter)
 	v := vol(snw)
-	Reserve(v, Request{"a", ModeWrite, snw}, Facts{NodeID: "n1", ControllerRequired: true, StageUnstage: true}, "/d", now)
+	Reserve(v, Request{Alloc: "a", Mode: ModeWrite, Capability: snw}, Facts{NodeID: "n1", ControllerRequired: true, StageUnstage: true}, "/d", now)
 	if s, _ := NextPublish(v, "a"); s.Method != ControllerPublish {
 		t.Fatalf("first step %s", s.Method)
 	}
@@ -384,7 +384,9 @@ func TestCloneVolume_PlansLeaveTheOriginal(t *testing.T) {
 		if alloc == "r" {
 			mode = ModeRead
 		}
-		step(func(c *persistence.Volume) { Reserve(c, Request{alloc, mode, mnmw}, f, "/d", now) })
+		step(func(c *persistence.Volume) {
+			Reserve(c, Request{Alloc: alloc, Mode: mode, Capability: mnmw}, f, "/d", now)
+		})
 		for {
 			s, ok := NextPublish(v, alloc)
 			if !ok {
@@ -431,8 +433,8 @@ func TestReserve_OneStagingPerVolume(t *testing.T) {
 	mnmw := fsCap(csi.AccessModeMultiNodeMultiWriter)
 	v := vol(mnmw)
 	f := Facts{NodeID: "n1", StageUnstage: true}
-	w := Reserve(v, Request{"w", ModeWrite, mnmw}, f, "/d", now)
-	r := Reserve(v, Request{"r", ModeRead, mnmw}, f, "/d", now)
+	w := Reserve(v, Request{Alloc: "w", Mode: ModeWrite, Capability: mnmw}, f, "/d", now)
+	r := Reserve(v, Request{Alloc: "r", Mode: ModeRead, Capability: mnmw}, f, "/d", now)
 	if w.Usage == r.Usage || w.TargetPath == r.TargetPath {
 		t.Fatalf("read and write claims share a usage or target: %+v %+v", w, r)
 	}
@@ -468,16 +470,16 @@ func TestAdmit_Messages(t *testing.T) {
 		is   []error
 		want string
 	}{
-		{"single writer", held(snw, claimOf("web1", ModeWrite, snw)), Request{"web2", ModeRead, snw},
+		{"single writer", held(snw, claimOf("web1", ModeWrite, snw)), Request{Alloc: "web2", Mode: ModeRead, Capability: snw},
 			[]error{ErrClaimLimit, ErrConflict},
 			`access mode single-node-writer allows one claim and alloc "web1" holds it`},
-		{"single reader", held(snro, claimOf("r1", ModeRead, snro)), Request{"r2", ModeRead, snro},
+		{"single reader", held(snro, claimOf("r1", ModeRead, snro)), Request{Alloc: "r2", Mode: ModeRead, Capability: snro},
 			[]error{ErrClaimLimit, ErrConflict},
 			`access mode single-node-reader-only allows one reader and alloc "r1" holds it`},
-		{"one writer of many", held(mnsw, claimOf("r1", ModeRead, mnsw), claimOf("w1", ModeWrite, mnsw)), Request{"w2", ModeWrite, mnsw},
+		{"one writer of many", held(mnsw, claimOf("r1", ModeRead, mnsw), claimOf("w1", ModeWrite, mnsw)), Request{Alloc: "w2", Mode: ModeWrite, Capability: mnsw},
 			[]error{ErrClaimLimit, ErrConflict},
 			`access mode multi-node-single-writer allows one writer and alloc "w1" holds it`},
-		{"other mode held", held(snw, claimOf("web1", ModeWrite, snw)), Request{"web1", ModeRead, snw},
+		{"other mode held", held(snw, claimOf("web1", ModeWrite, snw)), Request{Alloc: "web1", Mode: ModeRead, Capability: snw},
 			[]error{ErrConflict},
 			`alloc "web1" already holds a write claim with single-node-writer/file-system on volume "data"`},
 	}

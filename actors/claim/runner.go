@@ -116,7 +116,12 @@ func (r *Runner) holding(ctx context.Context, plugin string, fn func() Result) R
 
 // call is Do for a caller that holds a place.
 func (r *Runner) call(ctx context.Context, plugin string, typ PluginType, kind csi.RPCKind, fn func(context.Context, csi.Client) error) Result {
-	client, _, err := r.plugins.Client(ctx, plugin, typ)
+	return r.callFacts(ctx, plugin, typ, kind, func(ctx context.Context, c csi.Client, _ Facts) error { return fn(ctx, c) })
+}
+
+// callFacts is call for a function that needs the plugin's facts too.
+func (r *Runner) callFacts(ctx context.Context, plugin string, typ PluginType, kind csi.RPCKind, fn func(context.Context, csi.Client, Facts) error) Result {
+	client, facts, err := r.plugins.Client(ctx, plugin, typ)
 	if err != nil {
 		return Result{Err: kinderr.Errorf(ErrPluginUnavailable, "%w", err), Outcome: csi.Retry, Unavailable: true}
 	}
@@ -124,7 +129,7 @@ func (r *Runner) call(ctx context.Context, plugin string, typ PluginType, kind c
 		r.inflight.Inc()
 		defer r.inflight.Dec()
 	}
-	err = fn(ctx, client)
+	err = fn(ctx, client, facts)
 	return Result{Err: err, Outcome: csi.Classify(kind, err)}
 }
 
@@ -174,7 +179,13 @@ func (r *Runner) step(ctx context.Context, s Step) Result {
 		ctx = secretfile.WithRef(ctx, s.SecretsFrom)
 	}
 	ctx = WithStep(ctx, s)
-	res := r.call(ctx, s.Plugin, s.Method.PluginType(), s.Method.Kind(), func(ctx context.Context, c csi.Client) error {
+	res := r.callFacts(ctx, s.Plugin, s.Method.PluginType(), s.Method.Kind(), func(ctx context.Context, c csi.Client, f Facts) error {
+		// A mount group goes to a plugin with VOLUME_MOUNT_GROUP;
+		// otherwise the agent applies it after NodePublishVolume.
+		ownGroup := s.MountGroup != "" && !f.VolumeMountGroup
+		if s.MountGroup != "" && f.VolumeMountGroup {
+			s.Capability = withMountGroup(s.Capability, s.MountGroup)
+		}
 		switch s.Method {
 		case ControllerPublish:
 			resp, err := c.ControllerPublishVolume(ctx, &csipb.ControllerPublishVolumeRequest{
@@ -205,7 +216,7 @@ func (r *Runner) step(ctx context.Context, s Step) Result {
 			if err := mkdirAll(filepath.Dir(s.TargetPath)); err != nil {
 				return fmt.Errorf("create target parent directory: %w", err)
 			}
-			return c.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
+			err := c.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
 				VolumeId:          s.ExternalID,
 				PublishContext:    s.PublishContext,
 				StagingTargetPath: s.StagingPath,
@@ -215,6 +226,10 @@ func (r *Runner) step(ctx context.Context, s Step) Result {
 				Secrets:           s.Secrets,
 				VolumeContext:     s.VolumeContext,
 			})
+			if err == nil && ownGroup {
+				err = applyClaimGroup(s)
+			}
+			return err
 		case NodeUnpublish:
 			return c.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{
 				VolumeId:   s.ExternalID,

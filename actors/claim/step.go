@@ -68,6 +68,9 @@ type Facts struct {
 	// LIST_SNAPSHOTS.
 	CreateDeleteSnapshot bool
 	ListSnapshots        bool
+	// VolumeMountGroup: the node plugin has VOLUME_MOUNT_GROUP (a claim's
+	// mount group goes to it as volume_mount_group).
+	VolumeMountGroup bool
 }
 
 // Plugins gives a claim the CSI client of a plugin's current singleton.
@@ -180,6 +183,11 @@ type Step struct {
 	// SecretsFrom, when set, is where Secrets are read just before the
 	// RPC (see internal/secretfile).
 	SecretsFrom string
+	// MountGroup is the claim's mount group (a decimal gid), empty for
+	// none: the runner passes it as volume_mount_group when the node
+	// plugin has VOLUME_MOUNT_GROUP, else applies it to the published
+	// target itself (ApplyGroup).
+	MountGroup string
 }
 
 // String names the RPC, the volume and the allocation; it never shows

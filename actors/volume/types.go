@@ -145,6 +145,9 @@ type ClaimRequest struct {
 	// capabilities.
 	AccessMode     csi.AccessMode
 	AttachmentMode csi.AttachmentMode
+	// Options are the claim's own publish options (read-only, mount
+	// flags, mount group, SELinux context).
+	Options claim.Options
 }
 
 func (r ClaimRequest) claim() claim.Request {
@@ -154,6 +157,7 @@ func (r ClaimRequest) claim() claim.Request {
 		Capability: csi.VolumeCapability{
 			AccessMode: r.AccessMode, AttachmentMode: r.AttachmentMode,
 		},
+		Options: r.Options,
 	}
 }
 

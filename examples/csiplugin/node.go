@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -29,6 +31,7 @@ func (s *nodeServer) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabili
 		csipb.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 		csipb.NodeServiceCapability_RPC_EXPAND_VOLUME,
 		csipb.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
+		csipb.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP,
 	} {
 		caps = append(caps, &csipb.NodeServiceCapability{
 			Type: &csipb.NodeServiceCapability_Rpc{Rpc: &csipb.NodeServiceCapability_RPC{Type: t}},
@@ -76,7 +79,10 @@ func (s *nodeServer) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolu
 		MountFlags: flags,
 		Readonly:   pub.Readonly,
 	}
-	return reply(&csipb.NodeStageVolumeResponse{}, p.attachLocked(stagingRole, v, staging, att))
+	if err := p.attachLocked(stagingRole, v, staging, att); err != nil {
+		return nil, err
+	}
+	return reply(&csipb.NodeStageVolumeResponse{}, applyMountGroup(p.volDir(v.ID), req.GetVolumeCapability()))
 }
 
 // NodeUnstageVolume undoes NodeStageVolume. It leaves the staging
@@ -115,7 +121,10 @@ func (s *nodeServer) NodePublishVolume(_ context.Context, req *csipb.NodePublish
 		flags |= syscall.MS_RDONLY
 	}
 	att := attachment{AccessMode: mode, MountFlags: flags, Readonly: ro, StagingPath: staging}
-	return reply(&csipb.NodePublishVolumeResponse{}, p.attachLocked(targetRole, v, target, att))
+	if err := p.attachLocked(targetRole, v, target, att); err != nil {
+		return nil, err
+	}
+	return reply(&csipb.NodePublishVolumeResponse{}, applyMountGroup(p.volDir(v.ID), req.GetVolumeCapability()))
 }
 
 // NodeUnpublishVolume unmounts and removes the target path. A target this
@@ -164,6 +173,32 @@ func (p *Plugin) userLocked(r pathRole, path string) string {
 		}
 	}
 	return ""
+}
+
+// applyMountGroup gives the volume directory dir (what the staging and
+// target paths show) the capability's volume_mount_group, if any, with
+// group read-write-execute and the setgid bit (VOLUME_MOUNT_GROUP). Only
+// the directory itself: files made in it inherit the group.
+func applyMountGroup(dir string, vc *csipb.VolumeCapability) error {
+	g := vc.GetMount().GetVolumeMountGroup()
+	if g == "" {
+		return nil
+	}
+	gid, err := strconv.ParseUint(g, 10, 32)
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "volume_capability.mount.volume_mount_group %q is not a gid", g)
+	}
+	if err := os.Chown(dir, -1, int(gid)); err != nil {
+		return status.Errorf(codes.Internal, "volume_mount_group: %s", err.Error())
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return status.Errorf(codes.Internal, "volume_mount_group: %s", err.Error())
+	}
+	if err := os.Chmod(dir, fi.Mode()&(fs.ModePerm|fs.ModeSticky)|0o070|fs.ModeSetgid); err != nil {
+		return status.Errorf(codes.Internal, "volume_mount_group: %s", err.Error())
+	}
+	return nil
 }
 
 // reply is resp, or nil and err when err is set: gRPC handlers return no

@@ -152,6 +152,9 @@ type Config struct {
 	// target_path to exist, as the spec says the CO ensures. Without it the
 	// fake creates what is missing.
 	CheckPaths bool
+	// VolumeMountGroup: VOLUME_MOUNT_GROUP node capability (the fake
+	// only records volume_mount_group; see LastRequest).
+	VolumeMountGroup bool
 }
 
 // Defaults used for empty Config fields.

@@ -365,6 +365,9 @@ func (s *server) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilities
 	if s.p.cfg.NodeExpand {
 		resp.Capabilities = append(resp.Capabilities, nodeRPC(csipb.NodeServiceCapability_RPC_EXPAND_VOLUME))
 	}
+	if s.p.cfg.VolumeMountGroup {
+		resp.Capabilities = append(resp.Capabilities, nodeRPC(csipb.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP))
+	}
 	resp.Capabilities = append(resp.Capabilities, s.p.cfg.nodeHealthCaps()...)
 	return resp, nil
 }

@@ -104,6 +104,11 @@ func (a *dockerAgent) Shutdown(ctx context.Context) error {
 // simulate a reboot by changing the file's content.
 const BootIDFileEnv = "CSIACTOR_BOOT_ID_FILE"
 
+// SELinuxFileEnv names an environment variable that, when set, is the file
+// whose existence says the host has SELinux, instead of
+// /sys/fs/selinux/enforce (or a selinuxfs mount). It is a test seam.
+const SELinuxFileEnv = "CSIACTOR_SELINUX_FILE"
+
 // DevAllocationID is the ID (and plugin name) of the example plugin's
 // allocation under -dev.
 const DevAllocationID = "example"
@@ -199,6 +204,9 @@ the agent exits. It prints the CSIACTOR_ADDR to use.`,
 				}
 				if f := e.getenv(BootIDFileEnv); f != "" {
 					cfg.Host.BootIDFile = f
+				}
+				if f := e.getenv(SELinuxFileEnv); f != "" {
+					cfg.Host.SELinuxFile = f
 				}
 				var tempDir string
 				if *dev {

@@ -24,6 +24,8 @@ var (
 		"ephemeral.parameters": "-ephemeral-parameter", "ephemeral.capability": "-ephemeral-fs-type/-ephemeral-mount-flag",
 		"ephemeral.capability.fs_type": "-ephemeral-fs-type", "ephemeral.capability.mount_flags": "-ephemeral-mount-flag",
 		"ephemeral.capability.access_mode": "-access-mode", "ephemeral.capability.attachment_mode": "-attachment-mode",
+		"read_only": "-read-only", "mount_flags": "-mount-flag", "mount_group": "-mount-group",
+		"selinux_context": "-selinux-context",
 	}
 	volumeFlagNames = flagNames{
 		"id": "ID", "plugin": "-plugin", "external_id": "-external-id",

@@ -32,6 +32,14 @@ agent goes on with the claim (as it does when the command is interrupted);
 follow it with "csiactor volume status VOLUME" or give it up with
 "csiactor volume release -alloc ALLOC VOLUME".
 
+-read-only publishes the volume read-only whatever the mode and access
+mode; -mount-flag (repeatable) adds mount flags to the volume's for this
+claim (never shown); -mount-group GID makes the published volume group
+GID with the setgid bit (through the plugin's VOLUME_MOUNT_GROUP, else by
+the agent); -selinux-context mounts it with context="..." (hosts with
+SELinux only). These options are part of the claim: claiming again with
+other ones is a conflict.
+
 With -ephemeral PLUGIN, a VOLUME that is not registered is created first
 through PLUGIN's controller as an ephemeral volume (of -ephemeral-capacity,
 with the -ephemeral-parameter, -ephemeral-fs-type and -ephemeral-mount-flag
@@ -42,6 +50,8 @@ is not ephemeral the agent refuses it (409). Not with -wait.
 
 Example:
   csiactor volume claim -alloc web-1 -mode write -access-mode single-node-writer data1
+  csiactor volume claim -alloc web-2 -mode write -access-mode single-node-writer \
+    -read-only -mount-flag noexec -mount-group 1000 data2
   csiactor volume claim -alloc job-7 -mode write -access-mode single-node-writer \
     -ephemeral hostpath.csi.k8s.io -ephemeral-capacity 1GiB scratch-job-7`,
 	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
@@ -58,6 +68,11 @@ Example:
 		ephFSType := fs.String("ephemeral-fs-type", "", "file-system `type` of the ephemeral volume, like ext4")
 		var ephMountFlags listFlag
 		fs.Var(&ephMountFlags, "ephemeral-mount-flag", "mount `flag` of the ephemeral volume (repeatable; never shown)")
+		readOnly := fs.Bool("read-only", false, "publish the volume read-only")
+		var mountFlags listFlag
+		fs.Var(&mountFlags, "mount-flag", "mount `flag` added to the volume's for this claim (repeatable; never shown)")
+		mountGroup := fs.Int64("mount-group", -1, "`gid` the published volume is given (group and setgid); -1 for none")
+		selinux := fs.String("selinux-context", "", "SELinux `context` to mount the volume with")
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
 			if err := wantArgs(args, "VOLUME"); err != nil {
 				return err
@@ -73,7 +88,13 @@ Example:
 			if err := checkID("VOLUME", args[0]); err != nil {
 				return err
 			}
-			req := runtime.ClaimRequest{Alloc: *alloc, Mode: *mode, AccessMode: *access, AttachmentMode: *attach}
+			req := runtime.ClaimRequest{
+				Alloc: *alloc, Mode: *mode, AccessMode: *access, AttachmentMode: *attach,
+				ReadOnly: *readOnly, MountFlags: mountFlags, SELinuxContext: *selinux,
+			}
+			if *mountGroup != -1 {
+				req.MountGroup = mountGroup
+			}
 			switch {
 			case *ephPlugin != "" && *wait != "":
 				return usagef("-wait is not available with -ephemeral")
