@@ -48,7 +48,8 @@ const volumeCodecShape = "Volume{ID string; Plugin string; ExternalID string; " 
 	"Stagings []Staging{Usage string; Path string; Users []string; Staged bool; Mounted bool; Lost bool}; " +
 	"Revision uint64; CreatedAt time.Time; UpdatedAt time.Time; " +
 	"Expansion *Expansion{CapacityBytes int64; Controller bool; NodeCapable bool; Node bool; LastError string; Attempts int; NodeOffline bool}; " +
-	"AccessibleTopology []map[string]string; NodeExpandPending int64}"
+	"AccessibleTopology []map[string]string; NodeExpandPending int64; " +
+	"MutableParameters map[string]string; Modifying map[string]string}"
 
 // volumeCodecCovers reports whether the binary codec covers every field of
 // Volume as compiled.
@@ -163,7 +164,9 @@ func appendVolume(dst []byte, v *Volume) []byte {
 	for _, t := range v.AccessibleTopology {
 		dst = appendMap(dst, t)
 	}
-	return binary.AppendVarint(dst, v.NodeExpandPending)
+	dst = binary.AppendVarint(dst, v.NodeExpandPending)
+	dst = appendMap(dst, v.MutableParameters)
+	return appendMap(dst, v.Modifying)
 }
 
 func appendClaims(dst []byte, cs []Claim) []byte {
@@ -468,5 +471,7 @@ func decodeVolumeBinary(data []byte, v *Volume) error {
 		}
 	}
 	v.NodeExpandPending = r.varint("node_expand_pending")
+	v.MutableParameters = r.stringMap("mutable_parameters")
+	v.Modifying = r.stringMap("modifying")
 	return err
 }

@@ -95,6 +95,15 @@ type Volume struct {
 	// that could not run then (no published claim, or a node plugin that
 	// expands only offline). The next publish runs it; 0 for none.
 	NodeExpandPending int64 `json:"node_expand_pending,omitempty"`
+	// MutableParameters are the mutable parameters ControllerModifyVolume
+	// applied to the volume, each modification merged into the ones
+	// before; empty when it was never modified.
+	MutableParameters map[string]string `json:"mutable_parameters,omitempty"`
+	// Modifying is the modification in progress: the mutable parameters
+	// asked for, recorded before the first ControllerModifyVolume and
+	// removed (merged into MutableParameters) when it is done, or when it
+	// has failed for good; empty when none.
+	Modifying map[string]string `json:"modifying,omitempty"`
 }
 
 // Expansion is a volume's expansion in progress, as its steps left it.

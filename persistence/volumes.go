@@ -18,10 +18,11 @@ const forEachChunk = 256
 
 // Active reports whether v has anything the agent must track or finish
 // after a restart: a claim, a past claim, a staging that is staged or has
-// users, a controller publish, or an expansion in progress. ActiveVolumes returns exactly the stored
-// volumes for which it is true.
+// users, a controller publish, or an expansion or modification in
+// progress. ActiveVolumes returns exactly the stored volumes for which it
+// is true.
 func (v *Volume) Active() bool {
-	if len(v.Claims) > 0 || len(v.PastClaims) > 0 || v.ControllerPublished || v.Expansion != nil {
+	if len(v.Claims) > 0 || len(v.PastClaims) > 0 || v.ControllerPublished || v.Expansion != nil || len(v.Modifying) > 0 {
 		return true
 	}
 	for _, st := range v.Stagings {

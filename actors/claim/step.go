@@ -68,6 +68,9 @@ type Facts struct {
 	// LIST_SNAPSHOTS.
 	CreateDeleteSnapshot bool
 	ListSnapshots        bool
+	// ControllerModify: the controller (when the type asked for is the
+	// controller) has MODIFY_VOLUME.
+	ControllerModify bool
 }
 
 // Plugins gives a claim the CSI client of a plugin's current singleton.

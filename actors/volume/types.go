@@ -58,6 +58,10 @@ type Spec struct {
 	// CapacityBytes as the volume's capacity); Create learns it from the
 	// plugin, and Register ignores it.
 	AccessibleTopology []map[string]string
+	// MutableParameters are what ControllerModifyVolume applied to the
+	// volume on some host of the cluster. Only Mirror takes it, merged
+	// into the volume's; Modify changes them, Register ignores them.
+	MutableParameters map[string]string
 }
 
 func (s Spec) validate(create bool) error {
@@ -217,6 +221,11 @@ type Volume struct {
 	// before the first poll, or when the plugin reports neither.
 	Usage     *Usage     `json:"usage,omitempty"`
 	Condition *Condition `json:"condition,omitempty"`
+	// MutableParameters are the mutable parameters ControllerModifyVolume
+	// applied, merged; Modifying are those of the modification in
+	// progress (none when empty).
+	MutableParameters map[string]string `json:"mutable_parameters,omitempty"`
+	Modifying         map[string]string `json:"modifying,omitempty"`
 }
 
 // Claim is a current or past claim's status: its record (which holds no
@@ -275,6 +284,8 @@ func viewOf(v *persistence.Volume) Volume {
 		CreatedAt:           v.CreatedAt,
 		UpdatedAt:           v.UpdatedAt,
 		Expansion:           expansionOf(v.Expansion),
+		MutableParameters:   maps.Clone(v.MutableParameters),
+		Modifying:           maps.Clone(v.Modifying),
 	}
 	if mo := v.MountOptions; mo != nil && (mo.FSType != "" || len(mo.MountFlags) > 0) {
 		out.MountOptions = RedactMountOptions(mo)
