@@ -143,6 +143,7 @@ func volumeFromManager(v volume.Volume) Volume {
 		Claims: make([]Claim, 0, len(v.Claims)), PastClaims: make([]Claim, 0, len(v.PastClaims)),
 		Expansion: v.Expansion, AccessibleTopology: v.AccessibleTopology,
 		Usage: v.Usage, Condition: v.Condition,
+		MutableParameters: v.MutableParameters, Modifying: v.Modifying,
 	}
 	for _, c := range v.Capabilities {
 		out.Capabilities = append(out.Capabilities, Capability(c))

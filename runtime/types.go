@@ -533,6 +533,12 @@ type Volume struct {
 	// last claim is released, or when the plugin reports neither.
 	Usage     *VolumeUsage     `json:"usage,omitempty"`
 	Condition *VolumeCondition `json:"condition,omitempty"`
+	// MutableParameters are the mutable parameters the plugin applied
+	// (ControllerModifyVolume), every modification merged into the ones
+	// before; Modifying are those of the modification in progress. Both
+	// empty when none.
+	MutableParameters map[string]string `json:"mutable_parameters,omitempty"`
+	Modifying         map[string]string `json:"modifying,omitempty"`
 }
 
 // Claim is a current or past claim of a volume by one allocation.
