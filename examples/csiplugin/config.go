@@ -203,7 +203,8 @@ func (c Config) Validate() error {
 // RegisterFlags defines flags for c's fields on fs, with c's current values
 // as defaults: -endpoint, -state-dir, -node-id, -name,
 // -max-volumes-per-node, -zone, -capacity, -mount-mode, -lose-mounts-on-start
-// and -shared-dir. The logger is left to the caller.
+// -shared-dir and -accepted-mutable-parameter-names. The logger is left to
+// the caller.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Endpoint, "endpoint", c.Endpoint, "unix socket to serve: unix:///path or a path")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for the volumes and the state file")
