@@ -181,10 +181,7 @@ func (a *volumeActor) modifyRetryDue(ctx actor.Context, msg *modifyRetryDue) {
 	if msg.owner != a || a.modifying.retry == nil {
 		return
 	}
-	a.modifying.retry.Stop()
-	a.modifying.retry = nil
-	a.queue = append(a.queue, &modifyWork{})
-	a.settle(ctx)
+	a.retryNow(ctx, &a.modifying, &modifyWork{})
 }
 
 func (a *volumeActor) modificationFinished(ctx actor.Context, msg *modifyFinished) {

@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/csiactor/csiactor/internal/hostpath"
 	"github.com/csiactor/csiactor/internal/leakcheck"
 	"github.com/csiactor/csiactor/runtime"
 )
@@ -27,12 +26,7 @@ func modifyDriver(d driver) driver {
 		return d
 	}
 	d.allocation = func(h *host) string {
-		cmd := append(hostpath.Command(hostpath.Binary(h.t), "e2e-node", h.hostpathDir()),
-			"-enable-controller-modify-volume", "-accepted-mutable-parameter-names=iops")
-		for i, a := range cmd {
-			cmd[i] = fmt.Sprintf("%q", a)
-		}
-		return fmt.Sprintf("  - id: hostpath\n    plugin: %s\n    type: monolith\n    command: [%s]\n", hostpath.PluginName, strings.Join(cmd, ", "))
+		return h.hostpathAllocation("-enable-controller-modify-volume", "-accepted-mutable-parameter-names=iops")
 	}
 	return d
 }
