@@ -97,6 +97,10 @@ type ControllerRequest struct {
 	// requests compare their secrets instead.
 	Secrets       map[string]string `json:"secrets,omitempty"`
 	SecretsDigest string            `json:"secrets_digest,omitempty"`
+	// SecretsFrom, instead of Secrets, is the reference the caller read
+	// the secrets from (a volume's secrets_from): the leader reads it on
+	// its own host, so the values never go through etcd.
+	SecretsFrom string `json:"secrets_from,omitempty"`
 	// Attempt is new at every write of the request; the answer names it.
 	Attempt string    `json:"attempt"`
 	At      time.Time `json:"at"`
@@ -107,6 +111,9 @@ type ControllerRequest struct {
 // sameSecrets reports whether requests a and b carry the same secrets:
 // by digest where they have one, else by value.
 func sameSecrets(a, b *ControllerRequest) bool {
+	if a.SecretsFrom != b.SecretsFrom {
+		return false
+	}
 	if a.SecretsDigest != "" || b.SecretsDigest != "" {
 		return a.SecretsDigest == b.SecretsDigest
 	}

@@ -20,6 +20,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(scaleJoinEnv) != "" {
+		os.Exit(scaleJoinChild())
+	}
 	code := leakcheck.Run(m)
 	procBinary.Remove() // built by the process-level tests (proc_test.go)
 	os.Exit(code)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"maps"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -443,5 +445,85 @@ func TestCluster_RoutedHostpath(t *testing.T) {
 	noControllerCalls(t, b)
 	if got := controllerRequests(t, srv.Endpoint()); len(got) != 0 {
 		t.Fatalf("controller requests left in etcd: %v", got)
+	}
+}
+
+// TestCluster_RoutedSecretsFrom: the controller operations a host without
+// a controller routes to the leader (create, expand, validate, delete) of
+// a volume whose secrets are read from a file send the file's path, not
+// its values: the leader reads the file on its own host and its plugin
+// gets the secrets, and no value ever written under the cluster's prefix
+// holds one.
+func TestCluster_RoutedSecretsFrom(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	srv := etcdtest.Start(t)
+	const secret = "s3cr3t-from-file"
+	file := filepath.Join(shortDir(t, "csiactor-sf-"), "secrets.json")
+	if err := os.WriteFile(file, []byte(`{"token": "`+secret+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cli := directClient(t, srv.Endpoint())
+	wctx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	wch := cli.Watch(wctx, runtime.DefaultClusterPrefix+"/", clientv3.WithPrefix())
+	ctrl := startWithPlugin(t, "n1", srv.Endpoint(), fullController, runtime.TypeMonolith)
+	node := startWithPlugin(t, "n3", srv.Endpoint(), fakeplugin.Config{ControllerPublish: true, StageUnstage: true}, runtime.TypeNode)
+	ctx := context.Background()
+
+	spec := createSpec("v1")
+	spec.Secrets, spec.SecretsFrom = nil, &runtime.SecretsFrom{File: file}
+	if err := untilAvailable(t, "create v1", func(ctx context.Context) error {
+		_, err := node.rt.CreateVolume(ctx, spec)
+		return err
+	}); err != nil {
+		t.Fatalf("create v1 on the node-only host: %v", err)
+	}
+	if _, err := node.rt.ExpandVolume(ctx, "v1", runtime.ExpandRequest{CapacityBytes: 2 << 20}); err != nil {
+		t.Fatalf("expand v1 on the node-only host: %v", err)
+	}
+	// v1 deregistered (the plugin keeps it) and registered again on the
+	// node-only host: validated by the leader.
+	if err := node.rt.DeleteVolume(ctx, "v1", false); err != nil {
+		t.Fatalf("deregister v1: %v", err)
+	}
+	reg := runtime.VolumeSpec{Plugin: testPlugin, ExternalID: "vol-v1",
+		Capabilities: []runtime.Capability{{AccessMode: "single-node-writer", AttachmentMode: "file-system"}},
+		SecretsFrom:  &runtime.SecretsFrom{File: file}}
+	if _, err := node.rt.RegisterVolume(ctx, "v1-again", reg); err != nil {
+		t.Fatalf("register v1-again on the node-only host: %v", err)
+	}
+	if err := node.rt.DeleteVolume(ctx, "v1-again", true); err != nil {
+		t.Fatalf("delete v1-again on the node-only host: %v", err)
+	}
+	for _, m := range []string{"CreateVolume", "ControllerExpandVolume", "ValidateVolumeCapabilities", "DeleteVolume"} {
+		req, ok := ctrl.plugin.LastRequest(m).(interface{ GetSecrets() map[string]string })
+		if !ok {
+			t.Fatalf("the leader's plugin got no %s", m)
+		}
+		if got := req.GetSecrets()["token"]; got != secret {
+			t.Errorf("the leader's %s secret token = %d bytes, want the file's", m, len(got))
+		}
+	}
+	noControllerCalls(t, node)
+
+	// Every value written under the prefix meanwhile: the watch has
+	// them all, in order, up to a marker written last.
+	marker := runtime.DefaultClusterPrefix + "/zz-test-marker"
+	if _, err := cli.Put(ctx, marker, "end"); err != nil {
+		t.Fatal(err)
+	}
+	for done := false; !done; {
+		wr, ok := <-wch
+		if !ok || wr.Err() != nil {
+			t.Fatalf("watch of the prefix ended: %v", wr.Err())
+		}
+		for _, e := range wr.Events {
+			var r cluster.ControllerRequest
+			if strings.Contains(string(e.Kv.Value), secret) ||
+				(json.Unmarshal(e.Kv.Value, &r) == nil && strings.Contains(string(r.Body), secret)) {
+				t.Errorf("%s was written with a secret from the file in it", e.Kv.Key)
+			}
+			done = done || string(e.Kv.Key) == marker
+		}
 	}
 }

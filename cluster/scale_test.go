@@ -1,11 +1,14 @@
 package cluster_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"path/filepath"
 	goruntime "runtime"
 	"slices"
 	"strconv"
@@ -67,9 +70,14 @@ const (
 //     idle (lease renewals, liveness keys, host lists);
 //   - events/volume-put, events/claim: watch events the members sent to
 //     the agents per volume registered, and per claim;
-//   - heap-MiB/agent: live heap after GC with the agents running, less the
+//   - heap-MiB/agent: the live heap (after GC) of one more agent that
+//     joins the fleet in a process of its own (the test binary again, on
+//     a data dir of its own), once ready (every volume definition read and
+//     mirrored), less the process's before it started the agent;
+//   - fleet-heap-MiB/agent: live heap with the agents running, less the
 //     same after they are stopped (the etcd members, fake plugins and the
-//     benchmark stay), over N;
+//     benchmark stay), over N: an average that also counts what the etcd
+//     members hold for the agents, and moves with the members' own heap;
 //   - db-MiB, db-inuse-MiB: the etcd database of a member, file and in use;
 //   - restart-ready-s: one agent stopped, then started again on its data
 //     dir, until runtime.Ready reports ready; restart-synced-s: until it
@@ -130,7 +138,8 @@ type scaleResult struct {
 	bgReqs, bgRxB, bgTxB    float64 // per second
 	eventsPerPut            float64
 	eventsPerClaim          float64
-	heapPerAgent            float64 // bytes
+	heapPerAgent            float64 // bytes, of the agent that joins last
+	fleetHeapPerAgent       float64 // bytes, the fleet's average
 	dbSize, dbInUse         int64
 	restart                 time.Duration
 	restartSynced           time.Duration
@@ -157,6 +166,7 @@ func (r scaleResult) metrics() []scaleMetric {
 		{r.eventsPerPut, "events/volume-put"},
 		{r.eventsPerClaim, "events/claim"},
 		{r.heapPerAgent / mib, "heap-MiB/agent"},
+		{r.fleetHeapPerAgent / mib, "fleet-heap-MiB/agent"},
 		{float64(r.dbSize) / mib, "db-MiB"},
 		{float64(r.dbInUse) / mib, "db-inuse-MiB"},
 		{r.restart.Seconds(), "restart-ready-s"},
@@ -199,6 +209,91 @@ func (c etcdCounters) sub(o etcdCounters) etcdCounters {
 		peerB: c.peerB - o.peerB, events: c.events - o.events}
 }
 
+// scaleJoinEnv, set, makes the test binary scaleJoinChild: one agent
+// that joins the cluster of the etcd endpoints it holds (separated by
+// commas), for BenchmarkScale's heap per agent.
+const scaleJoinEnv = "CSIACTOR_SCALE_JOIN"
+
+// scaleJoinHeap runs scaleJoinChild in a process of its own on endpoints
+// and returns the heap it reports.
+func scaleJoinHeap(b *testing.B, endpoints []string) float64 {
+	b.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), scaleJoinEnv+"="+strings.Join(endpoints, ","))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("the joining agent's process: %v: %s", err, stderr.Bytes())
+	}
+	var heap float64
+	if _, err := fmt.Sscanf(string(out), "heap=%g", &heap); err != nil {
+		b.Fatalf("the joining agent's process printed %q: %v", out, err)
+	}
+	return heap
+}
+
+// scaleJoinChild starts an agent on a new data dir (tmpfs where there is
+// one) in cluster mode on the endpoints of scaleJoinEnv, waits until it
+// is ready, and prints the live heap it added: heap=BYTES. It is the
+// whole process, so nothing else moves the figure.
+func scaleJoinChild() int {
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	root := ""
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		root = "/dev/shm"
+	}
+	dir, err := os.MkdirTemp(root, "csiactor-join-")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.RemoveAll(dir)
+	keyFile := filepath.Join(dir, "secrets.key")
+	if err := os.WriteFile(keyFile, bytes.Repeat([]byte{42}, 32), 0o600); err != nil {
+		return fail(err)
+	}
+	cfg := runtime.Config{
+		Secrets: &runtime.SecretsConfig{KeyFile: keyFile},
+		DataDir: filepath.Join(dir, "data"),
+		API:     runtime.APIConfig{HTTPAddr: "127.0.0.1:0"},
+		Store:   runtime.StoreConfig{NoSync: true},
+		Host:    runtime.HostConfig{SkipMountCheck: true},
+		Cluster: &runtime.ClusterConfig{
+			NodeID: "join",
+			Etcd:   runtime.EtcdConfig{Endpoints: strings.Split(os.Getenv(scaleJoinEnv), ","), DialTimeout: 5 * time.Second},
+		},
+	}
+	base := liveHeap()
+	rt, err := runtime.New(cfg, runtime.Options{Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		return fail(err)
+	}
+	ctx := context.Background()
+	if err := rt.Start(ctx); err != nil {
+		return fail(err)
+	}
+	defer func() { _ = rt.Shutdown(ctx) }()
+	deadline := time.Now().Add(scaleWait)
+	for {
+		r, err := rt.Ready(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		if r.Status == runtime.ReadyOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fail(fmt.Errorf("not ready after %s: %v", scaleWait, r.Pending))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	fmt.Printf("heap=%d\n", liveHeap()-base)
+	return 0
+}
+
 // liveHeap is the live heap after a full collection.
 func liveHeap() uint64 {
 	goruntime.GC()
@@ -216,13 +311,16 @@ func runScale(b *testing.B, n, volumes, claims int) scaleResult {
 	members := etcdtest.StartCluster(b, 3)
 
 	// The agents, each with the production lease TTL (its renewals are
-	// the background traffic).
+	// the background traffic) and plugin heartbeat (the tests' 500 ms
+	// would have the process probe 2N fake plugins a second, a load no
+	// host of a real fleet carries for the others).
 	as := make([]*agent, n)
 	for i := range as {
 		node := fmt.Sprintf("s%03d", i)
 		cfg := benchConfig(b, node, members[0].Endpoint())
 		cfg.Cluster.Etcd.Endpoints = etcdtest.Endpoints(members)
 		cfg.Cluster.LeaseTTL = 0
+		cfg.Plugins.HeartbeatInterval = runtime.DefaultHeartbeatInterval
 		as[i] = startAgentWith(b, node, cfg)
 	}
 
@@ -361,10 +459,15 @@ func runScale(b *testing.B, n, volumes, claims int) scaleResult {
 	})
 	res.restartSynced = time.Since(t0)
 
+	// One more agent joins, in a process of its own: its live heap once
+	// ready (every definition read and mirrored), less the same process's
+	// before it started the agent.
+	res.heapPerAgent = scaleJoinHeap(b, etcdtest.Endpoints(members))
+
 	for _, a := range as {
 		a.stop()
 	}
 	withoutAgents := liveHeap()
-	res.heapPerAgent = (float64(withAgents) - float64(withoutAgents)) / float64(n)
+	res.fleetHeapPerAgent = (float64(withAgents) - float64(withoutAgents)) / float64(n)
 	return res
 }

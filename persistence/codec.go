@@ -48,7 +48,7 @@ const volumeCodecShape = "Volume{ID string; Plugin string; ExternalID string; " 
 	"Stagings []Staging{Usage string; Path string; Users []string; Staged bool; Mounted bool; Lost bool}; " +
 	"Revision uint64; CreatedAt time.Time; UpdatedAt time.Time; " +
 	"Expansion *Expansion{CapacityBytes int64; Controller bool; NodeCapable bool; Node bool; LastError string; Attempts int; NodeOffline bool}; " +
-	"AccessibleTopology []map[string]string; NodeExpandPending int64; " +
+	"AccessibleTopology []map[string]string; NodeExpandPending int64; SecretsFrom string; " +
 	"MutableParameters map[string]string; Modifying map[string]string}"
 
 // volumeCodecCovers reports whether the binary codec covers every field of
@@ -165,6 +165,7 @@ func appendVolume(dst []byte, v *Volume) []byte {
 		dst = appendMap(dst, t)
 	}
 	dst = binary.AppendVarint(dst, v.NodeExpandPending)
+	dst = appendString(dst, v.SecretsFrom)
 	dst = appendMap(dst, v.MutableParameters)
 	return appendMap(dst, v.Modifying)
 }
@@ -471,6 +472,7 @@ func decodeVolumeBinary(data []byte, v *Volume) error {
 		}
 	}
 	v.NodeExpandPending = r.varint("node_expand_pending")
+	v.SecretsFrom = r.string("secrets_from")
 	v.MutableParameters = r.stringMap("mutable_parameters")
 	v.Modifying = r.stringMap("modifying")
 	return err

@@ -110,7 +110,7 @@ func TestVolumeCodec_OlderRecordLeavesNewFieldsZero(t *testing.T) {
 	// A record written before Expansion existed ends after UpdatedAt.
 	updated := created.Add(time.Hour)
 	rec := appendVolume(nil, &Volume{ID: "v", Revision: 9, CreatedAt: created, UpdatedAt: updated})
-	rec = rec[:len(rec)-5] // the expansion and accessible topology counts, node_expand_pending, the two mutable parameter maps
+	rec = rec[:len(rec)-6] // the expansion and accessible topology counts, node_expand_pending, secrets_from, the two mutable parameter maps
 	var old Volume
 	if err := decodeVolumeBinary(rec, &old); err != nil {
 		t.Fatalf("decode record without an expansion: %v", err)
@@ -121,7 +121,7 @@ func TestVolumeCodec_OlderRecordLeavesNewFieldsZero(t *testing.T) {
 
 	// A record written before UpdatedAt existed ends after CreatedAt.
 	rec = appendVolume(nil, &Volume{ID: "v", Revision: 9, CreatedAt: created})
-	rec = rec[:len(rec)-5-len(appendTime(nil, time.Time{}))]
+	rec = rec[:len(rec)-6-len(appendTime(nil, time.Time{}))]
 	var got Volume
 	if err := decodeVolumeBinary(rec, &got); err != nil {
 		t.Fatalf("decode record without its last field: %v", err)

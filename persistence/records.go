@@ -95,6 +95,10 @@ type Volume struct {
 	// that could not run then (no published claim, or a node plugin that
 	// expands only offline). The next publish runs it; 0 for none.
 	NodeExpandPending int64 `json:"node_expand_pending,omitempty"`
+	// SecretsFrom is the file the volume's secrets are read from at each
+	// RPC that carries them (see internal/secretfile), instead of
+	// Secrets: only this reference is stored, never the values.
+	SecretsFrom string `json:"secrets_from,omitempty"`
 	// MutableParameters are the mutable parameters ControllerModifyVolume
 	// applied to the volume, each modification merged into the ones
 	// before; empty when it was never modified.

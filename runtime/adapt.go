@@ -120,6 +120,7 @@ func volumeSpec(id string, s VolumeSpec) (volume.Spec, error) {
 		ID: id, Plugin: s.Plugin, ExternalID: s.ExternalID,
 		MountOptions: s.MountOptions.CSI(),
 		Parameters:   s.Parameters, Context: s.Context, Secrets: s.Secrets,
+		SecretsFrom: s.secretsRef(),
 	}
 	for i, c := range s.Capabilities {
 		vc, err := c.Parse()
@@ -144,6 +145,9 @@ func volumeFromManager(v volume.Volume) Volume {
 		Expansion: v.Expansion, AccessibleTopology: v.AccessibleTopology,
 		Usage: v.Usage, Condition: v.Condition,
 		MutableParameters: v.MutableParameters, Modifying: v.Modifying,
+	}
+	if v.SecretsFrom != "" {
+		out.SecretsFrom = &SecretsFrom{File: v.SecretsFrom}
 	}
 	for _, c := range v.Capabilities {
 		out.Capabilities = append(out.Capabilities, Capability(c))

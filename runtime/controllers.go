@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/csiactor/csiactor/internal/seal"
+	"github.com/csiactor/csiactor/internal/secretfile"
 	"sync"
 	"time"
 
@@ -208,6 +209,10 @@ func (p *clusterPlugins) CachedClient(name string, typ claim.PluginType) (csi.Cl
 	return c, facts, true
 }
 
+// Refingerprint asks this host's node allocations of plugin name to
+// fingerprint now: the node volume limit is this host's.
+func (p *clusterPlugins) Refingerprint(name string) { p.local.Refingerprint(name) }
+
 // WaitHealthy waits for a healthy local allocation; for the controller,
 // a controller leader anywhere in the cluster will do too.
 func (p *clusterPlugins) WaitHealthy(ctx context.Context, name string, typ claim.PluginType) error {
@@ -292,7 +297,10 @@ func (c *remoteController) call(ctx context.Context, op, subject, node string, r
 		return cluster.ControllerAnswer{}, fmt.Errorf("encode the %s request: %w", op, err)
 	}
 	creq := cluster.ControllerRequest{Volume: subject, Node: node, Op: op, Body: body, Secrets: secrets}
-	if keys := c.p.keys; keys.Enabled() && len(secrets) > 0 {
+	if ref := secretfile.RefFrom(ctx); ref != "" {
+		// Read from a file: the leader reads the reference on its host.
+		creq.Secrets, creq.SecretsFrom = nil, ref
+	} else if keys := c.p.keys; keys.Enabled() && len(secrets) > 0 {
 		// Sealed like every secret at rest, for the leader, which has
 		// the same key, to open.
 		record := requestRecord(op, subject)
@@ -520,7 +528,13 @@ func (h *controllerHandler) Handle(ctx context.Context, req cluster.ControllerRe
 			Message: fmt.Sprintf("the controller leader has no healthy controller of plugin %q now: %s", h.plugin, err)}
 	}
 	secrets := req.Secrets
-	if req.SecretsDigest != "" {
+	if req.SecretsFrom != "" {
+		if secrets, err = secretfile.Read(req.SecretsFrom); err != nil {
+			// Retried: the file may appear on this host.
+			return cluster.ControllerAnswer{Code: uint32(codes.Aborted),
+				Message: fmt.Sprintf("the controller leader cannot read the request's secrets: %s", err)}
+		}
+	} else if req.SecretsDigest != "" {
 		if secrets, err = h.r.keys.OpenMap(requestRecord(req.Op, req.Volume), req.Secrets); err != nil {
 			// Never retried with another key: the requester's differs.
 			return cluster.ControllerAnswer{Code: uint32(codes.FailedPrecondition),

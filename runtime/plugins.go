@@ -160,6 +160,11 @@ func (p *pluginsAdapter) invalidate() {
 	p.mu.Unlock()
 }
 
+// Refingerprint asks the node allocations of plugin name to fingerprint
+// now (claim.Refingerprinter); the registry's node_info_changed event then
+// drops the cached facts.
+func (p *pluginsAdapter) Refingerprint(name string) { p.reg.Refingerprint(name) }
+
 // WaitHealthy blocks until the plugin has a healthy allocation for typ.
 func (p *pluginsAdapter) WaitHealthy(ctx context.Context, name string, typ claim.PluginType) error {
 	return p.reg.WaitHealthy(ctx, name, plugin.Role(typ))

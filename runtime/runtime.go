@@ -808,6 +808,8 @@ func (r *Runtime) forwardRegistryEvents(sub *actorkit.Subscription[registry.Even
 			if e.Type == registry.EventActiveChanged {
 				ev.Type = EventActiveChanged
 			}
+		case registry.EventNodeInfoChanged:
+			ev.Type = EventNodeInfoChanged
 		case registry.EventLagged:
 			r.host.lagged(r.done)
 			ev.Type = EventsDropped

@@ -15,6 +15,7 @@ import (
 	"github.com/csiactor/csiactor/actors/registry"
 	"github.com/csiactor/csiactor/actors/volume"
 	"github.com/csiactor/csiactor/csi"
+	"github.com/csiactor/csiactor/internal/secretfile"
 	"github.com/csiactor/csiactor/persistence"
 )
 
@@ -68,7 +69,11 @@ const (
 	// EventActiveChanged: operations of a plugin's controller or node side
 	// now go to another allocation (an older healthy one while the
 	// singleton is unhealthy, or back to the singleton).
-	EventActiveChanged      = "active-changed"
+	EventActiveChanged = "active-changed"
+	// EventNodeInfoChanged: a fingerprint of a healthy node allocation
+	// found NodeGetInfo's answer changed; Message has the new
+	// max_volumes_per_node, which new claims are held to from now on.
+	EventNodeInfoChanged    = "node-info-changed"
 	EventVolumeRegistered   = "volume-registered"
 	EventVolumeDeregistered = "volume-deregistered"
 	EventVolumeCreated      = "volume-created"
@@ -307,6 +312,43 @@ type VolumeSpec struct {
 	Parameters   map[string]string `json:"parameters,omitempty"`
 	Context      map[string]string `json:"context,omitempty"`
 	Secrets      map[string]string `json:"secrets,omitempty"`
+	// SecretsFrom, instead of Secrets, names where the secrets are read
+	// at each RPC that carries them; only the reference is stored.
+	SecretsFrom *SecretsFrom `json:"secrets_from,omitempty"`
+}
+
+// SecretsFrom is where a volume's secrets are read from (see
+// internal/secretfile): File is an absolute path to a JSON or YAML map, or
+// to a directory with one file per key, or $CREDENTIALS_DIRECTORY/NAME (a
+// systemd credential). It is a reference, not a secret: status shows it.
+type SecretsFrom struct {
+	File string `json:"file"`
+}
+
+// validateSecretsFrom checks s.SecretsFrom's form and that s does not
+// also give literal secrets.
+func (s VolumeSpec) validateSecretsFrom() error {
+	if s.SecretsFrom == nil {
+		return nil
+	}
+	if len(s.Secrets) > 0 {
+		return fieldErr("secrets_from", "cannot be combined with secrets: give the secrets or where to read them, not both")
+	}
+	if s.SecretsFrom.File == "" {
+		return fieldErr("secrets_from.file", "must not be empty (a file or directory of secrets, or $CREDENTIALS_DIRECTORY/NAME)")
+	}
+	if err := secretfile.Check(s.SecretsFrom.File); err != nil {
+		return fieldErr("secrets_from.file", err.Error())
+	}
+	return nil
+}
+
+// secretsRef is the reference of s.SecretsFrom, "" for none.
+func (s VolumeSpec) secretsRef() string {
+	if s.SecretsFrom == nil {
+		return ""
+	}
+	return s.SecretsFrom.File
 }
 
 // Validate checks s as a register request; the error is a *FieldError
@@ -370,7 +412,7 @@ func (s VolumeSpec) validate() error {
 			return err
 		}
 	}
-	return nil
+	return s.validateSecretsFrom()
 }
 
 // String prints s without secrets and mount flags.
@@ -388,6 +430,9 @@ func (s VolumeSpec) String() string {
 	}
 	if len(s.Secrets) > 0 {
 		fmt.Fprintf(&b, " secrets=[%d redacted]", len(s.Secrets))
+	}
+	if s.SecretsFrom != nil {
+		fmt.Fprintf(&b, " secrets_from=%q", s.SecretsFrom.File)
 	}
 	return "{" + b.String() + "}"
 }
@@ -533,6 +578,9 @@ type Volume struct {
 	// last claim is released, or when the plugin reports neither.
 	Usage     *VolumeUsage     `json:"usage,omitempty"`
 	Condition *VolumeCondition `json:"condition,omitempty"`
+	// SecretsFrom is where the volume's secrets are read from at each
+	// RPC; nil when it has literal secrets or none.
+	SecretsFrom *SecretsFrom `json:"secrets_from,omitempty"`
 	// MutableParameters are the mutable parameters the plugin applied
 	// (ControllerModifyVolume), every modification merged into the ones
 	// before; Modifying are those of the modification in progress. Both
@@ -755,6 +803,7 @@ type volumeSpecWire struct {
 	Parameters   map[string]string         `json:"parameters,omitempty"`
 	Context      map[string]string         `json:"context,omitempty"`
 	Secrets      map[string]string         `json:"secrets,omitempty"`
+	SecretsFrom  *SecretsFrom              `json:"secrets_from,omitempty"`
 }
 
 func wireVolumeSpec(s VolumeSpec) volumeSpecWire {
@@ -762,6 +811,7 @@ func wireVolumeSpec(s VolumeSpec) volumeSpecWire {
 		Plugin: s.Plugin, ExternalID: s.ExternalID, Capabilities: s.Capabilities,
 		MountOptions: (*persistence.MountOptions)(s.MountOptions),
 		Parameters:   s.Parameters, Context: s.Context, Secrets: s.Secrets,
+		SecretsFrom: s.SecretsFrom,
 	}
 }
 
@@ -773,12 +823,13 @@ type redactedVolumeSpec struct {
 	Parameters   map[string]string     `json:"parameters,omitempty"`
 	Context      map[string]string     `json:"context,omitempty"`
 	SecretCount  int                   `json:"secret_count,omitempty"`
+	SecretsFrom  *SecretsFrom          `json:"secrets_from,omitempty"`
 }
 
 func redactVolumeSpec(s VolumeSpec) redactedVolumeSpec {
 	return redactedVolumeSpec{
 		Plugin: s.Plugin, ExternalID: s.ExternalID, Capabilities: s.Capabilities,
 		MountOptions: s.MountOptions.Redacted(), Parameters: s.Parameters, Context: s.Context,
-		SecretCount: len(s.Secrets),
+		SecretCount: len(s.Secrets), SecretsFrom: s.SecretsFrom,
 	}
 }

@@ -406,6 +406,7 @@ func stepFor(v *persistence.Volume, c *persistence.Claim, m Method) Step {
 		TargetPath:    c.TargetPath,
 		VolumeContext: v.Context,
 		Secrets:       v.Secrets,
+		SecretsFrom:   v.SecretsFrom,
 	}
 	switch m {
 	case ControllerPublish:

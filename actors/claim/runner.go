@@ -14,9 +14,11 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc/codes"
 
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/kinderr"
+	"github.com/csiactor/csiactor/internal/secretfile"
 )
 
 // DefaultMaxInFlightPerPlugin is the default bound on RPCs in flight to one
@@ -157,6 +159,20 @@ func (r *Runner) Run(ctx context.Context, s Step) Result {
 // step is Run for a caller that holds a place.
 func (r *Runner) step(ctx context.Context, s Step) Result {
 	var pubCtx map[string]string
+	if s.SecretsFrom != "" && s.Method != NodeUnpublish && s.Method != NodeUnstage {
+		// Read now, for this RPC: a replaced file rotates the secrets.
+		// Unreadable, the RPC is not sent and the step is retried.
+		secrets, err := secretfile.Read(s.SecretsFrom)
+		if err != nil {
+			res := Result{Err: fmt.Errorf("volume %q: secrets_from.file: %w", s.Volume, err), Outcome: csi.Retry}
+			r.log.WithError(res.Err).WithFields(logrus.Fields{
+				"plugin": s.Plugin, "volume": s.Volume, "alloc": s.Alloc, "method": s.Method.String(),
+			}).Warn("claim step not sent")
+			return res
+		}
+		s.Secrets = secrets
+		ctx = secretfile.WithRef(ctx, s.SecretsFrom)
+	}
 	ctx = WithStep(ctx, s)
 	res := r.call(ctx, s.Plugin, s.Method.PluginType(), s.Method.Kind(), func(ctx context.Context, c csi.Client) error {
 		switch s.Method {
@@ -219,6 +235,11 @@ func (r *Runner) step(ctx context.Context, s Step) Result {
 		return fmt.Errorf("%w: unknown claim step %s", ErrInvalid, s.Method)
 	})
 	res.PublishContext = pubCtx
+	if s.Method == ControllerPublish && csi.Code(res.Err) == codes.ResourceExhausted {
+		if rf, ok := r.plugins.(Refingerprinter); ok {
+			rf.Refingerprint(s.Plugin)
+		}
+	}
 	if res.OK() {
 		switch s.Method {
 		case NodeUnpublish:

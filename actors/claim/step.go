@@ -104,6 +104,15 @@ type CachedPlugins interface {
 	CachedClient(plugin string, typ PluginType) (c csi.Client, f Facts, ok bool)
 }
 
+// Refingerprinter is a Plugins that can ask a plugin's node allocations to
+// fingerprint at once (the runtime's can). The Runner asks it after a
+// ControllerPublishVolume answered ResourceExhausted, so that a lowered
+// max_volumes_per_node is seen before the next claim rather than at the
+// next heartbeat. It must not block.
+type Refingerprinter interface {
+	Refingerprint(plugin string)
+}
+
 // Method is one of the CSI RPCs a claim runs.
 type Method int
 
@@ -171,6 +180,9 @@ type Step struct {
 	PublishContext map[string]string
 	VolumeContext  map[string]string
 	Secrets        map[string]string
+	// SecretsFrom, when set, is where Secrets are read just before the
+	// RPC (see internal/secretfile).
+	SecretsFrom string
 }
 
 // String names the RPC, the volume and the allocation; it never shows

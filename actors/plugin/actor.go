@@ -117,6 +117,8 @@ func (a *Actor) Receive(ctx actor.Context) {
 		a.onShutdown(ctx, m)
 	case *GetStatus:
 		ctx.Respond(a.status)
+	case *Refingerprint:
+		a.fingerprintNow()
 	case *heartbeat:
 		if m.owner == a {
 			a.onHeartbeat(ctx)

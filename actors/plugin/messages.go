@@ -47,6 +47,13 @@ type Shutdown struct {
 // Status; the actor responds with a Status.
 type GetStatus struct{}
 
+// Refingerprint is sent to an allocation actor by its parent when what the
+// plugin announced may have changed (a ControllerPublishVolume answered
+// ResourceExhausted, so max_volumes_per_node may be lower now): the actor
+// fingerprints at once instead of at the next heartbeat, and reports the
+// new Status as usual.
+type Refingerprint struct{}
+
 // Messages from the actor's own goroutines carry the actor incarnation that
 // started them (owner): after a restart, results of the previous
 // incarnation may still be in the mailbox and are ignored.

@@ -47,6 +47,8 @@ func (r *Actor) Receive(ctx actor.Context) {
 		ctx.Respond(r.onGetPlugins(m))
 	case *GetClient:
 		ctx.Respond(r.onGetClient(m))
+	case *Refingerprint:
+		r.onRefingerprint(ctx, m)
 	case *plugin.StatusChanged:
 		r.onStatusChanged(ctx, m)
 	case *plugin.Stopped:

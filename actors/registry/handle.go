@@ -251,6 +251,17 @@ func (h *Handle) Client(ctx context.Context, pluginName string, role plugin.Role
 	return res.Target, res.Err
 }
 
+// Refingerprint asks every running node-serving allocation of plugin to
+// fingerprint at once (see the Refingerprint message). It does not wait.
+func (h *Handle) Refingerprint(pluginName string) {
+	select {
+	case <-h.stopped:
+		return
+	default:
+	}
+	h.system.Root.Send(h.pid, &Refingerprint{Plugin: pluginName})
+}
+
 // WaitHealthy blocks until plugin has a healthy allocation in role, or ctx
 // ends (it returns ctx's error). It returns at once with an error wrapping
 // ErrPluginNotFound when the plugin has no allocation in that role.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -229,6 +230,7 @@ func (r *Actor) onStatusChanged(ctx actor.Context, m *plugin.StatusChanged) {
 		return
 	}
 	r.healthEvent(e, old)
+	r.nodeInfoEvent(e, old)
 	r.persistStatus(e)
 	if old.Healthy != e.status.Healthy {
 		r.reelect(e.spec.Plugin)
@@ -248,6 +250,30 @@ func (r *Actor) healthEvent(e *entry, old plugin.Status) {
 		}
 	}
 	r.emit(Event{Type: EventHealthChanged, Plugin: e.spec.Plugin, Alloc: e.spec.ID, Healthy: e.status.Healthy, Message: e.status.Description})
+}
+
+// nodeInfoEvent emits node_info_changed when the fingerprint's NodeGetInfo
+// answer changed and the health did not (a health change has its event).
+func (r *Actor) nodeInfoEvent(e *entry, old plugin.Status) {
+	n, o := e.status.Fingerprint.NodeInfo, old.Fingerprint.NodeInfo
+	if n == nil || o == nil || old.Healthy != e.status.Healthy {
+		return
+	}
+	if n.NodeID == o.NodeID && n.MaxVolumesPerNode == o.MaxVolumesPerNode && maps.Equal(n.AccessibleTopology, o.AccessibleTopology) {
+		return
+	}
+	r.emit(Event{Type: EventNodeInfoChanged, Plugin: e.spec.Plugin, Alloc: e.spec.ID, Healthy: e.status.Healthy,
+		Message: fmt.Sprintf("max_volumes_per_node %d", n.MaxVolumesPerNode)})
+}
+
+// onRefingerprint asks the running node-serving allocations of m.Plugin
+// to fingerprint now.
+func (r *Actor) onRefingerprint(ctx actor.Context, m *Refingerprint) {
+	for _, e := range r.allocs {
+		if e.spec.Plugin == m.Plugin && e.pid != nil && !e.stopping && e.spec.Type.Serves(plugin.Node) {
+			ctx.Send(e.pid, &plugin.Refingerprint{})
+		}
+	}
 }
 
 // persistStatus writes the status fields of the record when they changed.

@@ -62,6 +62,16 @@ type GetClient struct {
 	Role   plugin.Role
 }
 
+// Refingerprint is sent to the registry by whoever learnt that what a
+// plugin announced may have changed (the runtime, after a
+// ControllerPublishVolume answered ResourceExhausted): every running
+// allocation of Plugin that serves the node fingerprints at once. There is
+// no answer; a changed max_volumes_per_node or topology is announced with
+// EventNodeInfoChanged.
+type Refingerprint struct {
+	Plugin string
+}
+
 // ClientResult answers GetClient. Err wraps ErrPluginNotFound or
 // ErrNoHealthyPlugin.
 type ClientResult struct {

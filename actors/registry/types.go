@@ -157,6 +157,10 @@ const (
 	// EventActiveChanged: operations of a plugin and role now go to
 	// another allocation (Alloc; empty when none is healthy).
 	EventActiveChanged EventType = "active_changed"
+	// EventNodeInfoChanged: a fingerprint of an allocation changed what
+	// NodeGetInfo says (max_volumes_per_node, topology, node ID) without
+	// changing its health.
+	EventNodeInfoChanged EventType = "node_info_changed"
 	// EventLagged: the subscriber was too slow and lost Dropped events,
 	// the oldest it had not received; re-read the state to resync.
 	EventLagged EventType = "lagged"

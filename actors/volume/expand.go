@@ -10,6 +10,7 @@ import (
 	"github.com/csiactor/csiactor/actors/claim"
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/kinderr"
+	"github.com/csiactor/csiactor/internal/secretfile"
 	"github.com/csiactor/csiactor/persistence"
 )
 
@@ -201,8 +202,13 @@ func (a *volumeActor) runExpansion(ctx actor.Context) {
 		}
 		var resp *csipb.ControllerExpandVolumeResponse
 		call = func(ctx context.Context, r *claim.Runner) claim.Result {
+			sec, err := secretsOf(v)
+			if err != nil {
+				return claim.Result{Err: err, Outcome: csi.Final}
+			}
+			creq.Secrets = sec
 			res := r.Do(ctx, v.Plugin, claim.ControllerPlugin, csi.PublishKind, func(ctx context.Context, c csi.Client) error {
-				out, err := c.ControllerExpandVolume(ctx, creq)
+				out, err := c.ControllerExpandVolume(secretfile.WithRef(ctx, v.SecretsFrom), creq)
 				resp = out
 				return err
 			})
@@ -228,7 +234,12 @@ func (a *volumeActor) runExpansion(ctx actor.Context) {
 		})
 	}
 	call = func(ctx context.Context, r *claim.Runner) claim.Result {
+		sec, err := secretsOf(v)
+		if err != nil {
+			return claim.Result{Err: err, Outcome: csi.Final}
+		}
 		for _, nreq := range reqs {
+			nreq.Secrets = sec
 			res := r.Do(ctx, v.Plugin, claim.NodePlugin, csi.PublishKind, func(ctx context.Context, c csi.Client) error {
 				_, err := c.NodeExpandVolume(ctx, nreq)
 				return err

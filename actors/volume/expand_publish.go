@@ -40,6 +40,11 @@ func (a *volumeActor) expandOnPublish(ctx actor.Context, alloc string) bool {
 	}
 	runner, plugin := a.m.runner, v.Plugin
 	a.occupy(ctx, slot{kind: slotPublish, alloc: alloc}, func(jctx context.Context) any {
+		sec, err := secretsOf(v)
+		if err != nil {
+			return &pendingExpandFinished{owner: a, alloc: alloc, capacity: capacity, res: claim.Result{Err: err, Outcome: csi.Final}}
+		}
+		nreq.Secrets = sec
 		res := runner.Do(jctx, plugin, claim.NodePlugin, csi.PublishKind, func(ctx context.Context, cl csi.Client) error {
 			_, err := cl.NodeExpandVolume(ctx, nreq)
 			return err

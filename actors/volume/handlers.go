@@ -16,6 +16,7 @@ import (
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/actorkit"
 	"github.com/csiactor/csiactor/internal/kinderr"
+	"github.com/csiactor/csiactor/internal/secretfile"
 	"github.com/csiactor/csiactor/persistence"
 )
 
@@ -314,6 +315,10 @@ func (a *volumeActor) reserveAll(ctx actor.Context, alloc string, reqs []*claimR
 		}
 		if i >= 0 {
 			a.join(req, a.rec.Claims[i].Alloc)
+			continue
+		}
+		if _, err := secretsOf(a.rec); err != nil {
+			answer(req.reply, reply{err: err})
 			continue
 		}
 		if err := a.admitHere(facts); err != nil {
@@ -700,14 +705,26 @@ func (a *volumeActor) register(ctx actor.Context, req *registerRequest) {
 			return
 		}
 		vreq := spec.validateRequest()
+		var err error
+		if vreq.Secrets, err = readSecrets(spec.ID, spec.Secrets, spec.SecretsFrom); err != nil {
+			answer(req.reply, reply{err: err})
+			return
+		}
 		a.startOp(ctx, req, req.ctx, spec.Plugin, "ValidateVolumeCapabilities", csi.PublishKind, false,
-			func(ctx context.Context, c csi.Client) (any, error) { return validate(ctx, c, vreq) })
+			func(ctx context.Context, c csi.Client) (any, error) {
+				return validate(secretfile.WithRef(ctx, spec.SecretsFrom), c, vreq)
+			})
+		return
+	}
+	secrets, err := readSecrets(spec.ID, spec.Secrets, spec.SecretsFrom)
+	if err != nil {
+		answer(req.reply, reply{err: err})
 		return
 	}
 	creq := &csipb.CreateVolumeRequest{
 		Name:               spec.ID,
 		Parameters:         spec.Parameters,
-		Secrets:            spec.Secrets,
+		Secrets:            secrets,
 		VolumeCapabilities: spec.csiCapabilities(),
 	}
 	if spec.CapacityBytes > 0 {
@@ -723,7 +740,7 @@ func (a *volumeActor) register(ctx actor.Context, req *registerRequest) {
 			Snapshot: &csipb.VolumeContentSource_SnapshotSource{SnapshotId: spec.snapshotSource}}}
 	}
 	a.startOp(ctx, req, req.ctx, spec.Plugin, "CreateVolume", csi.PublishKind, true, func(ctx context.Context, c csi.Client) (any, error) {
-		resp, err := c.CreateVolume(ctx, creq)
+		resp, err := c.CreateVolume(secretfile.WithRef(ctx, spec.SecretsFrom), creq)
 		return resp.GetVolume(), err
 	})
 }
@@ -773,9 +790,15 @@ func (a *volumeActor) deregister(ctx actor.Context, req *deregisterRequest) {
 		a.remove(ctx, req)
 		return
 	}
-	dreq := &csipb.DeleteVolumeRequest{VolumeId: a.rec.ExternalID, Secrets: maps.Clone(a.rec.Secrets)}
+	secrets, err := secretsOf(a.rec)
+	if err != nil {
+		answer(req.reply, reply{err: err})
+		return
+	}
+	dreq := &csipb.DeleteVolumeRequest{VolumeId: a.rec.ExternalID, Secrets: maps.Clone(secrets)}
+	ref := a.rec.SecretsFrom
 	a.startOp(ctx, req, req.ctx, a.rec.Plugin, "DeleteVolume", csi.UnpublishKind, true, func(ctx context.Context, c csi.Client) (any, error) {
-		return nil, c.DeleteVolume(ctx, dreq)
+		return nil, c.DeleteVolume(secretfile.WithRef(ctx, ref), dreq)
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/csiactor/csiactor/actors/claim"
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/kinderr"
+	"github.com/csiactor/csiactor/internal/secretfile"
 )
 
 // Modification steps, as the fault points name them: "modify" (the
@@ -163,13 +164,20 @@ func (a *volumeActor) runModification(ctx actor.Context) {
 		return
 	}
 	v := a.rec
-	mreq := &csipb.ControllerModifyVolumeRequest{VolumeId: v.ExternalID, Secrets: v.Secrets, MutableParameters: v.Modifying}
+	mreq := &csipb.ControllerModifyVolumeRequest{VolumeId: v.ExternalID, MutableParameters: v.Modifying}
 	runner := a.m.runner
 	a.occupy(ctx, slot{kind: slotOp}, func(jctx context.Context) any {
-		res := runner.Do(jctx, v.Plugin, claim.ControllerPlugin, csi.PublishKind, func(ctx context.Context, c csi.Client) error {
-			_, err := c.ControllerModifyVolume(ctx, mreq)
-			return err
-		})
+		var res claim.Result
+		if sec, err := secretsOf(v); err != nil {
+			// Not sent without its secrets: given up, like a refusal.
+			res = claim.Result{Err: err, Outcome: csi.Final}
+		} else {
+			mreq.Secrets = sec
+			res = runner.Do(jctx, v.Plugin, claim.ControllerPlugin, csi.PublishKind, func(ctx context.Context, c csi.Client) error {
+				_, err := c.ControllerModifyVolume(secretfile.WithRef(ctx, v.SecretsFrom), mreq)
+				return err
+			})
+		}
 		if jctx.Err() != nil && !res.OK() {
 			return nil // stopping: the next incarnation resumes
 		}

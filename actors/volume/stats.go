@@ -214,6 +214,7 @@ func (a *volumeActor) pollStats(ctx actor.Context, req *statsRequest) {
 	v := a.rec
 	target := pollTarget{
 		plugin: v.Plugin, volumeID: v.ExternalID, path: c.TargetPath, staging: c.StagingPath, secrets: v.Secrets,
+		id: v.ID, secretsFrom: v.SecretsFrom,
 	}
 	m := a.m
 	a.occupy(ctx, slot{kind: slotOp}, func(jctx context.Context) any {
@@ -303,6 +304,9 @@ func (m *Manager) emitCondition(v *persistence.Volume, typ, msg string) {
 type pollTarget struct {
 	plugin, volumeID, path, staging string
 	secrets                         map[string]string
+	// id and secretsFrom: the volume's, when its secrets are read from
+	// a file (at the RPC that needs them).
+	id, secretsFrom string
 }
 
 // poll asks the plugin for the volume's usage and condition, through the
@@ -348,12 +352,16 @@ func (m *Manager) poll(ctx context.Context, t pollTarget) *statsPoll {
 			errs = append(errs, res.Err)
 		}
 	}
-	if nf.ControllerService {
+	secrets, serr := readSecrets(t.id, t.secrets, t.secretsFrom)
+	if serr != nil {
+		errs = append(errs, serr)
+	}
+	if nf.ControllerService && serr == nil {
 		if _, cf, err := m.plugins.Client(ctx, t.plugin, claim.ControllerPlugin); err == nil && (cf.ControllerHealth || cf.ControllerCondition) {
 			var cond *csi.VolumeCondition
 			res := m.runner.Do(ctx, t.plugin, claim.ControllerPlugin, csi.PublishKind, func(ctx context.Context, c csi.Client) error {
 				if cf.ControllerHealth {
-					h, err := c.ControllerGetVolumeHealth(ctx, &csipb.ControllerGetVolumeHealthRequest{VolumeId: t.volumeID, Secrets: t.secrets})
+					h, err := c.ControllerGetVolumeHealth(ctx, &csipb.ControllerGetVolumeHealthRequest{VolumeId: t.volumeID, Secrets: secrets})
 					cond = &h
 					return err
 				}

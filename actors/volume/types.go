@@ -33,6 +33,10 @@ type Spec struct {
 	// Secrets go to the controller and node RPCs. They never appear in
 	// logs, errors or status.
 	Secrets map[string]string
+	// SecretsFrom, instead of Secrets, is where the secrets are read at
+	// each RPC that carries them (internal/secretfile): only this
+	// reference is stored.
+	SecretsFrom string
 	// CapacityBytes is the capacity asked of CreateVolume (0: plugin's
 	// default). Register ignores it.
 	CapacityBytes int64
@@ -104,6 +108,7 @@ func (s Spec) record(now time.Time) *persistence.Volume {
 		Parameters:    maps.Clone(s.Parameters),
 		Context:       maps.Clone(s.Context),
 		Secrets:       maps.Clone(s.Secrets),
+		SecretsFrom:   s.SecretsFrom,
 		CapacityBytes: s.CapacityBytes,
 		CreatedAt:     now,
 	}
@@ -221,6 +226,9 @@ type Volume struct {
 	// before the first poll, or when the plugin reports neither.
 	Usage     *Usage     `json:"usage,omitempty"`
 	Condition *Condition `json:"condition,omitempty"`
+	// SecretsFrom is the reference the secrets are read from; "" for
+	// none.
+	SecretsFrom string `json:"secrets_from,omitempty"`
 	// MutableParameters are the mutable parameters ControllerModifyVolume
 	// applied, merged; Modifying are those of the modification in
 	// progress (none when empty).
@@ -284,6 +292,7 @@ func viewOf(v *persistence.Volume) Volume {
 		CreatedAt:           v.CreatedAt,
 		UpdatedAt:           v.UpdatedAt,
 		Expansion:           expansionOf(v.Expansion),
+		SecretsFrom:         v.SecretsFrom,
 		MutableParameters:   maps.Clone(v.MutableParameters),
 		Modifying:           maps.Clone(v.Modifying),
 	}

@@ -64,7 +64,7 @@ func (s Spec) changedFields(v *persistence.Volume) []string {
 	if !maps.Equal(w.Context, v.Context) {
 		out = append(out, FieldContext)
 	}
-	if !maps.Equal(w.Secrets, v.Secrets) {
+	if !maps.Equal(w.Secrets, v.Secrets) || w.SecretsFrom != v.SecretsFrom {
 		out = append(out, FieldSecrets)
 	}
 	return out
@@ -171,6 +171,7 @@ func (a *volumeActor) update(req *registerRequest) {
 	v.Parameters = w.Parameters
 	v.Context = w.Context
 	v.Secrets = w.Secrets
+	v.SecretsFrom = w.SecretsFrom
 	if req.mirror {
 		v.CapacityBytes = max(v.CapacityBytes, req.spec.CapacityBytes)
 		v.AccessibleTopology = cloneTopology(req.spec.AccessibleTopology)

@@ -242,6 +242,7 @@ type Plugin struct {
 	stopCh    chan struct{}
 	// guarded by mu: behaviour and recording
 	ready   bool
+	maxVols int64 // NodeGetInfo's max_volumes_per_node
 	faults  map[string]*Fault
 	calls   map[string]int
 	last    map[string]proto.Message
@@ -284,6 +285,7 @@ func New(cfg Config) *Plugin {
 		cfg:     cfg,
 		methods: methods,
 		ready:   !cfg.NotReady,
+		maxVols: cfg.MaxVolumesPerNode,
 		faults:  map[string]*Fault{},
 		calls:   map[string]int{},
 		last:    map[string]proto.Message{},
@@ -391,6 +393,14 @@ func (p *Plugin) shutdown(kill bool) {
 		srv.GracefulStop()
 	}
 	<-done
+}
+
+// SetMaxVolumesPerNode sets what NodeGetInfo answers as
+// max_volumes_per_node from now on (Config.MaxVolumesPerNode at first).
+func (p *Plugin) SetMaxVolumesPerNode(n int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.maxVols = n
 }
 
 // SetReady sets what Probe answers from now on (ignored with OmitReady).

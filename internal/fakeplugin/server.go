@@ -374,9 +374,11 @@ func (s *server) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilities
 
 func (s *server) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb.NodeGetInfoResponse, error) {
 	resp := &csipb.NodeGetInfoResponse{
-		NodeId:            s.p.cfg.NodeID,
-		MaxVolumesPerNode: s.p.cfg.MaxVolumesPerNode,
+		NodeId: s.p.cfg.NodeID,
 	}
+	s.p.mu.Lock()
+	resp.MaxVolumesPerNode = s.p.maxVols
+	s.p.mu.Unlock()
 	if len(s.p.cfg.Topology) > 0 {
 		resp.AccessibleTopology = &csipb.Topology{Segments: maps.Clone(s.p.cfg.Topology)}
 	}

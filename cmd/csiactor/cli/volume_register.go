@@ -22,6 +22,7 @@ type volumeSpecFlags struct {
 	context     kvFlag
 	secrets     kvFlag
 	secretsFile string
+	secretsFrom string
 }
 
 const volumeSpecHelp = `
@@ -33,7 +34,10 @@ attachment modes file-system and block-device.
 
 Secrets and mount flags are sent to the agent and never shown again. A
 -secret on the command line is visible to other users in the process list;
-prefer -secrets-file, a file of KEY=VALUE lines (# starts a comment).`
+prefer -secrets-file, a file of KEY=VALUE lines (# starts a comment).
+-secrets-from PATH instead has the agent read the secrets at each RPC from
+PATH on its own host (a JSON or YAML map, a directory with one file per
+key, or $CREDENTIALS_DIRECTORY/NAME): only the path is stored.`
 
 func addVolumeSpecFlags(fs *flag.FlagSet) *volumeSpecFlags {
 	f := &volumeSpecFlags{secrets: kvFlag{secret: true}}
@@ -45,6 +49,7 @@ func addVolumeSpecFlags(fs *flag.FlagSet) *volumeSpecFlags {
 	fs.Var(&f.context, "context", "`KEY=VALUE` volume context for the plugin (repeatable)")
 	fs.Var(&f.secrets, "secret", "`KEY=VALUE` secret for the plugin (repeatable; never shown)")
 	fs.StringVar(&f.secretsFile, "secrets-file", "", "`file` of KEY=VALUE secret lines")
+	fs.StringVar(&f.secretsFrom, "secrets-from", "", "`path` on the agent's host the secrets are read from at each RPC (not with -secret)")
 	return f
 }
 
@@ -59,6 +64,9 @@ func (f *volumeSpecFlags) spec() (runtime.VolumeSpec, error) {
 		return runtime.VolumeSpec{}, err
 	}
 	s := runtime.VolumeSpec{Plugin: f.plugin, Parameters: f.params.m, Context: f.context.m, Secrets: f.secrets.m}
+	if f.secretsFrom != "" {
+		s.SecretsFrom = &runtime.SecretsFrom{File: f.secretsFrom}
+	}
 	for _, c := range f.caps {
 		access, attach, ok := strings.Cut(c, ":")
 		if !ok {
