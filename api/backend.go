@@ -52,6 +52,9 @@ type Backend interface {
 	// ExpandVolume grows the volume id to at least req.CapacityBytes (see
 	// runtime.Runtime.ExpandVolume); it returns the volume when done.
 	ExpandVolume(ctx context.Context, id string, req runtime.ExpandRequest) (runtime.Volume, error)
+	// ModifyVolume changes the volume id's mutable parameters (see
+	// runtime.Runtime.ModifyVolume); it returns the volume when done.
+	ModifyVolume(ctx context.Context, id string, req runtime.ModifyRequest) (runtime.Volume, error)
 	// Volumes lists the volumes that match filter, by ID.
 	Volumes(ctx context.Context, filter runtime.VolumeFilter) ([]runtime.Volume, error)
 	// Volume returns one volume, or ErrNotFound.

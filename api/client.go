@@ -253,6 +253,17 @@ func (c *Client) ListExternalVolumes(ctx context.Context, name string, q runtime
 	return out, c.do(ctx, http.MethodGet, "/v1/plugins/"+url.PathEscape(name)+"/volumes", v, nil, &out)
 }
 
+// ModifyVolume changes volume id's mutable parameters and returns the
+// volume once its plugin applied them (POST /v1/volumes/{id}/modify).
+func (c *Client) ModifyVolume(ctx context.Context, id string, req runtime.ModifyRequest) (runtime.Volume, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return runtime.Volume{}, err
+	}
+	var out runtime.Volume
+	return out, c.do(ctx, http.MethodPost, "/v1/volumes/"+url.PathEscape(id)+"/modify", nil, body, &out)
+}
+
 // ExpandVolume grows volume id to at least req.CapacityBytes and returns
 // the volume once it is done (POST /v1/volumes/{id}/expand).
 func (c *Client) ExpandVolume(ctx context.Context, id string, req runtime.ExpandRequest) (runtime.Volume, error) {

@@ -134,6 +134,7 @@ func newServer(b Backend, opts Options) *server {
 	m.HandleFunc("PUT /v1/volumes/{id}", s.registerVolume)
 	m.HandleFunc("DELETE /v1/volumes/{id}", s.deleteVolume)
 	m.HandleFunc("POST /v1/volumes/{id}/expand", s.expandVolume)
+	m.HandleFunc("POST /v1/volumes/{id}/modify", s.modifyVolume)
 	m.HandleFunc("POST /v1/volumes/{id}/claims", s.claim)
 	m.HandleFunc("DELETE /v1/volumes/{id}/claims/{alloc}", s.release)
 	m.HandleFunc("GET /v1/snapshots", s.snapshots)
@@ -481,6 +482,23 @@ func (s *server) expandVolume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, err := s.b.ExpandVolume(r.Context(), id, req)
+	if err != nil {
+		writeBackendError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *server) modifyVolume(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, "id")
+	if !ok || !s.noQuery(w, r) {
+		return
+	}
+	var req runtime.ModifyRequest
+	if !s.decode(w, r, &req) || !valid(w, req.Validate()) {
+		return
+	}
+	v, err := s.b.ModifyVolume(r.Context(), id, req)
 	if err != nil {
 		writeBackendError(w, err)
 		return

@@ -44,6 +44,9 @@ const (
 	// OpDeleteSnapshot asks for DeleteSnapshot; its Volume is the CSI
 	// snapshot ID.
 	OpDeleteSnapshot = "delete-snapshot"
+	// OpModifyVolume asks for ControllerModifyVolume; its Volume is the
+	// CSI volume ID.
+	OpModifyVolume = "modify-volume"
 )
 
 // isClaimOp says whether op is a claim step's (ControllerPublishVolume or
@@ -792,11 +795,12 @@ type ControllerInfo struct {
 	// ControllerPublishVolume.
 	ControllerRequired bool `json:"controller_required"`
 	// The controller's capabilities behind the operations other hosts
-	// send to the leader: EXPAND_VOLUME, CLONE_VOLUME and
-	// CREATE_DELETE_SNAPSHOT.
+	// send to the leader: EXPAND_VOLUME, CLONE_VOLUME,
+	// CREATE_DELETE_SNAPSHOT and MODIFY_VOLUME.
 	ControllerExpand     bool `json:"controller_expand,omitempty"`
 	CloneVolume          bool `json:"clone_volume,omitempty"`
 	CreateDeleteSnapshot bool `json:"create_delete_snapshot,omitempty"`
+	ControllerModify     bool `json:"controller_modify,omitempty"`
 	// By is the host that last wrote it, At when.
 	By string    `json:"by"`
 	At time.Time `json:"at"`

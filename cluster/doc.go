@@ -38,8 +38,8 @@
 // ControllerPublishVolume or ControllerUnpublishVolume of a volume for its
 // CSI node ID as a [ControllerRequest] and waits for the answer; so it
 // does with the plugin's other controller operations (CreateVolume,
-// DeleteVolume, ControllerExpandVolume, ValidateVolumeCapabilities,
-// CreateSnapshot, DeleteSnapshot), keyed by operation, CSI name or ID and
+// DeleteVolume, ControllerExpandVolume, ControllerModifyVolume,
+// ValidateVolumeCapabilities, CreateSnapshot, DeleteSnapshot), keyed by operation, CSI name or ID and
 // host, and removed once their answer is read. Every
 // host with a healthy controller of the plugin runs
 // [Session.ServeController], which campaigns in the plugin's election

@@ -29,6 +29,7 @@ func (c ControllerCapabilities) Names() []string {
 		{c.SingleNodeMultiWriter, "SINGLE_NODE_MULTI_WRITER"},
 		{c.VolumeCondition, "VOLUME_CONDITION"},
 		{c.GetVolumeHealth, "GET_VOLUME_HEALTH"},
+		{c.ModifyVolume, "MODIFY_VOLUME"},
 	})
 }
 

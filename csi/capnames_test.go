@@ -15,8 +15,8 @@ func TestCapabilities_Names(t *testing.T) {
 	if got, want := p.Names(), []string{"CONTROLLER_SERVICE", "EXPANSION_ONLINE"}; !slices.Equal(got, want) {
 		t.Errorf("plugin Names = %v, want %v", got, want)
 	}
-	c := csi.ControllerCapabilities{CreateDeleteVolume: true, ExpandVolume: true, CreateDeleteSnapshot: true, CloneVolume: true}
-	if got, want := c.Names(), []string{"CREATE_DELETE_VOLUME", "CREATE_DELETE_SNAPSHOT", "CLONE_VOLUME", "EXPAND_VOLUME"}; !slices.Equal(got, want) {
+	c := csi.ControllerCapabilities{CreateDeleteVolume: true, ExpandVolume: true, CreateDeleteSnapshot: true, CloneVolume: true, ModifyVolume: true}
+	if got, want := c.Names(), []string{"CREATE_DELETE_VOLUME", "CREATE_DELETE_SNAPSHOT", "CLONE_VOLUME", "EXPAND_VOLUME", "MODIFY_VOLUME"}; !slices.Equal(got, want) {
 		t.Errorf("controller Names = %v, want %v", got, want)
 	}
 	n := csi.NodeCapabilities{StageUnstageVolume: true, ExpandVolume: true}

@@ -44,6 +44,9 @@ type Client interface {
 	// ControllerExpandVolume grows a volume on the storage side; the answer
 	// says the new capacity and whether NodeExpandVolume is needed.
 	ControllerExpandVolume(ctx context.Context, req *csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error)
+	// ControllerModifyVolume changes a volume's mutable parameters on the
+	// storage side (MODIFY_VOLUME, CSI 1.9+).
+	ControllerModifyVolume(ctx context.Context, req *csipb.ControllerModifyVolumeRequest) (*csipb.ControllerModifyVolumeResponse, error)
 	// ControllerGetVolume asks the controller about one volume (GET_VOLUME):
 	// its status, with the volume's condition when the controller has
 	// VOLUME_CONDITION.
@@ -124,6 +127,9 @@ type ControllerCapabilities struct {
 	CreateDeleteSnapshot bool
 	ListSnapshots        bool
 	CloneVolume          bool
+	// ModifyVolume: the controller changes a volume's mutable parameters
+	// (MODIFY_VOLUME, ControllerModifyVolume).
+	ModifyVolume bool
 }
 
 // NodeCapabilities is the answer to NodeGetCapabilities.
@@ -155,7 +161,7 @@ const (
 	// PublishKind is for RPCs that create or attach: CreateVolume,
 	// ControllerPublishVolume, NodeStageVolume, NodePublishVolume, and
 	// those that change a volume: ControllerExpandVolume,
-	// NodeExpandVolume, CreateSnapshot.
+	// ControllerModifyVolume, NodeExpandVolume, CreateSnapshot.
 	PublishKind RPCKind = iota + 1
 	// UnpublishKind is for RPCs that remove or detach: DeleteVolume,
 	// ControllerUnpublishVolume, NodeUnstageVolume, NodeUnpublishVolume,

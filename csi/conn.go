@@ -157,6 +157,8 @@ func (c *client) ControllerCapabilities(ctx context.Context) (ControllerCapabili
 			caps.ListSnapshots = true
 		case csipb.ControllerServiceCapability_RPC_CLONE_VOLUME:
 			caps.CloneVolume = true
+		case csipb.ControllerServiceCapability_RPC_MODIFY_VOLUME:
+			caps.ModifyVolume = true
 		case controllerVolumeCondition:
 			caps.VolumeCondition = true
 		case csipb.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH:
@@ -223,6 +225,10 @@ func (c *client) ListSnapshots(ctx context.Context, req *csipb.ListSnapshotsRequ
 
 func (c *client) ControllerExpandVolume(ctx context.Context, req *csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error) {
 	return invoke(ctx, c, "ControllerExpandVolume", c.opts.rpcTimeout, req, c.controller.ControllerExpandVolume)
+}
+
+func (c *client) ControllerModifyVolume(ctx context.Context, req *csipb.ControllerModifyVolumeRequest) (*csipb.ControllerModifyVolumeResponse, error) {
+	return invoke(ctx, c, "ControllerModifyVolume", c.opts.rpcTimeout, req, c.controller.ControllerModifyVolume)
 }
 
 func (c *client) NodeCapabilities(ctx context.Context) (NodeCapabilities, error) {

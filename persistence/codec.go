@@ -49,7 +49,8 @@ const volumeCodecShape = "Volume{ID string; Plugin string; ExternalID string; " 
 	"Stagings []Staging{Usage string; Path string; Users []string; Staged bool; Mounted bool; Lost bool}; " +
 	"Revision uint64; CreatedAt time.Time; UpdatedAt time.Time; " +
 	"Expansion *Expansion{CapacityBytes int64; Controller bool; NodeCapable bool; Node bool; LastError string; Attempts int; NodeOffline bool}; " +
-	"AccessibleTopology []map[string]string; NodeExpandPending int64; SecretsFrom string; Ephemeral string; ClaimMountFlags map[string]string}"
+	"AccessibleTopology []map[string]string; NodeExpandPending int64; SecretsFrom string; Ephemeral string; " +
+	"ClaimMountFlags map[string]string; MutableParameters map[string]string; Modifying map[string]string}"
 
 // volumeCodecCovers reports whether the binary codec covers every field of
 // Volume as compiled.
@@ -167,7 +168,9 @@ func appendVolume(dst []byte, v *Volume) []byte {
 	dst = binary.AppendVarint(dst, v.NodeExpandPending)
 	dst = appendString(dst, v.SecretsFrom)
 	dst = appendString(dst, v.Ephemeral)
-	return appendMap(dst, v.ClaimMountFlags)
+	dst = appendMap(dst, v.ClaimMountFlags)
+	dst = appendMap(dst, v.MutableParameters)
+	return appendMap(dst, v.Modifying)
 }
 
 func appendClaims(dst []byte, cs []Claim) []byte {
@@ -483,5 +486,7 @@ func decodeVolumeBinary(data []byte, v *Volume) error {
 	v.SecretsFrom = r.string("secrets_from")
 	v.Ephemeral = r.string("ephemeral")
 	v.ClaimMountFlags = r.stringMap("claim_mount_flags")
+	v.MutableParameters = r.stringMap("mutable_parameters")
+	v.Modifying = r.stringMap("modifying")
 	return err
 }

@@ -111,8 +111,9 @@ func TestVolumeCodec_OlderRecordLeavesNewFieldsZero(t *testing.T) {
 	updated := created.Add(time.Hour)
 	// The fields after UpdatedAt take a byte each when zero: the
 	// expansion and accessible topology counts, node_expand_pending,
-	// secrets_from, ephemeral, claim_mount_flags.
-	const afterUpdated = 6
+	// secrets_from, ephemeral, claim_mount_flags, mutable_parameters,
+	// modifying.
+	const afterUpdated = 8
 	rec := appendVolume(nil, &Volume{ID: "v", Revision: 9, CreatedAt: created, UpdatedAt: updated})
 	rec = rec[:len(rec)-afterUpdated]
 	var old Volume

@@ -111,6 +111,15 @@ type Volume struct {
 	// they may carry credentials: never shown. Replaced, never changed in
 	// place (see claim.CloneVolume).
 	ClaimMountFlags map[string]string `json:"claim_mount_flags,omitempty"`
+	// MutableParameters are the mutable parameters ControllerModifyVolume
+	// applied to the volume, each modification merged into the ones
+	// before; empty when it was never modified.
+	MutableParameters map[string]string `json:"mutable_parameters,omitempty"`
+	// Modifying is the modification in progress: the mutable parameters
+	// asked for, recorded before the first ControllerModifyVolume and
+	// removed (merged into MutableParameters) when it is done, or when it
+	// has failed for good; empty when none.
+	Modifying map[string]string `json:"modifying,omitempty"`
 }
 
 // The phases of an ephemeral volume (Volume.Ephemeral).

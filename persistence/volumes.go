@@ -18,11 +18,11 @@ const forEachChunk = 256
 
 // Active reports whether v has anything the agent must track or finish
 // after a restart: a claim, a past claim, a staging that is staged or has
-// users, a controller publish, an expansion in progress, or an ephemeral
-// volume being created or deleted. ActiveVolumes returns exactly the stored
-// volumes for which it is true.
+// users, a controller publish, an expansion or modification in progress,
+// or an ephemeral volume being created or deleted. ActiveVolumes returns
+// exactly the stored volumes for which it is true.
 func (v *Volume) Active() bool {
-	if len(v.Claims) > 0 || len(v.PastClaims) > 0 || v.ControllerPublished || v.Expansion != nil ||
+	if len(v.Claims) > 0 || len(v.PastClaims) > 0 || v.ControllerPublished || v.Expansion != nil || len(v.Modifying) > 0 ||
 		v.Ephemeral == EphemeralCreating || v.Ephemeral == EphemeralDeleting {
 		return true
 	}

@@ -145,6 +145,7 @@ func volumeFromManager(v volume.Volume) Volume {
 		Expansion: v.Expansion, AccessibleTopology: v.AccessibleTopology,
 		Usage: v.Usage, Condition: v.Condition,
 		Ephemeral: v.Ephemeral, EphemeralPhase: v.EphemeralPhase,
+		MutableParameters: v.MutableParameters, Modifying: v.Modifying,
 	}
 	if v.SecretsFrom != "" {
 		out.SecretsFrom = &SecretsFrom{File: v.SecretsFrom}

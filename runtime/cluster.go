@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -230,6 +231,9 @@ type clusterVolume struct {
 	Created            bool                `json:"created,omitempty"`
 	CapacityBytes      int64               `json:"capacity_bytes,omitempty"`
 	AccessibleTopology []map[string]string `json:"accessible_topology,omitempty"`
+	// MutableParameters are what ControllerModifyVolume applied on some
+	// host, merged; every host merges them into its record.
+	MutableParameters map[string]string `json:"mutable_parameters,omitempty"`
 }
 
 // clusterRecord names volume id's definition for sealing its secrets.
@@ -253,7 +257,8 @@ func (cv clusterVolume) encode(keys *seal.Keyring) ([]byte, error) {
 		CapacityBytes      int64               `json:"capacity_bytes,omitempty"`
 		AccessibleTopology []map[string]string `json:"accessible_topology,omitempty"`
 		SealedSecrets      map[string]string   `json:"sealed_secrets,omitempty"`
-	}{cv.ID, spec, cv.Created, cv.CapacityBytes, cv.AccessibleTopology, sealed})
+		MutableParameters  map[string]string   `json:"mutable_parameters,omitempty"`
+	}{cv.ID, spec, cv.Created, cv.CapacityBytes, cv.AccessibleTopology, sealed, cv.MutableParameters})
 }
 
 // sameShared reports whether a and b are the same definition, secrets
@@ -268,6 +273,7 @@ func sameShared(a, b clusterVolume) bool {
 func (cv clusterVolume) volumeSpec() (volume.Spec, error) {
 	vs, err := volumeSpec(cv.ID, cv.Spec)
 	vs.CapacityBytes, vs.AccessibleTopology = cv.CapacityBytes, cv.AccessibleTopology
+	vs.MutableParameters = cv.MutableParameters
 	return vs, err
 }
 
@@ -631,6 +637,29 @@ func (r *Runtime) shareCapacity(ctx context.Context, id string, capacity int64) 
 		next := *cur
 		next.CapacityBytes = capacity
 		return next, false, true, nil
+	})
+	return err
+}
+
+// shareMutableParameters records in the cluster the mutable parameters
+// volume id has here after a modification, merged into the definition's,
+// for every host's record (a no-op outside cluster mode, and for a volume
+// the cluster does not have).
+func (r *Runtime) shareMutableParameters(ctx context.Context, id string, params map[string]string) error {
+	if r.cluster == nil {
+		return nil
+	}
+	_, err := r.updateShared(ctx, id, func(cur *clusterVolume) (clusterVolume, bool, bool, error) {
+		if cur == nil {
+			return clusterVolume{}, false, false, nil
+		}
+		next := *cur
+		next.MutableParameters = maps.Clone(cur.MutableParameters)
+		if next.MutableParameters == nil {
+			next.MutableParameters = map[string]string{}
+		}
+		maps.Copy(next.MutableParameters, params)
+		return next, false, !maps.Equal(next.MutableParameters, cur.MutableParameters), nil
 	})
 	return err
 }

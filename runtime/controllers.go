@@ -35,7 +35,8 @@ import (
 //     controller of its own.
 //   - So do, on a host without a healthy controller allocation of the
 //     plugin, CreateVolume (restores and clones too), DeleteVolume,
-//     ControllerExpandVolume, ValidateVolumeCapabilities, CreateSnapshot
+//     ControllerExpandVolume, ControllerModifyVolume,
+//     ValidateVolumeCapabilities, CreateSnapshot
 //     and DeleteSnapshot; the controller's facts (its capabilities) are
 //     then those the hosts with a controller recorded in etcd. Other
 //     controller calls (capacity, listings, health) stay local.
@@ -138,6 +139,7 @@ func (p *clusterPlugins) routed(ctx context.Context, name string, localErr error
 	facts.ControllerExpand = info.ControllerExpand
 	facts.CloneVolume = info.CloneVolume
 	facts.CreateDeleteSnapshot = info.CreateDeleteSnapshot
+	facts.ControllerModify = info.ControllerModify
 	facts.ListSnapshots, facts.ControllerCondition, facts.ControllerHealth = false, false, false
 	return &remoteController{p: p, plugin: name}, facts, nil
 }
@@ -360,6 +362,16 @@ func (c *remoteController) ControllerExpandVolume(ctx context.Context, req *csip
 	return resp, nil
 }
 
+func (c *remoteController) ControllerModifyVolume(ctx context.Context, req *csipb.ControllerModifyVolumeRequest) (*csipb.ControllerModifyVolumeResponse, error) {
+	r := proto.CloneOf(req)
+	r.Secrets = nil
+	resp := &csipb.ControllerModifyVolumeResponse{}
+	if _, err := c.call(ctx, cluster.OpModifyVolume, req.GetVolumeId(), "", r, req.GetSecrets(), resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
 func (c *remoteController) ValidateVolumeCapabilities(ctx context.Context, req *csipb.ValidateVolumeCapabilitiesRequest) (*csipb.ValidateVolumeCapabilitiesResponse, error) {
 	r := proto.CloneOf(req)
 	r.Secrets = nil
@@ -475,6 +487,10 @@ var routedOps = map[string]routedOp{
 	cluster.OpExpandVolume: routed("ControllerExpandVolume", func(r *csipb.ControllerExpandVolumeRequest) *map[string]string { return &r.Secrets },
 		func(ctx context.Context, c csi.Client, r *csipb.ControllerExpandVolumeRequest) (proto.Message, error) {
 			return c.ControllerExpandVolume(ctx, r)
+		}),
+	cluster.OpModifyVolume: routed("ControllerModifyVolume", func(r *csipb.ControllerModifyVolumeRequest) *map[string]string { return &r.Secrets },
+		func(ctx context.Context, c csi.Client, r *csipb.ControllerModifyVolumeRequest) (proto.Message, error) {
+			return c.ControllerModifyVolume(ctx, r)
 		}),
 	cluster.OpValidateVolume: routed("ValidateVolumeCapabilities", func(r *csipb.ValidateVolumeCapabilitiesRequest) *map[string]string { return &r.Secrets },
 		func(ctx context.Context, c csi.Client, r *csipb.ValidateVolumeCapabilitiesRequest) (proto.Message, error) {
@@ -637,7 +653,7 @@ func (r *Runtime) followControllers(ctx context.Context) {
 				want[s.Name] = true
 				if _, f, err := r.plugins.Client(ctx, s.Name, claim.ControllerPlugin); err == nil {
 					info := cluster.ControllerInfo{ControllerRequired: s.ControllerRequired, ControllerExpand: f.ControllerExpand,
-						CloneVolume: f.CloneVolume, CreateDeleteSnapshot: f.CreateDeleteSnapshot}
+						CloneVolume: f.CloneVolume, CreateDeleteSnapshot: f.CreateDeleteSnapshot, ControllerModify: f.ControllerModify}
 					if v, ok := recorded[s.Name]; !ok || v != info {
 						if err := r.cluster.PutControllerInfo(ctx, s.Name, info); err == nil {
 							recorded[s.Name] = info

@@ -117,6 +117,7 @@ func (p *pluginsAdapter) resolve(ctx context.Context, k targetKey) (csi.Client, 
 	facts.AccessibilityConstraints = fp.Capabilities.VolumeAccessibilityConstraints
 	if fp.Controller != nil {
 		facts.ControllerExpand = fp.Controller.ExpandVolume
+		facts.ControllerModify = fp.Controller.ModifyVolume
 		facts.CloneVolume = fp.Controller.CloneVolume
 		facts.ControllerCondition = fp.Controller.GetVolume && fp.Controller.VolumeCondition
 		facts.ControllerHealth = fp.Controller.GetVolumeHealth
@@ -239,6 +240,12 @@ func (c *retryingClient) NodeUnpublishVolume(ctx context.Context, req *csipb.Nod
 func (c *retryingClient) ControllerExpandVolume(ctx context.Context, req *csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error) {
 	return again(ctx, c, func(cl csi.Client) (*csipb.ControllerExpandVolumeResponse, error) {
 		return cl.ControllerExpandVolume(ctx, req)
+	})
+}
+
+func (c *retryingClient) ControllerModifyVolume(ctx context.Context, req *csipb.ControllerModifyVolumeRequest) (*csipb.ControllerModifyVolumeResponse, error) {
+	return again(ctx, c, func(cl csi.Client) (*csipb.ControllerModifyVolumeResponse, error) {
+		return cl.ControllerModifyVolume(ctx, req)
 	})
 }
 

@@ -585,6 +585,12 @@ type Volume struct {
 	// "deleting" (recorded before DeleteVolume).
 	Ephemeral      bool   `json:"ephemeral,omitempty"`
 	EphemeralPhase string `json:"ephemeral_phase,omitempty"`
+	// MutableParameters are the mutable parameters the plugin applied
+	// (ControllerModifyVolume), every modification merged into the ones
+	// before; Modifying are those of the modification in progress. Both
+	// empty when none.
+	MutableParameters map[string]string `json:"mutable_parameters,omitempty"`
+	Modifying         map[string]string `json:"modifying,omitempty"`
 }
 
 // Claim is a current or past claim of a volume by one allocation.

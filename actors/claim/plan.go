@@ -375,9 +375,10 @@ func ApplyRelease(v *persistence.Volume, s Step, now time.Time) {
 }
 
 // Unfinished reports whether v has a step to resume: a current claim not
-// yet published, any past claim, or an expansion in progress.
+// yet published, any past claim, or an expansion or modification in
+// progress.
 func Unfinished(v *persistence.Volume) bool {
-	if len(v.PastClaims) > 0 || v.Expansion != nil {
+	if len(v.PastClaims) > 0 || v.Expansion != nil || len(v.Modifying) > 0 {
 		return true
 	}
 	for i := range v.Claims {

@@ -71,6 +71,9 @@ type Facts struct {
 	// VolumeMountGroup: the node plugin has VOLUME_MOUNT_GROUP (a claim's
 	// mount group goes to it as volume_mount_group).
 	VolumeMountGroup bool
+	// ControllerModify: the controller (when the type asked for is the
+	// controller) has MODIFY_VOLUME.
+	ControllerModify bool
 }
 
 // Plugins gives a claim the CSI client of a plugin's current singleton.

@@ -35,6 +35,7 @@ type volumeActor struct {
 	allocs    map[string]*allocWork
 	expanding expansion     // the expansion in progress, when the record has one
 	eph       ephemeralWork // an ephemeral volume's creation or deletion (see ephemeral.go)
+	modifying expansion     // the modification in progress, when the record has one
 	// forgetting are the allocs whose past claims the next persist
 	// forgets without freeing them: no claim-freed event for them.
 	forgetting []string
@@ -133,7 +134,8 @@ func (a *volumeActor) tidy(alloc string) {
 }
 
 // expansion is what the volume actor has in flight for the expansion the
-// record holds (Volume.Expansion).
+// record holds (Volume.Expansion), or for its modification
+// (Volume.Modifying).
 type expansion struct {
 	waiters []chan<- reply // callers, answered when it is done or has failed
 	// retry waits out the backoff of a failed step outside the slot (see
@@ -196,6 +198,12 @@ func (a *volumeActor) Receive(ctx actor.Context) {
 		a.statsFinished(ctx, msg)
 	case *expandRetryDue:
 		a.expandRetryDue(ctx, msg)
+	case *modifyRequest:
+		a.modifyArrived(ctx, msg)
+	case *modifyFinished:
+		a.modificationFinished(ctx, msg)
+	case *modifyRetryDue:
+		a.modifyRetryDue(ctx, msg)
 	case *pendingExpandFinished:
 		a.pendingExpandFinished(ctx, msg)
 	case *respawnClaimer:

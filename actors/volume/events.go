@@ -40,6 +40,13 @@ const (
 	EventVolumeExpanding    = "volume-expanding"
 	EventVolumeExpanded     = "volume-expanded"
 	EventVolumeExpandFailed = "volume-expand-failed"
+	// EventVolumeModifying: a modification was recorded and its
+	// ControllerModifyVolume starts; EventVolumeModified: it is done;
+	// EventVolumeModifyFailed: the plugin refused it for good. The
+	// messages name the mutable parameters, never their values.
+	EventVolumeModifying    = "volume-modifying"
+	EventVolumeModified     = "volume-modified"
+	EventVolumeModifyFailed = "volume-modify-failed"
 )
 
 // Event is something that happened to a volume, reported to Config.OnEvent
@@ -84,6 +91,7 @@ func (m *Manager) recordEvents(old, cur *persistence.Volume, forgotten ...string
 		old = &persistence.Volume{}
 	default:
 		recordExpansion(old, cur, ev)
+		recordModification(old, cur, ev)
 	}
 	oldClaims, oldPast, curPast := indexClaims(old.Claims), indexClaims(old.PastClaims), indexClaims(cur.PastClaims)
 	for _, c := range cur.Claims {
@@ -143,6 +151,25 @@ func recordExpansion(old, cur *persistence.Volume, ev func(typ, alloc, msg strin
 	if old.Expansion != nil && cur.Expansion == nil && cur.CapacityBytes >= old.Expansion.CapacityBytes {
 		ev(EventVolumeExpanded, "", fmt.Sprintf("expanded to %d bytes", cur.CapacityBytes))
 	}
+}
+
+// recordModification reports the start and the successful end of a
+// modification.
+func recordModification(old, cur *persistence.Volume, ev func(typ, alloc, msg string)) {
+	switch {
+	case len(old.Modifying) == 0 && len(cur.Modifying) > 0:
+		ev(EventVolumeModifying, "", "modifying mutable parameters "+paramNames(cur.Modifying))
+	case len(old.Modifying) > 0 && len(cur.Modifying) == 0 && applied(cur.MutableParameters, old.Modifying):
+		ev(EventVolumeModified, "", "modified mutable parameters "+paramNames(old.Modifying))
+	}
+}
+
+// recordModifyFailed reports a modification the plugin refused for good.
+func (m *Manager) recordModifyFailed(v *persistence.Volume, err error) {
+	if m.cfg.OnEvent == nil || v == nil {
+		return
+	}
+	m.cfg.OnEvent(Event{Time: time.Now(), Type: EventVolumeModifyFailed, Plugin: v.Plugin, Volume: v.ID, Message: err.Error()})
 }
 
 // recordExpandFailed reports an expansion the plugin refused for good.

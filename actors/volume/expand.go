@@ -293,9 +293,15 @@ func (a *volumeActor) expandRetryDue(ctx actor.Context, msg *expandRetryDue) {
 	if msg.owner != a || a.expanding.retry == nil {
 		return
 	}
-	a.expanding.retry.Stop()
-	a.expanding.retry = nil
-	a.queue = append(a.queue, &expandWork{})
+	a.retryNow(ctx, &a.expanding, &expandWork{})
+}
+
+// retryNow ends the backoff of x's failed step and queues work, which
+// runs the step again.
+func (a *volumeActor) retryNow(ctx actor.Context, x *expansion, work any) {
+	x.retry.Stop()
+	x.retry = nil
+	a.queue = append(a.queue, work)
 	a.settle(ctx)
 }
 

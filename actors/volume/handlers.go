@@ -71,6 +71,9 @@ func (a *volumeActor) started(ctx actor.Context) {
 		if a.rec.Expansion != nil {
 			a.queue = append(a.queue, &expandWork{})
 		}
+		if len(a.rec.Modifying) > 0 {
+			a.queue = append(a.queue, &modifyWork{})
+		}
 	}
 	a.settle(ctx)
 	a.h.disp.SetInline(true)
@@ -167,6 +170,10 @@ func (a *volumeActor) settle(ctx actor.Context) {
 			a.expand(ctx, w)
 		case *expandWork:
 			a.runExpansion(ctx)
+		case *modifyRequest:
+			a.modify(ctx, w)
+		case *modifyWork:
+			a.runModification(ctx)
 		case *statsRequest:
 			a.pollStats(ctx, w)
 		case *forceWork:
@@ -197,6 +204,7 @@ func (a *volumeActor) isIdle() bool {
 	return a.slot == (slot{}) && len(a.queue) == 0 && len(a.allocs) == 0 &&
 		len(a.expanding.waiters) == 0 && a.expanding.retry == nil &&
 		len(a.eph.waiters) == 0 && a.eph.retry == nil &&
+		len(a.modifying.waiters) == 0 && a.modifying.retry == nil &&
 		(a.rec == nil || !claim.Unfinished(a.rec) && !ephemeralPending(a.rec))
 }
 
@@ -699,6 +707,7 @@ func (a *volumeActor) register(ctx actor.Context, req *registerRequest) {
 		// Validated by the host that registered it; see Manager.Mirror.
 		v := spec.record(time.Now())
 		v.AccessibleTopology = cloneTopology(spec.AccessibleTopology)
+		v.MutableParameters = maps.Clone(spec.MutableParameters)
 		a.record(req, v, "register")
 		return
 	}
@@ -961,6 +970,8 @@ func (a *volumeActor) stopWork() {
 	a.expanding.retry = nil
 	a.eph.retry.Stop()
 	a.eph.retry = nil
+	a.modifying.retry.Stop()
+	a.modifying.retry = nil
 	for alloc, w := range a.allocs {
 		w.lookup.Stop()
 		w.retry.Stop()

@@ -269,6 +269,7 @@ func newEnvWith(t testing.TB, dir string, plugin *fakeplugin.Plugin, endpoint st
 			NodeHealth:               pcfg.VolumeHealth,
 			ControllerCondition:      pcfg.GetVolume && pcfg.ControllerCondition,
 			ControllerHealth:         pcfg.VolumeHealth && pcfg.Controller,
+			ControllerModify:         pcfg.ControllerModify,
 		}
 	}
 	e.plugins = newTestPlugins(client, facts)

@@ -62,6 +62,10 @@ type Spec struct {
 	// CapacityBytes as the volume's capacity); Create learns it from the
 	// plugin, and Register ignores it.
 	AccessibleTopology []map[string]string
+	// MutableParameters are what ControllerModifyVolume applied to the
+	// volume on some host of the cluster. Only Mirror takes it, merged
+	// into the volume's; Modify changes them, Register ignores them.
+	MutableParameters map[string]string
 }
 
 func (s Spec) validate(create bool) error {
@@ -234,6 +238,11 @@ type Volume struct {
 	// ready or deleting (persistence.Volume.Ephemeral).
 	Ephemeral      bool   `json:"ephemeral,omitempty"`
 	EphemeralPhase string `json:"ephemeral_phase,omitempty"`
+	// MutableParameters are the mutable parameters ControllerModifyVolume
+	// applied, merged; Modifying are those of the modification in
+	// progress (none when empty).
+	MutableParameters map[string]string `json:"mutable_parameters,omitempty"`
+	Modifying         map[string]string `json:"modifying,omitempty"`
 }
 
 // Claim is a current or past claim's status: its record (which holds no
@@ -295,6 +304,8 @@ func viewOf(v *persistence.Volume) Volume {
 		SecretsFrom:         v.SecretsFrom,
 		Ephemeral:           v.Ephemeral != "",
 		EphemeralPhase:      v.Ephemeral,
+		MutableParameters:   maps.Clone(v.MutableParameters),
+		Modifying:           maps.Clone(v.Modifying),
 	}
 	if mo := v.MountOptions; mo != nil && (mo.FSType != "" || len(mo.MountFlags) > 0) {
 		out.MountOptions = RedactMountOptions(mo)

@@ -26,6 +26,9 @@ const (
 	// Mirror, as the cluster's definition of the volume has them.
 	FieldCapacity           = "capacity_bytes"
 	FieldAccessibleTopology = "accessible_topology"
+	// FieldMutableParameters changes through Modify, and through Mirror
+	// at any time.
+	FieldMutableParameters = "mutable_parameters"
 )
 
 // EventVolumeUpdated: Register changed a registered volume's definition;
@@ -78,6 +81,9 @@ func (s Spec) mirroredFields(v *persistence.Volume) []string {
 	if !slices.EqualFunc(s.AccessibleTopology, v.AccessibleTopology, maps.Equal) {
 		out = append(out, FieldAccessibleTopology)
 	}
+	if !applied(v.MutableParameters, s.MutableParameters) {
+		out = append(out, FieldMutableParameters)
+	}
 	return out
 }
 
@@ -126,7 +132,8 @@ func CheckUpdate(old, next Spec) ([]string, error) {
 // another definition: the secrets may change at any time (the next RPCs
 // use them), the capabilities, mount options, parameters and context only
 // while the volume has no claim, the plugin and the external ID never. A
-// Mirror also brings the capacity (at any time) and the accessible
+// Mirror also brings the capacity and the mutable parameters (at any
+// time, merged) and the accessible
 // topology (only while the volume has no claim). The slot is free: no RPC
 // of the volume is in flight, so every later one is built from the
 // updated record.
@@ -168,6 +175,7 @@ func (a *volumeActor) update(req *registerRequest) {
 	if req.mirror {
 		v.CapacityBytes = max(v.CapacityBytes, req.spec.CapacityBytes)
 		v.AccessibleTopology = cloneTopology(req.spec.AccessibleTopology)
+		v.MutableParameters = mergeParams(v.MutableParameters, req.spec.MutableParameters)
 	}
 	if err := a.persist(v, "update"); err != nil {
 		answer(req.reply, reply{err: err})
@@ -179,11 +187,11 @@ func (a *volumeActor) update(req *registerRequest) {
 }
 
 // definitionFields returns the fields of changed that a claim depends on:
-// every one but the secrets and the capacity.
+// every one but the secrets, the capacity and the mutable parameters.
 func definitionFields(changed []string) []string {
 	var out []string
 	for _, f := range changed {
-		if f != FieldSecrets && f != FieldCapacity {
+		if f != FieldSecrets && f != FieldCapacity && f != FieldMutableParameters {
 			out = append(out, f)
 		}
 	}

@@ -656,6 +656,30 @@ func (b *Backend) ExpandVolume(_ context.Context, id string, req runtime.ExpandR
 	return copyVolume(v.v), nil
 }
 
+// ModifyVolume implements api.Backend: the parameters are merged at once.
+func (b *Backend) ModifyVolume(_ context.Context, id string, req runtime.ModifyRequest) (runtime.Volume, error) {
+	if err := req.Validate(); err != nil {
+		return runtime.Volume{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.failLocked("ModifyVolume"); err != nil {
+		return runtime.Volume{}, err
+	}
+	v, ok := b.volumes[id]
+	if !ok {
+		return runtime.Volume{}, kinderr.Errorf(runtime.ErrNotFound, "volume %q not found", id)
+	}
+	merged := maps.Clone(v.v.MutableParameters)
+	if merged == nil {
+		merged = map[string]string{}
+	}
+	maps.Copy(merged, req.MutableParameters)
+	v.v.MutableParameters = merged
+	b.publishLocked(runtime.Event{Type: runtime.EventVolumeModified, Plugin: v.v.Plugin, Volume: id, Message: "volume modified"})
+	return copyVolume(v.v), nil
+}
+
 // Claim implements api.Backend with the runtime's claim limits per access mode.
 func (b *Backend) Claim(_ context.Context, volumeID string, req runtime.ClaimRequest) (runtime.Claim, error) {
 	if err := req.Validate(); err != nil {

@@ -105,7 +105,16 @@ type Config struct {
 	// Logger receives the plugin's log lines. Default: a logrus logger
 	// writing text to stderr at info level.
 	Logger *logrus.Entry
+	// AcceptedMutableParameters are the mutable parameter names
+	// CreateVolume and ControllerModifyVolume (MODIFY_VOLUME) accept; any
+	// other is InvalidArgument naming it. The values are recorded, not
+	// enforced. Default: DefaultAcceptedMutableParameters.
+	AcceptedMutableParameters []string
 }
+
+// DefaultAcceptedMutableParameters are the mutable parameter names the
+// plugin accepts when Config.AcceptedMutableParameters is empty.
+var DefaultAcceptedMutableParameters = []string{"iops", "throughput"}
 
 // DefaultConfig returns a Config with every default filled in except
 // Endpoint and StateDir, which have none.
@@ -133,6 +142,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MountMode == "" {
 		c.MountMode = d.MountMode
+	}
+	if len(c.AcceptedMutableParameters) == 0 {
+		c.AcceptedMutableParameters = DefaultAcceptedMutableParameters
 	}
 	if c.Logger == nil {
 		l := logrus.New()
@@ -191,7 +203,8 @@ func (c Config) Validate() error {
 // RegisterFlags defines flags for c's fields on fs, with c's current values
 // as defaults: -endpoint, -state-dir, -node-id, -name,
 // -max-volumes-per-node, -zone, -capacity, -mount-mode, -lose-mounts-on-start
-// and -shared-dir. The logger is left to the caller.
+// -shared-dir and -accepted-mutable-parameter-names. The logger is left to
+// the caller.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Endpoint, "endpoint", c.Endpoint, "unix socket to serve: unix:///path or a path")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for the volumes and the state file")
@@ -203,6 +216,18 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Zone, "zone", c.Zone, "zone of the node and of every volume it creates (topology key "+TopologyKeyZone+"; default: no topology)")
 	fs.Int64Var(&c.Capacity, "capacity", c.Capacity, "bytes GetCapacity shares out among the volumes (0: the free space under -state-dir)")
 	fs.BoolVar(&c.LoseMountsOnStart, "lose-mounts-on-start", c.LoseMountsOnStart, "on start, undo every recorded staging and publication, keeping the records (as FUSE mounts die with their plugin; for tests)")
+	fs.Func("accepted-mutable-parameter-names", "comma-separated mutable parameter `names` CreateVolume and ControllerModifyVolume accept (default "+strings.Join(DefaultAcceptedMutableParameters, ",")+")", func(s string) error {
+		c.AcceptedMutableParameters = nil
+		for _, n := range strings.Split(s, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				c.AcceptedMutableParameters = append(c.AcceptedMutableParameters, n)
+			}
+		}
+		if len(c.AcceptedMutableParameters) == 0 {
+			return fmt.Errorf("want at least one name")
+		}
+		return nil
+	})
 	fs.Func("mount-mode", "auto, bind or symlink (default auto: bind as root, symlink otherwise)", func(s string) error {
 		m := MountMode(s)
 		switch m {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -40,6 +42,7 @@ func (s *controllerServer) ControllerGetCapabilities(context.Context, *csipb.Con
 		csipb.ControllerServiceCapability_RPC_PUBLISH_READONLY,
 		csipb.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 		csipb.ControllerServiceCapability_RPC_EXPAND_VOLUME,
+		csipb.ControllerServiceCapability_RPC_MODIFY_VOLUME,
 	} {
 		caps = append(caps, &csipb.ControllerServiceCapability{
 			Type: &csipb.ControllerServiceCapability_Rpc{Rpc: &csipb.ControllerServiceCapability_RPC{Type: t}},
@@ -64,8 +67,8 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csipb.CreateVolu
 			return nil, err
 		}
 	}
-	if len(req.GetMutableParameters()) > 0 {
-		return nil, status.Error(codes.InvalidArgument, "mutable_parameters are not supported")
+	if err := s.p.checkMutable(req.GetMutableParameters()); err != nil {
+		return nil, err
 	}
 	required, limit := req.GetCapacityRange().GetRequiredBytes(), req.GetCapacityRange().GetLimitBytes()
 	if required < 0 || limit < 0 {
@@ -129,6 +132,9 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csipb.CreateVolu
 	v := &volume{ID: id, Name: req.GetName(), CapacityBytes: capacity, Zone: p.cfg.Zone, Source: source}
 	if len(req.GetParameters()) > 0 {
 		v.Parameters = maps.Clone(req.GetParameters())
+	}
+	if len(req.GetMutableParameters()) > 0 {
+		v.MutableParameters = maps.Clone(req.GetMutableParameters())
 	}
 	p.st.Volumes[id] = v
 	if err := p.saveLocked(); err != nil {
@@ -309,8 +315,8 @@ func (s *controllerServer) ValidateVolumeCapabilities(_ context.Context, req *cs
 	if len(req.GetParameters()) > 0 && !maps.Equal(req.GetParameters(), params) {
 		return &csipb.ValidateVolumeCapabilitiesResponse{Message: "parameters differ from the volume's"}, nil
 	}
-	if len(req.GetMutableParameters()) > 0 {
-		return &csipb.ValidateVolumeCapabilitiesResponse{Message: "mutable_parameters are not supported"}, nil
+	if err := p.checkMutable(req.GetMutableParameters()); err != nil {
+		return &csipb.ValidateVolumeCapabilitiesResponse{Message: status.Convert(err).Message()}, nil
 	}
 	return &csipb.ValidateVolumeCapabilitiesResponse{Confirmed: &csipb.ValidateVolumeCapabilitiesResponse_Confirmed{
 		VolumeContext:      req.GetVolumeContext(),
@@ -389,6 +395,52 @@ func (s *controllerServer) ControllerExpandVolume(_ context.Context, req *csipb.
 		p.log.WithField("volume", v.ID).WithField("capacity_bytes", required).Info("volume expanded")
 	}
 	return &csipb.ControllerExpandVolumeResponse{CapacityBytes: v.CapacityBytes, NodeExpansionRequired: true}, nil
+}
+
+// ControllerModifyVolume merges mutable_parameters into the volume's
+// (recorded, not enforced). A name not in Config.AcceptedMutableParameters
+// is InvalidArgument naming it, and nothing changes; no parameter at all
+// is a success that changes nothing.
+func (s *controllerServer) ControllerModifyVolume(_ context.Context, req *csipb.ControllerModifyVolumeRequest) (*csipb.ControllerModifyVolumeResponse, error) {
+	if err := requireVolumeID(req.GetVolumeId()); err != nil {
+		return nil, err
+	}
+	p := s.p
+	if err := p.checkMutable(req.GetMutableParameters()); err != nil {
+		return nil, err
+	}
+	p.lockState()
+	defer p.unlockState()
+	v, err := p.volumeLocked(req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	if len(req.GetMutableParameters()) == 0 {
+		return &csipb.ControllerModifyVolumeResponse{}, nil
+	}
+	old := v.MutableParameters
+	v.MutableParameters = maps.Clone(old)
+	if v.MutableParameters == nil {
+		v.MutableParameters = map[string]string{}
+	}
+	maps.Copy(v.MutableParameters, req.GetMutableParameters())
+	if err := p.saveLocked(); err != nil {
+		v.MutableParameters = old
+		return nil, err
+	}
+	p.log.WithField("volume", v.ID).WithField("mutable_parameters", strings.Join(slices.Sorted(maps.Keys(req.GetMutableParameters())), ",")).Info("volume modified")
+	return &csipb.ControllerModifyVolumeResponse{}, nil
+}
+
+// checkMutable refuses, with InvalidArgument naming it, the first mutable
+// parameter (in name order) not in Config.AcceptedMutableParameters.
+func (p *Plugin) checkMutable(params map[string]string) error {
+	for _, k := range slices.Sorted(maps.Keys(params)) {
+		if !slices.Contains(p.cfg.AcceptedMutableParameters, k) {
+			return status.Errorf(codes.InvalidArgument, "mutable parameter %q is not supported (accepted: %s)", k, strings.Join(p.cfg.AcceptedMutableParameters, ", "))
+		}
+	}
+	return nil
 }
 
 // GetCapacity answers Config.Capacity less the capacities of the volumes,

@@ -41,6 +41,7 @@ func TestSanity(t *testing.T) {
 	cfg.TargetPath = filepath.Join(base, "target")
 	cfg.StagingPath = filepath.Join(base, "staging")
 	cfg.TestNodeVolumeAttachLimit = true
+	cfg.TestVolumeMutableParameters = map[string]string{"iops": "3000"}
 	sanity.Test(t, cfg)
 
 	if left := mountsUnder(t, base); len(left) > 0 {

@@ -55,6 +55,9 @@ type volume struct {
 	Name          string            `json:"name"`
 	CapacityBytes int64             `json:"capacity_bytes"`
 	Parameters    map[string]string `json:"parameters,omitempty"`
+	// MutableParameters are what CreateVolume and ControllerModifyVolume
+	// set, merged.
+	MutableParameters map[string]string `json:"mutable_parameters,omitempty"`
 	// Zone is the zone the volume was created in (Config.Zone); "" when
 	// the plugin had none.
 	Zone string `json:"zone,omitempty"`

@@ -102,6 +102,13 @@ type Config struct {
 	// the capability the expand RPCs fail with Unimplemented.
 	ControllerExpand bool
 	NodeExpand       bool
+	// ControllerModify: MODIFY_VOLUME controller capability (it implies
+	// Controller): ControllerModifyVolume merges the mutable parameters
+	// into the volume's (Volume.MutableParameters), refusing with
+	// InvalidArgument a name not in AcceptedMutableParameters. Without it
+	// ControllerModifyVolume fails with Unimplemented.
+	ControllerModify          bool
+	AcceptedMutableParameters []string
 	// GetCapacity: GET_CAPACITY controller capability; GetCapacity answers
 	// Capacity bytes available (minus what its volumes take).
 	// ListVolumes: LIST_VOLUMES controller capability; ListVolumes pages
@@ -204,6 +211,8 @@ type Volume struct {
 	Parameters    map[string]string
 	// Source is the snapshot or volume ID it was created from, if any.
 	Source string
+	// MutableParameters are what ControllerModifyVolume applied.
+	MutableParameters map[string]string
 }
 
 type ctrlPub struct {
@@ -263,7 +272,7 @@ func New(cfg Config) *Plugin {
 	if cfg.NodeID == "" {
 		cfg.NodeID = DefaultNodeID
 	}
-	if cfg.ControllerPublish || cfg.CreateDelete || cfg.ControllerExpand || cfg.GetCapacity || cfg.ListVolumes || cfg.GetVolume || cfg.Snapshots || cfg.Clone {
+	if cfg.ControllerPublish || cfg.CreateDelete || cfg.ControllerExpand || cfg.ControllerModify || cfg.GetCapacity || cfg.ListVolumes || cfg.GetVolume || cfg.Snapshots || cfg.Clone {
 		cfg.Controller = true
 	}
 	cfg.Topology = maps.Clone(cfg.Topology)
@@ -475,6 +484,7 @@ func (p *Plugin) Volumes() map[string]Volume {
 	for id, v := range p.volumes {
 		c := *v
 		c.Parameters = maps.Clone(v.Parameters)
+		c.MutableParameters = maps.Clone(v.MutableParameters)
 		out[id] = c
 	}
 	return out
@@ -597,6 +607,10 @@ func (c Config) lacking(method string) string {
 	case "ControllerExpandVolume":
 		if !c.ControllerExpand {
 			return "EXPAND_VOLUME"
+		}
+	case "ControllerModifyVolume":
+		if !c.ControllerModify {
+			return "MODIFY_VOLUME"
 		}
 	case "NodeExpandVolume":
 		if !c.NodeExpand {

@@ -194,6 +194,9 @@ func (s *server) ControllerGetCapabilities(context.Context, *csipb.ControllerGet
 	if s.p.cfg.ControllerExpand {
 		resp.Capabilities = append(resp.Capabilities, controllerRPC(csipb.ControllerServiceCapability_RPC_EXPAND_VOLUME))
 	}
+	if s.p.cfg.ControllerModify {
+		resp.Capabilities = append(resp.Capabilities, controllerRPC(csipb.ControllerServiceCapability_RPC_MODIFY_VOLUME))
+	}
 	if s.p.cfg.GetCapacity {
 		resp.Capabilities = append(resp.Capabilities, controllerRPC(csipb.ControllerServiceCapability_RPC_GET_CAPACITY))
 	}
@@ -542,6 +545,37 @@ func (s *server) ControllerExpandVolume(_ context.Context, req *csipb.Controller
 	}
 	v.CapacityBytes = max(v.CapacityBytes, size)
 	return &csipb.ControllerExpandVolumeResponse{CapacityBytes: v.CapacityBytes, NodeExpansionRequired: p.cfg.NodeExpansionRequired}, nil
+}
+
+// ControllerModifyVolume merges mutable_parameters into a volume's (any
+// volume without StrictVolumes: an unknown one is added); a name not in
+// Config.AcceptedMutableParameters is InvalidArgument naming it, and
+// nothing changes.
+func (s *server) ControllerModifyVolume(_ context.Context, req *csipb.ControllerModifyVolumeRequest) (*csipb.ControllerModifyVolumeResponse, error) {
+	p, id := s.p, req.GetVolumeId()
+	var paramErr error
+	if len(req.GetMutableParameters()) == 0 {
+		paramErr = invalidArg("mutable_parameters")
+	}
+	for _, k := range slices.Sorted(maps.Keys(req.GetMutableParameters())) {
+		if paramErr == nil && !slices.Contains(p.cfg.AcceptedMutableParameters, k) {
+			paramErr = status.Errorf(codes.InvalidArgument, "mutable parameter %q is not supported", k)
+		}
+	}
+	if err := p.lockVolume(id, required("volume_id", id), paramErr); err != nil {
+		return nil, err
+	}
+	defer p.mu.Unlock()
+	v := p.volumes[id]
+	if v == nil {
+		v = &Volume{ID: id}
+		p.volumes[id] = v
+	}
+	if v.MutableParameters == nil {
+		v.MutableParameters = map[string]string{}
+	}
+	maps.Copy(v.MutableParameters, req.GetMutableParameters())
+	return &csipb.ControllerModifyVolumeResponse{}, nil
 }
 
 // NodeExpandVolume records the expansion of a volume published at

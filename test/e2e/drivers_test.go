@@ -42,15 +42,9 @@ var (
 	}
 	hostpathDriver = driver{
 		plugin: hostpath.PluginName, alloc: "hostpath",
-		create: []string{"-capacity", "1MiB"},
-		dir:    (*host).hostpathDir,
-		allocation: func(h *host) string {
-			cmd := hostpath.Command(hostpath.Binary(h.t), "e2e-node", h.hostpathDir())
-			for i, a := range cmd {
-				cmd[i] = fmt.Sprintf("%q", a)
-			}
-			return fmt.Sprintf("  - id: hostpath\n    plugin: %s\n    type: monolith\n    command: [%s]\n", hostpath.PluginName, strings.Join(cmd, ", "))
-		},
+		create:     []string{"-capacity", "1MiB"},
+		dir:        (*host).hostpathDir,
+		allocation: func(h *host) string { return h.hostpathAllocation() },
 		state: func(h *host) hostpath.State {
 			h.t.Helper()
 			s, err := hostpath.ReadState(h.hostpathDir())
@@ -64,6 +58,16 @@ var (
 	// with, each in a subtest named after its allocation.
 	drivers = []driver{exampleDriver, hostpathDriver}
 )
+
+// hostpathAllocation is the config entry of the hostpath driver's
+// allocation, its command line ending with extra.
+func (h *host) hostpathAllocation(extra ...string) string {
+	cmd := append(hostpath.Command(hostpath.Binary(h.t), "e2e-node", h.hostpathDir()), extra...)
+	for i, a := range cmd {
+		cmd[i] = fmt.Sprintf("%q", a)
+	}
+	return fmt.Sprintf("  - id: hostpath\n    plugin: %s\n    type: monolith\n    command: [%s]\n", hostpath.PluginName, strings.Join(cmd, ", "))
+}
 
 // forEachDriver runs test in a subtest per driver, each on its own host
 // (the hostpath one skips where $CSIACTOR_HOSTPATH_PLUGIN is unset).

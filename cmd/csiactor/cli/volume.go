@@ -15,8 +15,8 @@ import (
 func volumeCommand() *command {
 	return &command{
 		name:    "volume",
-		summary: "list, show, register, update, create, deregister, delete, expand, claim and release volumes",
-		usage:   "csiactor volume list|status|register|update|create|deregister|delete|expand|claim|release [flags] [args]",
+		summary: "list, show, register, update, create, deregister, delete, expand, modify, claim and release volumes",
+		usage:   "csiactor volume list|status|register|update|create|deregister|delete|expand|modify|claim|release [flags] [args]",
 		subs: []*command{
 			volumeListCommand(),
 			volumeStatusCommand(),
@@ -26,6 +26,7 @@ func volumeCommand() *command {
 			volumeDeregisterCommand(),
 			volumeDeleteCommand(),
 			volumeExpandCommand(),
+			volumeModifyCommand(),
 			volumeClaimCommand(),
 			volumeReleaseCommand(),
 		},
@@ -137,6 +138,12 @@ how full it is and its condition, as its plugin last reported them
 			t.row("Mount options", mount)
 			t.row("Parameters", formatMap(v.Parameters))
 			t.row("Context", formatMap(v.Context))
+			if len(v.MutableParameters) > 0 {
+				t.row("Mutable parameters", formatMap(v.MutableParameters))
+			}
+			if len(v.Modifying) > 0 {
+				t.row("Modifying", formatMap(v.Modifying))
+			}
 			if err := t.flush(); err != nil {
 				return err
 			}
