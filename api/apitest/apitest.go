@@ -532,7 +532,7 @@ func (b *Backend) RegisterVolume(_ context.Context, id string, spec runtime.Volu
 	v := &volume{spec: spec, v: runtime.Volume{
 		ID: id, Plugin: spec.Plugin, ExternalID: spec.ExternalID, Capabilities: spec.Capabilities,
 		MountOptions: spec.MountOptions.Redacted(), Parameters: spec.Parameters, Context: spec.Context,
-		Claims: []runtime.Claim{}, PastClaims: []runtime.Claim{},
+		SecretsFrom: spec.SecretsFrom, Claims: []runtime.Claim{}, PastClaims: []runtime.Claim{},
 	}}
 	b.volumes[id] = v
 	b.publishLocked(runtime.Event{Type: runtime.EventVolumeRegistered, Plugin: spec.Plugin, Volume: id, Message: "registered"})

@@ -13,6 +13,7 @@ func TestVolumeRegister_SecretsFrom(t *testing.T) {
 	if !ok || got.SecretsFrom == nil || got.SecretsFrom.File != "/etc/csiactor/vol7.yaml" || len(got.Secrets) != 0 {
 		t.Fatalf("backend received %v (secrets_from %+v)", got, got.SecretsFrom)
 	}
+	runCLI(t, env, "volume", "status", "vol7").contains(t, "stdout", "Secrets from   /etc/csiactor/vol7.yaml\n")
 	runCLI(t, env, append(base, "-secrets-from", "/etc/csiactor/vol6.yaml", "-secret", "k=v", "vol6")...).
 		contains(t, "stderr", "secrets_from: cannot be combined with secrets")
 	runCLI(t, env, append(base, "-secrets-from", "vol6.yaml", "vol6")...).

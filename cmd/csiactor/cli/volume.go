@@ -138,6 +138,9 @@ how full it is and its condition, as its plugin last reported them
 			t.row("Mount options", mount)
 			t.row("Parameters", formatMap(v.Parameters))
 			t.row("Context", formatMap(v.Context))
+			if v.SecretsFrom != nil {
+				t.row("Secrets from", v.SecretsFrom.File)
+			}
 			if len(v.MutableParameters) > 0 {
 				t.row("Mutable parameters", formatMap(v.MutableParameters))
 			}
