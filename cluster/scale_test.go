@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,7 +74,9 @@ const (
 //   - heap-MiB/agent: the live heap (after GC) of one more agent that
 //     joins the fleet in a process of its own (the test binary again, on
 //     a data dir of its own), once ready (every volume definition read and
-//     mirrored), less the process's before it started the agent;
+//     mirrored), less the process's before it started the agent (with
+//     CSIACTOR_SCALE_HEAPPROFILE=FILE that process writes its heap profile
+//     there);
 //   - fleet-heap-MiB/agent: live heap with the agents running, less the
 //     same after they are stopped (the etcd members, fake plugins and the
 //     benchmark stay), over N: an average that also counts what the etcd
@@ -291,6 +294,16 @@ func scaleJoinChild() int {
 		time.Sleep(5 * time.Millisecond)
 	}
 	fmt.Printf("heap=%d\n", liveHeap()-base)
+	if p := os.Getenv("CSIACTOR_SCALE_HEAPPROFILE"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			return fail(err)
+		}
+		defer f.Close()
+		if err := pprof.WriteHeapProfile(f); err != nil {
+			return fail(err)
+		}
+	}
 	return 0
 }
 
