@@ -18,11 +18,14 @@ const (
 	ServiceIdentity   Service = "Identity"
 	ServiceController Service = "Controller"
 	ServiceNode       Service = "Node"
+	// ServiceGroupController is the volume group snapshot service (CSI
+	// 1.9+), served by the controller.
+	ServiceGroupController Service = "GroupController"
 )
 
 // Method is one RPC of the CSI spec this package is built with, taken from
-// its protobuf descriptor: every method of the Identity, Controller and
-// Node services (all unary).
+// its protobuf descriptor: every method of the Identity, Controller, Node
+// and GroupController services (all unary).
 type Method struct {
 	// Name is the method's short name, like "CreateVolume".
 	Name string
@@ -40,12 +43,12 @@ func (m Method) NewRequest() proto.Message { return m.in.New().Interface() }
 // NewResponse returns an empty response message of m.
 func (m Method) NewResponse() proto.Message { return m.out.New().Interface() }
 
-// methods are every CSI method, by service (Identity, Controller, Node),
-// then name.
+// methods are every CSI method, by service (Identity, Controller, Node,
+// GroupController), then name.
 var methods = func() []Method {
 	var out []Method
 	svcs := csipb.File_csi_proto.Services()
-	for _, svc := range []Service{ServiceIdentity, ServiceController, ServiceNode} {
+	for _, svc := range []Service{ServiceIdentity, ServiceController, ServiceNode, ServiceGroupController} {
 		sd := svcs.ByName(protoreflect.Name(svc))
 		var ms []Method
 		for i := range sd.Methods().Len() {
@@ -69,7 +72,7 @@ var methods = func() []Method {
 }()
 
 // Methods returns every CSI method, by service (Identity, Controller,
-// Node), then name.
+// Node, GroupController), then name.
 func Methods() []Method { return slices.Clone(methods) }
 
 // MethodNames returns the short names of every CSI method, in the order

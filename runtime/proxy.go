@@ -31,11 +31,12 @@ func (r *Runtime) ProxySocket(name string) string {
 }
 
 // roles returns the roles whose allocations serve m, in the order they
-// are tried: controller RPCs go to the controller, node RPCs to the node,
+// are tried: controller (and group controller) RPCs go to the controller,
+// node RPCs to the node,
 // identity RPCs to the node and, for a plugin without one, the controller.
 func roles(m csi.Method) []plugin.Role {
 	switch m.Service {
-	case csi.ServiceController:
+	case csi.ServiceController, csi.ServiceGroupController:
 		return []plugin.Role{plugin.Controller}
 	case csi.ServiceNode:
 		return []plugin.Role{plugin.Node}
