@@ -33,8 +33,14 @@ func TestProxy_HandoverLosesNoCall(t *testing.T) {
 			_, err := ctrl.ControllerGetCapabilities(ctx, &csipb.ControllerGetCapabilitiesRequest{})
 			return err
 		},
-		func(ctx context.Context) error { _, err := ctrl.ListVolumes(ctx, &csipb.ListVolumesRequest{}); return err },
-		func(ctx context.Context) error { _, err := node.NodeGetInfo(ctx, &csipb.NodeGetInfoRequest{}); return err },
+		func(ctx context.Context) error {
+			_, err := ctrl.ListVolumes(ctx, &csipb.ListVolumesRequest{})
+			return err
+		},
+		func(ctx context.Context) error {
+			_, err := node.NodeGetInfo(ctx, &csipb.NodeGetInfoRequest{})
+			return err
+		},
 	}
 
 	var (

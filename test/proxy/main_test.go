@@ -188,7 +188,6 @@ func dial(t testing.TB, sock string) *grpc.ClientConn {
 	return cc
 }
 
-
 // runtimeCall is a PluginCall of method with the JSON request req.
 func runtimeCall(method, req string) runtime.PluginCall {
 	c := runtime.PluginCall{Method: method}
