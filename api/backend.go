@@ -38,6 +38,10 @@ type Backend interface {
 	// ListExternalVolumes lists one page of plugin name's own volumes (see
 	// runtime.Runtime.ListExternalVolumes).
 	ListExternalVolumes(ctx context.Context, name string, q runtime.ExternalVolumesQuery) (runtime.ExternalVolumes, error)
+	// CallPlugin sends one raw CSI call to plugin name's allocation of
+	// its type (see runtime.Runtime.CallPlugin); a plugin's error is in
+	// the result, not the error.
+	CallPlugin(ctx context.Context, name string, c runtime.PluginCall) (runtime.PluginCallResult, error)
 
 	// RegisterVolume registers an existing volume of a plugin as id.
 	// Registering the same id with the same spec again is a no-op.

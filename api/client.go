@@ -239,6 +239,18 @@ func (c *Client) PluginCapacity(ctx context.Context, name string, q runtime.Capa
 	return out, c.do(ctx, http.MethodGet, "/v1/plugins/"+url.PathEscape(name)+"/capacity", v, nil, &out)
 }
 
+// CallPlugin sends one raw CSI call to plugin name (POST
+// /v1/plugins/{name}/call). A call the plugin fails returns no error: the
+// result's Error has the plugin's code and message.
+func (c *Client) CallPlugin(ctx context.Context, name string, call runtime.PluginCall) (runtime.PluginCallResult, error) {
+	var out runtime.PluginCallResult
+	body, err := json.Marshal(call)
+	if err != nil {
+		return out, err
+	}
+	return out, c.do(ctx, http.MethodPost, "/v1/plugins/"+url.PathEscape(name)+"/call", nil, body, &out)
+}
+
 // ListExternalVolumes lists one page of plugin name's own volumes, each
 // with the ID it is registered under here (GET /v1/plugins/{name}/volumes).
 func (c *Client) ListExternalVolumes(ctx context.Context, name string, q runtime.ExternalVolumesQuery) (runtime.ExternalVolumes, error) {

@@ -124,6 +124,7 @@ func newServer(b Backend, opts Options) *server {
 	m.HandleFunc("GET /v1/plugins/{name}", s.plugin)
 	m.HandleFunc("GET /v1/plugins/{name}/capacity", s.pluginCapacity)
 	m.HandleFunc("GET /v1/plugins/{name}/volumes", s.externalVolumes)
+	m.HandleFunc("POST /v1/plugins/{name}/call", s.callPlugin)
 	m.HandleFunc("GET /v1/allocations", s.allocations)
 	m.HandleFunc("PUT /v1/allocations/{id}", s.registerAllocation)
 	m.HandleFunc("DELETE /v1/allocations/{id}", s.deregisterAllocation)

@@ -181,6 +181,11 @@ func answersRealBackend(t *testing.T, sc *specChecker) {
 		{name: "capacity", method: "GET", path: "/v1/plugins/example/capacity", status: 200},
 		{name: "capacity bad topology", method: "GET", path: "/v1/plugins/example/capacity?topology=zone", status: 400},
 		{name: "capacity unknown plugin", method: "GET", path: "/v1/plugins/nfs/capacity", status: 404},
+		{name: "call", method: "POST", path: "/v1/plugins/example/call", body: `{"method":"NodeGetInfo"}`, status: 200},
+		{name: "call plugin error", method: "POST", path: "/v1/plugins/example/call",
+			body: `{"method":"DeleteVolume","request":{}}`, status: 200},
+		{name: "call unknown method", method: "POST", path: "/v1/plugins/example/call", body: `{"method":"Mount"}`, status: 400},
+		{name: "call unknown plugin", method: "POST", path: "/v1/plugins/nfs/call", body: `{"method":"Probe"}`, status: 404},
 
 		{name: "allocations", method: "GET", path: "/v1/allocations", status: 200},
 		{name: "allocations with query", method: "GET", path: "/v1/allocations?x=1", status: 400},

@@ -58,3 +58,21 @@ func (s *server) externalVolumes(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, vs)
 }
+
+// callPlugin serves POST /v1/plugins/{name}/call.
+func (s *server) callPlugin(w http.ResponseWriter, r *http.Request) {
+	name, ok := pathID(w, r, "name")
+	if !ok || !s.noQuery(w, r) {
+		return
+	}
+	var c runtime.PluginCall
+	if !s.decode(w, r, &c) || !valid(w, c.Validate()) {
+		return
+	}
+	res, err := s.b.CallPlugin(r.Context(), name, c)
+	if err != nil {
+		writeBackendError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}

@@ -5,6 +5,7 @@ import (
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/protobuf/proto"
 )
 
 // Client is the set of CSI RPCs csiactor uses on one plugin socket. Every
@@ -73,6 +74,15 @@ type Client interface {
 	// NodeGetVolumeHealth asks the node plugin for the volume's health
 	// (GET_VOLUME_HEALTH).
 	NodeGetVolumeHealth(ctx context.Context, req *csipb.NodeGetVolumeHealthRequest) (VolumeCondition, error)
+
+	// Invoke sends one RPC by its gRPC name (Method.FullName), req and
+	// resp of that method's types (Method.NewRequest, NewResponse), with
+	// RPCTimeout on top of ctx, through the same logging and metrics as
+	// the typed methods. The error is the plugin's status error as the
+	// plugin gave it (with the request's secrets scrubbed), not wrapped,
+	// or one wrapping ErrClosed. The agent's CSI proxy and `plugin call`
+	// use it.
+	Invoke(ctx context.Context, fullMethod string, req, resp proto.Message) error
 
 	// State returns the gRPC connection state.
 	State() connectivity.State

@@ -11,6 +11,7 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/protobuf/proto"
 )
 
 // client is the Client returned by Dial: one gRPC connection and the three
@@ -299,6 +300,19 @@ func (c *client) NodeUnpublishVolume(ctx context.Context, req *csipb.NodeUnpubli
 
 func (c *client) NodeExpandVolume(ctx context.Context, req *csipb.NodeExpandVolumeRequest) (*csipb.NodeExpandVolumeResponse, error) {
 	return invoke(ctx, c, "NodeExpandVolume", c.opts.rpcTimeout, req, c.node.NodeExpandVolume)
+}
+
+func (c *client) Invoke(ctx context.Context, fullMethod string, req, resp proto.Message) error {
+	if c.closed.Load() {
+		return fmt.Errorf("%s: %w", shortMethod(fullMethod), ErrClosed)
+	}
+	ctx, done := c.deadlines.start(ctx, c.opts.rpcTimeout)
+	defer done()
+	err := c.cc.Invoke(ctx, fullMethod, req, resp)
+	if err != nil && c.closed.Load() {
+		return fmt.Errorf("%s: %w", shortMethod(fullMethod), ErrClosed)
+	}
+	return err
 }
 
 func (c *client) State() connectivity.State { return c.cc.GetState() }

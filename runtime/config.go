@@ -159,6 +159,12 @@ type PluginsConfig struct {
 	// the drivers an earlier run registered from a directory). It must be
 	// an absolute path of an existing directory.
 	RegistrationDir string `yaml:"registration_dir"`
+	// Proxy makes the agent serve one CSI endpoint per plugin,
+	// <data_dir>/csi/<plugin>.sock (mode 0600), with the Identity,
+	// Controller and Node services: each call goes to the plugin's
+	// allocation that operations go to now (see ProxySocket). Off by
+	// default.
+	Proxy bool `yaml:"proxy"`
 }
 
 // VolumesConfig tunes the claim and release steps.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -73,6 +74,11 @@ func (d dirRegistrar) Register(ctx context.Context, drv registration.Driver) err
 	}
 	if err := ValidateSocketPath("endpoint", drv.Endpoint); err != nil {
 		return fmt.Errorf("%w: CSI driver %q: %s", registration.ErrRefused, drv.Name, err.Error())
+	}
+	if filepath.Dir(filepath.Clean(strings.TrimPrefix(drv.Endpoint, "unix://"))) == filepath.Join(d.r.cfg.DataDir, ProxyDir) {
+		// Forwarding to itself: the kubelet's registrar of the proxy
+		// belongs in the kubelet's directory, not the agent's.
+		return fmt.Errorf("%w: CSI driver %q: endpoint %s is the agent's own CSI proxy", registration.ErrRefused, drv.Name, drv.Endpoint)
 	}
 	spec := plugin.Spec{ID: drv.Name, Plugin: drv.Name, Type: plugin.Node, Socket: drv.Endpoint}
 	reg := d.r.registry

@@ -83,6 +83,8 @@ type Runtime struct {
 
 	// registration watches plugins.registration_dir, when set.
 	registration *registration.Watcher
+	// proxy serves the CSI proxy sockets with plugins.proxy, else nil.
+	proxy *proxies
 
 	// cluster is the cluster session in cluster mode, else nil;
 	// clusterCancel ends its volume watch.
@@ -231,6 +233,9 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("start registry: %w", mapErr(err))
 	}
 	r.plugins = newPluginsAdapter(r.registry, pc.HeartbeatInterval)
+	if pc.Proxy {
+		r.proxy = newProxies(r)
+	}
 	r.host = newHostCheck(r.cfg.Host, r.log.WithField("component", "host"))
 	r.wg.Add(1)
 	go r.forwardRegistryEvents(r.regSub)
@@ -356,6 +361,10 @@ func (r *Runtime) teardownLocked(ctx context.Context) error {
 	if r.registration != nil {
 		// First: nothing registers or deregisters while the rest stops.
 		r.registration.Shutdown()
+	}
+	if r.proxy != nil {
+		// Before the registry: a call waiting for a handover ends now.
+		r.proxy.close()
 	}
 	if r.clusterCancel != nil {
 		r.clusterCancel()
@@ -502,7 +511,7 @@ func (r *Runtime) Plugins(ctx context.Context) ([]Plugin, error) {
 	}
 	out := make([]Plugin, 0, len(sums))
 	for _, s := range sums {
-		out = append(out, pluginFromSummary(s))
+		out = append(out, r.withProxy(pluginFromSummary(s)))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
@@ -517,7 +526,7 @@ func (r *Runtime) Plugin(ctx context.Context, name string) (Plugin, error) {
 	if err != nil {
 		return Plugin{}, mapErr(err)
 	}
-	return pluginFromSummary(s), nil
+	return r.withProxy(pluginFromSummary(s)), nil
 }
 
 // RegisterVolume registers an existing volume of a plugin as id. The same id
@@ -798,6 +807,9 @@ func (r *Runtime) forwardRegistryEvents(sub *actorkit.Subscription[registry.Even
 		// Any change of an allocation can change where operations go.
 		r.plugins.invalidate()
 		r.kickControllers()
+		if r.proxy != nil && (e.Type == registry.EventRegistered || e.Type == registry.EventDeregistered || e.Type == registry.EventLagged) {
+			r.proxy.sync(context.Background())
+		}
 		ev := Event{Time: e.Time, Plugin: e.Plugin, Alloc: e.Alloc, Message: e.Message}
 		switch e.Type {
 		case registry.EventRegistered:

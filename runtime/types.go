@@ -134,6 +134,11 @@ type Plugin struct {
 	NodesExpected       int  `json:"nodes_expected"`
 	// Allocations are the plugin's allocations, newest first.
 	Allocations []Allocation `json:"allocations"`
+	// ProxySocket is the plugin's CSI proxy socket, with plugins.proxy
+	// on; ProxyError says why it has none (a socket path over the unix
+	// limit, for one).
+	ProxySocket string `json:"proxy_socket,omitempty"`
+	ProxyError  string `json:"proxy_error,omitempty"`
 }
 
 // Allocation is one running (or expected) instance of a plugin.

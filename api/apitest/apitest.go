@@ -11,6 +11,7 @@ package apitest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -25,6 +26,7 @@ import (
 	"time"
 
 	"github.com/csiactor/csiactor/api"
+	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/kinderr"
 	"github.com/csiactor/csiactor/runtime"
 )
@@ -176,6 +178,26 @@ func (b *Backend) PluginCapacity(_ context.Context, name string, q runtime.Capac
 		return runtime.Capacity{}, kinderr.Errorf(runtime.ErrInvalid, "plugin %s: its controller has no GET_CAPACITY capability", name)
 	}
 	return runtime.Capacity{Plugin: name, Alloc: b.allocationsLocked(name)[0].ID, Topology: q.Topology, AvailableCapacityBytes: avail}, nil
+}
+
+// CallPlugin implements api.Backend: a valid call to a plugin with an
+// allocation answers an empty response from its newest allocation.
+func (b *Backend) CallPlugin(_ context.Context, name string, c runtime.PluginCall) (runtime.PluginCallResult, error) {
+	if err := c.Validate(); err != nil {
+		return runtime.PluginCallResult{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.failLocked("CallPlugin"); err != nil {
+		return runtime.PluginCallResult{}, err
+	}
+	as := b.allocationsLocked(name)
+	if len(as) == 0 {
+		return runtime.PluginCallResult{}, kinderr.Errorf(runtime.ErrNotFound, "plugin %q has no allocation", name)
+	}
+	m, _ := csi.LookupMethod(c.Method)
+	return runtime.PluginCallResult{Plugin: name, Alloc: as[0].ID, Method: m.Name, Type: as[0].Type,
+		Request: json.RawMessage("{}"), Response: json.RawMessage("{}")}, nil
 }
 
 // ListExternalVolumes implements api.Backend: the plugin's volumes are

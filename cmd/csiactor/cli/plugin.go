@@ -14,8 +14,8 @@ import (
 func pluginCommand() *command {
 	return &command{
 		name:    "plugin",
-		summary: "list plugins, show one, or ask one's capacity",
-		usage:   "csiactor plugin list|status|capacity [flags] [NAME]",
+		summary: "list plugins, show one, ask one's capacity, or call it",
+		usage:   "csiactor plugin list|status|capacity|call [flags] [NAME]",
 		subs: []*command{
 			clientLeaf(&command{
 				name:    "list",
@@ -64,6 +64,12 @@ max_volumes_per_node ("-": none).`,
 					t.row("Controller required", yesNo(p.ControllerRequired))
 					t.row("Controllers", fmt.Sprintf("%d/%d healthy", p.ControllersHealthy, p.ControllersExpected))
 					t.row("Nodes", fmt.Sprintf("%d/%d healthy", p.NodesHealthy, p.NodesExpected))
+					if p.ProxySocket != "" {
+						t.row("CSI proxy", p.ProxySocket)
+					}
+					if p.ProxyError != "" {
+						t.row("CSI proxy", "none: "+p.ProxyError)
+					}
 					if err := t.flush(); err != nil {
 						return err
 					}
@@ -75,6 +81,7 @@ max_volumes_per_node ("-": none).`,
 				}
 			}),
 			pluginCapacityCommand(),
+			pluginCallCommand(),
 		},
 	}
 }
