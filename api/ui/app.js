@@ -312,8 +312,10 @@ function showLogin(message) {
   document.getElementById('logout').hidden = true;
   const input = h('input', { type: 'password', name: 'token', autocomplete: 'current-password', placeholder: 'API token', 'aria-label': 'API token', required: true });
   const err = h('p', { class: 'bad', id: 'login-error' }, message || '');
+  // POST, so that the token could never end up in an URL.
   const form = h('form', {
     class: 'login',
+    method: 'post',
     onsubmit: async (e) => {
       e.preventDefault();
       try {
@@ -344,6 +346,10 @@ async function start() {
   render();
   follow();
 }
+
+// Usage and condition are polled by the agent without an event: read
+// them again now and then.
+setInterval(() => { if (signedIn) refresh(); }, 5000);
 
 document.getElementById('confirm-cancel').addEventListener('click', () => document.getElementById('confirm').close('cancel'));
 document.getElementById('confirm-ok').addEventListener('click', () => document.getElementById('confirm').close('ok'));
