@@ -161,9 +161,13 @@ func (b *browser) cookies(url string) []*network.Cookie {
 }
 
 // Shorthands of the waits and clicks, by CSS selector.
-func visible(sel string) chromedp.Action[chromedp.Void] { return chromedp.WaitVisible(chromedp.CSS(sel)) }
-func gone(sel string) chromedp.Action[chromedp.Void]    { return chromedp.WaitNotPresent(chromedp.CSS(sel)) }
-func click(sel string) chromedp.Action[chromedp.Void]   { return chromedp.Click(chromedp.CSS(sel)) }
+func visible(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.WaitVisible(chromedp.CSS(sel))
+}
+func gone(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.WaitNotPresent(chromedp.CSS(sel))
+}
+func click(sel string) chromedp.Action[chromedp.Void] { return chromedp.Click(chromedp.CSS(sel)) }
 
 // TestUI_Browser runs `csiactor agent -dev` (the example plugin, and the
 // hostpath driver where $CSIACTOR_HOSTPATH_PLUGIN is set) and looks at
@@ -318,11 +322,14 @@ func TestUI_Browser(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 	b.run("the plugin shows unhealthy", visible(`tr[data-plugin="example"][data-health="unhealthy"]`))
 	seen := time.Now()
+	var last runtime.Event
 	for _, ev := range parseEvents(t, a.ok("events", "-json")) {
-		if ev.Type == runtime.EventHealthChanged && ev.Plugin == "example" && strings.Contains(ev.Message, "unhealthy") {
-			t.Logf("the UI showed the plugin unhealthy at most %s after its health-changed event", seen.Sub(ev.Time).Round(time.Millisecond))
+		if ev.Type == runtime.EventHealthChanged && ev.Plugin == "example" {
+			last = ev
 		}
 	}
+	// Logged, not asserted: a loaded machine may take longer.
+	t.Logf("the UI showed the plugin unhealthy at most %s after its health-changed event (%s)", seen.Sub(last.Time).Round(time.Millisecond), last.Message)
 	b.screenshot("overview-unhealthy.png")
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
