@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,6 +33,10 @@ type Options struct {
 	MaxBodyBytes int64
 	// Metrics, when set, is served at GET /metrics.
 	Metrics http.Handler
+	// UI serves the web UI at /ui/ (NewTCPHandler only): pages that read
+	// the API from the browser with a session cookie, which POST
+	// /ui/login gives for the token.
+	UI bool
 }
 
 // NewHandler returns the full API over b, as served on the agent's unix
@@ -48,23 +51,40 @@ func NewHandler(b Backend, opts Options) http.Handler {
 // API only when token is not empty, and then only for requests with
 // "Authorization: Bearer <token>" (401 otherwise). Without a token the rest
 // of the API answers 404 with a hint.
+//
+// With opts.UI it also serves the web UI at /ui/ to anyone (the pages
+// hold no state), POST /ui/login, which trades the token for a session
+// cookie, and, for requests with that cookie, the API's reads, a forced
+// release and a fence (403 for the rest), each action recorded as an
+// EventUIAction when b is an EventRecorder.
 func NewTCPHandler(b Backend, token string, opts Options) http.Handler {
 	s := newServer(b, opts)
 	want := sha256.Sum256([]byte(token))
+	var ui *uiServer
+	if opts.UI {
+		ui = newUIServer(s, token)
+	}
 	return s.logged(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/health" || r.URL.Path == "/v1/ready" || r.URL.Path == "/metrics" {
 			s.ServeHTTP(w, r)
+			return
+		}
+		if ui != nil && isUIPath(r.URL.Path) {
+			ui.serveUI(w, r)
 			return
 		}
 		if token == "" {
 			writeError(w, http.StatusNotFound, "the API is served on the agent's unix socket only; set api.token_file to serve it over TCP")
 			return
 		}
+		if ui != nil && r.Header.Get("Authorization") == "" && ui.hasSession(r) {
+			ui.serveSession(w, r)
+			return
+		}
 		got, ok := bearerToken(r.Header.Get("Authorization"))
 		// Compare digests so that the comparison takes the same time
 		// whatever the token's length.
-		sum := sha256.Sum256([]byte(got))
-		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+		if !ok || !tokenMatches(got, want) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="csiactor"`)
 			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 			return

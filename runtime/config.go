@@ -110,6 +110,10 @@ type APIConfig struct {
 	// TokenFile holds the bearer token that opens the full API on HTTPAddr.
 	// Empty keeps the API off TCP.
 	TokenFile string `yaml:"token_file"`
+	// UI serves the web UI at /ui/ on HTTPAddr. It reads the agent's state
+	// through the API over TCP, so it needs TokenFile: the UI asks for the
+	// token once and keeps a session cookie.
+	UI bool `yaml:"ui"`
 }
 
 // LogConfig is the agent's logging.
@@ -339,6 +343,9 @@ func (c Config) Validate() error {
 	}
 	if c.API.TokenFile != "" && !filepath.IsAbs(c.API.TokenFile) {
 		return fieldErr("api.token_file", fmt.Sprintf("%q is not an absolute path", c.API.TokenFile))
+	}
+	if c.API.UI && c.API.TokenFile == "" {
+		return fieldErr("api.ui", "needs api.token_file: the web UI reads the API over TCP, which is served only with a token")
 	}
 	switch c.Log.Level {
 	case "trace", "debug", "info", "warn", "error":

@@ -119,7 +119,7 @@ func TestParseConfig_Errors(t *testing.T) {
 		want string // the whole message
 	}{
 		{"unknown top key", "data_dir: /d\nsocket: /x\n", `line 2: socket: unknown key (known here: allocations, api, cluster, data_dir, docker, log, plugins, secrets, store, volumes)`},
-		{"unknown nested key", "api:\n  socket: /x\n  sockett: /y\n", `line 3: api.sockett: unknown key (known here: http_addr, socket, token_file)`},
+		{"unknown nested key", "api:\n  socket: /x\n  sockett: /y\n", `line 3: api.sockett: unknown key (known here: http_addr, socket, token_file, ui)`},
 		{"unknown allocation key", "allocations:\n  - id: a\n    plugin: p\n    typ: node\n", `line 4: allocations[0].typ: unknown key (known here: command, env, id, plugin, socket, type)`},
 		{"duration as int", "plugins:\n  rpc_timeout: 30\n", `line 2: plugins.rpc_timeout: want a duration like "30s" or "500ms"`},
 		{"duration without unit", "plugins:\n  rpc_timeout: \"30\"\n", `line 2: plugins.rpc_timeout: "30": want a duration like "30s" or "500ms"`},
@@ -155,6 +155,7 @@ func TestParseConfig_Errors(t *testing.T) {
 		{"relative data dir", "data_dir: var/lib\n", `line 1: data_dir: "var/lib" is not an absolute path`},
 		{"bad http addr", "api:\n  http_addr: localhost\n", `line 2: api.http_addr: "localhost" is not host:port`},
 		{"bad port", "api:\n  http_addr: localhost:http\n", `line 2: api.http_addr: "localhost:http": port must be a number from 0 to 65535`},
+		{"ui without token", "api:\n  ui: true\n", `line 2: api.ui: needs api.token_file: the web UI reads the API over TCP, which is served only with a token`},
 		{"long exec socket", "data_dir: /" + strings.Repeat("d", 80) + "\nallocations:\n  - {id: " + strings.Repeat("a", 30) + ", plugin: p, type: node, command: [x]}\n",
 			"over the 107-byte unix socket limit"},
 	} {

@@ -101,6 +101,10 @@ const (
 	// volumes.stall_after (its condition is ClaimStalled); Message names
 	// the state and its last error. Once per stall.
 	EventClaimStalled = volume.EventClaimStalled
+	// EventUIAction: the web UI forced a release or fenced a host (the
+	// audit of its only actions); Message names the action, its target
+	// and how the API answered, Volume and Alloc the claim, if any.
+	EventUIAction = "ui-action"
 	// EventsDropped tells a subscriber that it fell behind and lost events;
 	// Message says how many.
 	EventsDropped = "events-dropped"

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -229,6 +231,16 @@ the agent exits. It prints the CSIACTOR_ADDR to use.`,
 					}
 					// Nothing outlives -dev: its plugins stop with it.
 					cfg.Plugins.StopOnAgentExit = true
+					// The web UI, with a fresh token in the data dir
+					// unless the config file names one.
+					cfg.API.UI = true
+					if cfg.API.TokenFile == "" {
+						tf, err := writeDevToken(cfg.DataDir)
+						if err != nil {
+							return err
+						}
+						cfg.API.TokenFile = tf
+					}
 					exe, err := os.Executable()
 					if err != nil {
 						return fmt.Errorf("dev: find this binary for the example plugin: %w", err)
@@ -354,7 +366,9 @@ func (e *env) runAgent(ctx context.Context, cfg runtime.Config, dev bool) (err e
 		}
 	}
 	unixSrv := newServer(api.NewHandler(agent, opts))
-	tcpSrv := newServer(api.NewTCPHandler(agent, token, opts))
+	tcpOpts := opts
+	tcpOpts.UI = cfg.API.UI
+	tcpSrv := newServer(api.NewTCPHandler(agent, token, tcpOpts))
 	errc := make(chan error, 2)
 	serve := func(srv *http.Server, l net.Listener) {
 		if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
@@ -373,6 +387,9 @@ func (e *env) runAgent(ctx context.Context, cfg runtime.Config, dev bool) (err e
 		fmt.Fprintf(e.stdout, "csiactor agent: metrics, health and the API (with the bearer token) on %s\n", tcpAddr)
 	} else {
 		fmt.Fprintf(e.stdout, "csiactor agent: metrics and health on %s\n", tcpAddr)
+	}
+	if cfg.API.UI {
+		fmt.Fprintf(e.stdout, "csiactor agent: web UI on %s/ui/ (sign in with the token in %s)\n", tcpAddr, cfg.API.TokenFile)
 	}
 	if dev {
 		fmt.Fprintf(e.stdout, "csiactor agent: dev mode, data dir %s (removed on exit)\n\n    export %s=%s\n\n", cfg.DataDir, AddressEnv, addr)
@@ -402,4 +419,25 @@ func (e *env) runAgent(ctx context.Context, cfg runtime.Config, dev bool) (err e
 	errs = append(errs, shutdownAgent())
 	lg.Info("agent stopped")
 	return errors.Join(errs...)
+}
+
+// DevTokenFile is the file in a -dev data dir with the API token that -dev
+// makes up for the web UI (unless the config file has api.token_file).
+const DevTokenFile = "ui-token"
+
+// writeDevToken writes a random API token to DevTokenFile in dataDir
+// (mode 0600) and returns the file's path.
+func writeDevToken(dataDir string) (string, error) {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return "", fmt.Errorf("dev data dir: %w", err)
+	}
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("dev token: %w", err)
+	}
+	p := filepath.Join(dataDir, DevTokenFile)
+	if err := os.WriteFile(p, []byte(hex.EncodeToString(b)+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("dev token: %w", err)
+	}
+	return p, nil
 }
