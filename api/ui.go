@@ -26,7 +26,7 @@ var uiFiles embed.FS
 
 // UICookie is the name of the web UI's session cookie: HttpOnly,
 // SameSite=Strict, an HMAC of the token (never the token itself).
-const UICookie = "csiactor_ui"
+const UICookie = "csiactor-ui"
 
 // UIHeader must be set (to any value) on the requests the web UI's
 // session makes that change something: a request a page of another site

@@ -242,8 +242,8 @@ func TestUI_Browser(t *testing.T) {
 		visible(`tr[data-volume="web1"]`),
 		visible(`#live[data-live="true"]`))
 	cookies := b.cookies(uiURL)
-	if len(cookies) != 1 || cookies[0].Name != "csiactor_ui" || !cookies[0].HTTPOnly || cookies[0].SameSite != network.CookieSameSiteStrict || cookies[0].Value == token {
-		t.Errorf("session cookies %+v, want one csiactor_ui, HttpOnly, SameSite=Strict, not the token", cookies)
+	if len(cookies) != 1 || cookies[0].Name != "csiactor-ui" || !cookies[0].HTTPOnly || cookies[0].SameSite != network.CookieSameSiteStrict || cookies[0].Value == token {
+		t.Errorf("session cookies %+v, want one csiactor-ui, HttpOnly, SameSite=Strict, not the token", cookies)
 	}
 	if jsCookies := get(b, "read document.cookie", chromedp.Evaluate[string](`document.cookie`)); jsCookies != "" {
 		t.Errorf("scripts see the cookies %q", jsCookies)
