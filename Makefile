@@ -51,10 +51,12 @@ build:
 comma       := ,
 DEB_OUT     ?= bin
 DEB_STAGE   ?= bin/deb
-DEB_GOARCH   = $(shell $(GO) env GOARCH)
-DEB_ARCH    ?= $(if $(filter arm,$(DEB_GOARCH)),arm$(firstword $(subst $(comma), ,$(shell $(GO) env GOARM))),$(DEB_GOARCH))
+DEB_GOARCH   = $(or $(GOARCH),$(shell $(GO) env GOARCH))
+DEB_ARCH    ?= $(if $(filter arm,$(DEB_GOARCH)),arm$(firstword $(subst $(comma), ,$(or $(GOARM),$(shell $(GO) env GOARM)))),$(DEB_GOARCH))
 DEB_VERSION ?= $(shell packaging/debversion.sh '$(VERSION)')
-DEB_COMPLETE = $(if $(filter $(DEB_GOARCH),$(shell $(GO) env GOHOSTARCH)),$(DEB_STAGE)/csiactor,GOARCH= $(GO) run ./cmd/csiactor)
+# Tools run on this host whatever GOOS, GOARCH and GOARM say.
+DEB_HOSTGO   = GOOS= GOARCH= GOARM= $(GO)
+DEB_COMPLETE = $(if $(filter $(DEB_GOARCH),$(shell $(GO) env GOHOSTARCH)),$(DEB_STAGE)/csiactor,$(DEB_HOSTGO) run ./cmd/csiactor)
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
 
 deb:
@@ -65,7 +67,7 @@ deb:
 	$(DEB_COMPLETE) completion zsh >$(DEB_STAGE)/_csiactor
 	$(DEB_COMPLETE) completion fish >$(DEB_STAGE)/csiactor.fish
 	DEB_STAGE=$(DEB_STAGE) DEB_VERSION=$(DEB_VERSION) DEB_ARCH=$(DEB_ARCH) SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) \
-		$(GO) tool nfpm package -f packaging/nfpm.yaml -p deb -t $(DEB_OUT)/
+		$(DEB_HOSTGO) tool nfpm package -f packaging/nfpm.yaml -p deb -t $(DEB_OUT)/
 
 ## run: start the agent on its embedded default (a temp data dir and the example plugin).
 run: build
