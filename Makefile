@@ -27,7 +27,7 @@ TESTFLAGS ?= -race -count=1 -timeout 12m
 BENCHTIME ?= 1s
 BENCHFLAGS ?= -run '^$$' -benchmem -timeout 30m
 
-.PHONY: all build run run-cluster test bench lint fmt clean
+.PHONY: all build run run-cluster test bench lint fmt clean deb
 
 all: build
 
@@ -39,6 +39,35 @@ REVISION ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.revision=$(REVISION)" -o $(BIN) ./cmd/csiactor
+
+## deb: the Debian package $(DEB_OUT)/csiactor_<version>_<arch>.deb (nfpm, pinned as a go tool in go.mod).
+# The binary is static (CGO_ENABLED=0: the package depends on nothing) and
+# built with -trimpath; the shell completions come from it (from a build
+# for this host when cross-building: make deb GOARCH=arm64); every file's
+# mtime is the last commit's time (SOURCE_DATE_EPOCH). The package version
+# is VERSION made a Debian one (packaging/debversion.sh), its architecture
+# GOARCH in Debian's names (nfpm maps them). packaging/nfpm.yaml lists the
+# contents; packaging/deb holds the maintainer scripts.
+comma       := ,
+DEB_OUT     ?= bin
+DEB_STAGE   ?= bin/deb
+DEB_GOARCH   = $(or $(GOARCH),$(shell $(GO) env GOARCH))
+DEB_ARCH    ?= $(if $(filter arm,$(DEB_GOARCH)),arm$(firstword $(subst $(comma), ,$(or $(GOARM),$(shell $(GO) env GOARM)))),$(DEB_GOARCH))
+DEB_VERSION ?= $(shell packaging/debversion.sh '$(VERSION)')
+# Tools run on this host whatever GOOS, GOARCH and GOARM say.
+DEB_HOSTGO   = GOOS= GOARCH= GOARM= $(GO)
+DEB_COMPLETE = $(if $(filter $(DEB_GOARCH),$(shell $(GO) env GOHOSTARCH)),$(DEB_STAGE)/csiactor,$(DEB_HOSTGO) run ./cmd/csiactor)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
+
+deb:
+	@test -n "$(DEB_VERSION)" || { echo "make deb: VERSION '$(VERSION)' gives no package version" >&2; exit 1; }
+	rm -rf $(DEB_STAGE) && mkdir -p $(DEB_STAGE) $(DEB_OUT)
+	GOOS=linux CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X main.version=$(VERSION) -X main.revision=$(REVISION)" -o $(DEB_STAGE)/csiactor ./cmd/csiactor
+	$(DEB_COMPLETE) completion bash >$(DEB_STAGE)/csiactor.bash
+	$(DEB_COMPLETE) completion zsh >$(DEB_STAGE)/_csiactor
+	$(DEB_COMPLETE) completion fish >$(DEB_STAGE)/csiactor.fish
+	DEB_STAGE=$(DEB_STAGE) DEB_VERSION=$(DEB_VERSION) DEB_ARCH=$(DEB_ARCH) SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) \
+		$(DEB_HOSTGO) tool nfpm package -f packaging/nfpm.yaml -p deb -t $(DEB_OUT)/
 
 ## run: start the agent on its embedded default (a temp data dir and the example plugin).
 run: build

@@ -51,7 +51,7 @@ func TestSampleConfig_Load(t *testing.T) {
 	if exec.Socket != "" || len(exec.Command) == 0 || exec.Type != runtime.TypeMonolith || len(exec.Env) == 0 {
 		t.Errorf("allocations[1] = %+v, want an exec-managed monolith with env", exec)
 	}
-	if exec.Command[0] != "/usr/local/bin/csiactor" || exec.Command[1] != "example-plugin" {
+	if exec.Command[0] != "/usr/bin/csiactor" || exec.Command[1] != "example-plugin" {
 		t.Errorf("allocations[1].command = %q, want the example plugin of the installed binary", exec.Command)
 	}
 	// Its log lines must not nest inside the agent's: JSON, which the
@@ -199,7 +199,7 @@ func TestSampleUnit_Settings(t *testing.T) {
 
 	for key, want := range map[string]string{
 		"Service.Type":               "simple",
-		"Service.ExecStart":          "/usr/local/bin/csiactor agent -config /etc/csiactor/csiactor.yaml",
+		"Service.ExecStart":          "/usr/bin/csiactor agent -config /etc/csiactor/csiactor.yaml",
 		"Service.KillMode":           "process", // plugins outlive the agent
 		"Service.Restart":            "on-failure",
 		"Service.StateDirectory":     "csiactor",
