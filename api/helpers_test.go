@@ -2,48 +2,26 @@ package api_test
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"testing"
 
-	"github.com/csiactor/csiactor/examples/csiplugin"
 	"github.com/csiactor/csiactor/internal/leakcheck"
+	"github.com/csiactor/csiactor/internal/testbin"
 )
 
 // examplePluginEnv makes the test binary run as the example CSI plugin,
-// exec-managed by a runtime of the spec tests (see runExamplePlugin).
+// exec-managed by a runtime of the spec tests (see testbin.RunExamplePlugin).
 const examplePluginEnv = "CSIACTOR_API_TEST_EXAMPLE_PLUGIN"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(examplePluginEnv) != "" {
-		os.Exit(runExamplePlugin(os.Args[1:]))
+		os.Exit(testbin.RunExamplePlugin(os.Args[1:]))
 	}
 	leakcheck.VerifyTestMain(m)
-}
-
-// runExamplePlugin serves the example plugin with the flags in args until
-// SIGTERM or SIGINT.
-func runExamplePlugin(args []string) int {
-	cfg := csiplugin.DefaultConfig()
-	fs := flag.NewFlagSet("example-plugin", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := csiplugin.Run(ctx, cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "example plugin:", err.Error())
-		return 1
-	}
-	return 0
 }
 
 // rawClient sends hand-made requests to an API address, to check status

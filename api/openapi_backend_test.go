@@ -47,7 +47,7 @@ func runSpecSteps(t *testing.T, sc *specChecker, rc *rawClient, steps []specStep
 }
 
 // realEnv is a started runtime with the example plugin, exec-managed (the
-// test binary run as the plugin, see runExamplePlugin), served by
+// test binary run as the plugin, see testbin.RunExamplePlugin), served by
 // api.NewHandler on a real unix socket.
 type realEnv struct {
 	rt    *runtime.Runtime

@@ -2,12 +2,8 @@ package proxy_test
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,39 +11,21 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/csiactor/csiactor/examples/csiplugin"
 	"github.com/csiactor/csiactor/internal/hostpath"
 	"github.com/csiactor/csiactor/internal/leakcheck"
+	"github.com/csiactor/csiactor/internal/testbin"
 	"github.com/csiactor/csiactor/runtime"
 )
 
 // examplePluginEnv makes the test binary run as the example CSI plugin,
-// with the flags it is given (see runExamplePlugin).
+// with the flags it is given (see testbin.RunExamplePlugin).
 const examplePluginEnv = "CSIACTOR_PROXY_TEST_EXAMPLE_PLUGIN"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(examplePluginEnv) != "" {
-		os.Exit(runExamplePlugin(os.Args[1:]))
+		os.Exit(testbin.RunExamplePlugin(os.Args[1:]))
 	}
 	leakcheck.VerifyTestMain(m)
-}
-
-// runExamplePlugin serves the example plugin with the flags in args until
-// SIGTERM or SIGINT.
-func runExamplePlugin(args []string) int {
-	cfg := csiplugin.DefaultConfig()
-	fs := flag.NewFlagSet("example-plugin", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := csiplugin.Run(ctx, cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "example plugin:", err.Error())
-		return 1
-	}
-	return 0
 }
 
 // waitLimit bounds every wait for something that happens in the
