@@ -109,14 +109,24 @@ function flash(msg, bad) {
   f.hidden = false;
 }
 
+// The dialog's answer goes straight to the question asked, never through
+// its close event: that event is queued, and one from a canceled dialog
+// could otherwise answer the next question.
+let confirmAnswer = null;
 function confirmAction(title, text, label) {
   const dlg = document.getElementById('confirm');
   document.getElementById('confirm-title').textContent = title;
   document.getElementById('confirm-text').textContent = text;
   document.getElementById('confirm-ok').textContent = label;
-  dlg.returnValue = '';
   dlg.showModal();
-  return new Promise((resolve) => dlg.addEventListener('close', () => resolve(dlg.returnValue === 'ok'), { once: true }));
+  return new Promise((resolve) => { confirmAnswer = resolve; });
+}
+
+function answerConfirm(ok) {
+  document.getElementById('confirm').close();
+  const answer = confirmAnswer;
+  confirmAnswer = null;
+  if (answer) answer(ok);
 }
 
 async function act(title, text, label, method, path) {
@@ -363,8 +373,10 @@ async function start() {
 // them again now and then.
 setInterval(() => { if (signedIn) refresh(); }, 5000);
 
-document.getElementById('confirm-cancel').addEventListener('click', () => document.getElementById('confirm').close('cancel'));
-document.getElementById('confirm-ok').addEventListener('click', () => document.getElementById('confirm').close('ok'));
+document.getElementById('confirm-cancel').addEventListener('click', () => answerConfirm(false));
+document.getElementById('confirm-ok').addEventListener('click', () => answerConfirm(true));
+// Escape cancels the dialog: its cancel event comes before it closes.
+document.getElementById('confirm').addEventListener('cancel', () => answerConfirm(false));
 document.getElementById('logout').addEventListener('click', async () => {
   await api('/ui/logout', { method: 'POST' });
   location.reload();

@@ -1,6 +1,7 @@
 package acceptance
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/csiactor/csiactor/internal/etcdtest"
 	"github.com/csiactor/csiactor/runtime"
@@ -30,6 +32,7 @@ api:
   ui: true
 plugins: {heartbeat_interval: 1s, probe_timeout: 1s}
 volumes:
+  stats_interval: 1s
   stall_after: 1s
   retry: {initial: 50ms, max: 500ms}
 secrets: {key_file: %[3]s}
@@ -133,7 +136,7 @@ func TestUI_BrowserCluster(t *testing.T) {
 	if len(v.Claims) != 1 || v.Claims[0].Condition != runtime.ClaimStalled || !strings.Contains(v.Claims[0].LastError, "ResourceExhausted") {
 		t.Errorf("stall1's claims %+v: want app3 stalled on ResourceExhausted", v.Claims)
 	}
-	b.run("the stalled claim's page", click(`tr[data-volume="stall1"] a`),
+	b.run("the stalled claim's page", chromedp.Navigate(uiURL+"#/volume/stall1"),
 		visible(`body[data-page="volume"] #claims tr[data-claim="app3"].stalled`),
 		visible(`#claims tr[data-claim="app3"] td.error:not(:empty)`))
 	if msg := get(b, "read the last error", chromedp.Text(chromedp.CSS(`#claims tr[data-claim="app3"] td.error`))); !strings.Contains(msg, "ResourceExhausted") {
@@ -141,7 +144,7 @@ func TestUI_BrowserCluster(t *testing.T) {
 	}
 	b.screenshot("stalled-claim.png")
 	pages = append(pages, b.html())
-	b.run("back to the overview", click(`a.brand`), visible(`body[data-page="overview"] #hosts tr[data-node="node2"]`))
+	b.run("back to the overview", chromedp.Navigate(uiURL+"#/"), visible(`body[data-page="overview"] #hosts tr[data-node="node2"]`))
 
 	// --- a host goes down ------------------------------------------------
 	n2.signal(syscall.SIGKILL)
@@ -165,9 +168,9 @@ func TestUI_BrowserCluster(t *testing.T) {
 		}
 		return out
 	}
-	b.run("cancel the fence", click(`#hosts tr[data-node="node2"] button`),
+	b.run("cancel the fence with Escape", clickNow(`#hosts tr[data-node="node2"] button`),
 		visible(`dialog#confirm[open]`),
-		click(`#confirm-cancel`),
+		chromedp.KeyEvent(kb.Escape),
 		gone(`dialog#confirm[open]`))
 	if evs := uiActions(); len(evs) != 0 {
 		t.Errorf("ui-action events after a canceled fence: %+v", evs)
@@ -176,7 +179,7 @@ func TestUI_BrowserCluster(t *testing.T) {
 	if len(v.Claims) != 1 || v.Claims[0].Alloc != "app2" {
 		t.Errorf("shared1's claims after a canceled fence: %+v, want app2's", v.Claims)
 	}
-	b.run("fence node2", click(`#hosts tr[data-node="node2"] button`),
+	b.run("fence node2", clickNow(`#hosts tr[data-node="node2"] button`),
 		visible(`dialog#confirm[open]`),
 		click(`#confirm-ok`),
 		gone(`dialog#confirm[open]`),
@@ -217,4 +220,16 @@ func TestUI_BrowserCluster(t *testing.T) {
 	if errs := b.consoleErrors(); len(errs) > 0 {
 		t.Errorf("console errors:\n%s", strings.Join(errs, "\n"))
 	}
+}
+
+// clickNow waits for sel and clicks it from the page's own script: the
+// page is rebuilt at every event (a retrying claim sends several a
+// second), which can detach the node chromedp.Click found before its
+// mouse events reach it.
+func clickNow(sel string) chromedp.Action[chromedp.Void] {
+	js := chromedp.Evaluate[bool](fmt.Sprintf(`document.querySelector(%q).click(), true`, sel))
+	return chromedp.Steps(visible(sel), func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := js(ctx, t)
+		return chromedp.Void{}, err
+	})
 }
