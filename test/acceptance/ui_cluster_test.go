@@ -210,16 +210,7 @@ func TestUI_BrowserCluster(t *testing.T) {
 	pages = append(pages, b.html())
 
 	// --- nothing secret on any page; no console errors -------------------
-	for i, page := range pages {
-		for _, s := range []string{secretValue, mountFlagOne, mountFlagTwo, token} {
-			if strings.Contains(page, s) {
-				t.Errorf("page %d shows %q", i, s)
-			}
-		}
-	}
-	if errs := b.consoleErrors(); len(errs) > 0 {
-		t.Errorf("console errors:\n%s", strings.Join(errs, "\n"))
-	}
+	b.checkClean(pages, token)
 }
 
 // clickNow waits for sel and clicks it from the page's own script: the
@@ -232,4 +223,20 @@ func clickNow(sel string) chromedp.Action[chromedp.Void] {
 		_, err := js(ctx, t)
 		return chromedp.Void{}, err
 	})
+}
+
+// checkClean fails the test if one of pages shows the test's secret, a
+// mount flag or token, or if the browser logged a console error.
+func (b *browser) checkClean(pages []string, token string) {
+	b.t.Helper()
+	for i, page := range pages {
+		for _, s := range []string{secretValue, mountFlagOne, mountFlagTwo, token} {
+			if strings.Contains(page, s) {
+				b.t.Errorf("page %d shows %q", i, s)
+			}
+		}
+	}
+	if errs := b.consoleErrors(); len(errs) > 0 {
+		b.t.Errorf("console errors:\n%s", strings.Join(errs, "\n"))
+	}
 }
