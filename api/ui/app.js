@@ -86,7 +86,7 @@ const isStalled = (v) => [...(v.claims || []), ...(v.past_claims || [])].some((c
 function claimChip(c, past) {
   const cls = `chip${c.condition === 'stalled' ? ' stalled' : ''}`;
   return h('span', { class: cls, 'data-claim': c.alloc, 'data-state': c.state, title: c.last_error || '' },
-    `${past ? 'past: ' : ''}${c.alloc} · ${c.condition || c.state}`);
+    `${past ? 'past: ' : ''}${c.alloc} · ${c.state === 'remote' ? `on ${c.host}` : c.condition || c.state}`);
 }
 
 function usage(v) {
@@ -109,14 +109,24 @@ function flash(msg, bad) {
   f.hidden = false;
 }
 
+// The dialog's answer goes straight to the question asked, never through
+// its close event: that event is queued, and one from a canceled dialog
+// could otherwise answer the next question.
+let confirmAnswer = null;
 function confirmAction(title, text, label) {
   const dlg = document.getElementById('confirm');
   document.getElementById('confirm-title').textContent = title;
   document.getElementById('confirm-text').textContent = text;
   document.getElementById('confirm-ok').textContent = label;
-  dlg.returnValue = '';
   dlg.showModal();
-  return new Promise((resolve) => dlg.addEventListener('close', () => resolve(dlg.returnValue === 'ok'), { once: true }));
+  return new Promise((resolve) => { confirmAnswer = resolve; });
+}
+
+function answerConfirm(ok) {
+  document.getElementById('confirm').close();
+  const answer = confirmAnswer;
+  confirmAnswer = null;
+  if (answer) answer(ok);
 }
 
 async function act(title, text, label, method, path) {
@@ -142,7 +152,7 @@ function overview() {
   const out = [];
   if (state.nodes) {
     out.push(h('section', { id: 'hosts' }, h('h2', {}, 'Hosts'), table(['Host', 'Status', 'Claims', 'Last seen', ''],
-      state.nodes.map((n) => h('tr', { 'data-node': n.id },
+      state.nodes.map((n) => h('tr', { 'data-node': n.id, 'data-status': n.status, 'data-claims': String(n.claims) },
         h('td', {}, n.id, n.self ? h('span', { class: 'muted' }, ' (this agent)') : ''),
         h('td', {}, badge(n.status === 'up' ? 'ok' : 'bad', n.status)),
         h('td', {}, n.claims), h('td', {}, fmtTime(n.last_seen)),
@@ -176,7 +186,8 @@ function claimRows(v, claims) {
     h('td', {}, `${c.mode} ${c.access_mode} ${c.attachment_mode}${c.read_only ? ' read-only' : ''}`),
     h('td', {}, c.state, c.condition ? h('span', {}, ' ', badge(c.condition === 'stalled' ? 'warn' : 'bad', c.condition)) : ''),
     h('td', { class: 'error' }, c.last_error || ''),
-    h('td', {}, h('button', { class: 'danger', type: 'button', onclick: () => forceRelease(v, c) }, 'Force release…'))));
+    // Another host's claim is released there, or fenced with its host.
+    h('td', {}, c.state === 'remote' ? '' : h('button', { class: 'danger', type: 'button', onclick: () => forceRelease(v, c) }, 'Force release…'))));
 }
 
 function eventRows(evs) {
@@ -274,7 +285,18 @@ function render() {
 async function load() {
   const [plugins, volumes, nodes] = await Promise.all([api('/v1/plugins'), api('/v1/volumes'),
     api('/v1/nodes').catch((e) => { if (e.status === 404) return null; throw e; })]);
-  Object.assign(state, { plugins, volumes, nodes });
+  Object.assign(state, { plugins, volumes: await withRemoteClaims(volumes, nodes), nodes });
+}
+
+// withRemoteClaims returns volumes with the claims other hosts of the
+// cluster hold (state remote, with their host): the list has this host's
+// claims only, a volume's own answer has every host's. Read only while
+// another host holds a claim; a volume gone meanwhile is left out.
+async function withRemoteClaims(volumes, nodes) {
+  if (!nodes || !nodes.some((n) => !n.self && n.claims > 0)) return volumes;
+  const vs = await Promise.all(volumes.map((v) => api(`/v1/volumes/${encodeURIComponent(v.id)}`)
+    .catch((e) => { if (e.status === 404) return null; throw e; })));
+  return vs.filter(Boolean);
 }
 
 let refreshing = null;
@@ -351,8 +373,10 @@ async function start() {
 // them again now and then.
 setInterval(() => { if (signedIn) refresh(); }, 5000);
 
-document.getElementById('confirm-cancel').addEventListener('click', () => document.getElementById('confirm').close('cancel'));
-document.getElementById('confirm-ok').addEventListener('click', () => document.getElementById('confirm').close('ok'));
+document.getElementById('confirm-cancel').addEventListener('click', () => answerConfirm(false));
+document.getElementById('confirm-ok').addEventListener('click', () => answerConfirm(true));
+// Escape cancels the dialog: its cancel event comes before it closes.
+document.getElementById('confirm').addEventListener('cancel', () => answerConfirm(false));
 document.getElementById('logout').addEventListener('click', async () => {
   await api('/ui/logout', { method: 'POST' });
   location.reload();
