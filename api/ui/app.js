@@ -275,10 +275,16 @@ function render() {
   const [, kind, id] = (location.hash.match(/^#\/(volume|plugin)\/(.+)$/) || []).map((x) => x && decodeURIComponent(x));
   if (kind !== 'plugin' && logStreams) { logStreams.abort(); logStreams = null; }
   const page = kind === 'volume' ? volumePage(id) : kind === 'plugin' ? pluginPage(id) : overview();
-  const y = window.scrollY;
-  main.replaceChildren(...page);
-  window.scrollTo(0, y);
   document.body.dataset.page = kind || 'overview';
+  // The same page as shown: keep its nodes, so that a click on a button
+  // is not lost to a rebuild that changes nothing (a retrying claim sends
+  // several events a second).
+  const next = document.createElement('div');
+  next.append(...page);
+  if (next.innerHTML === main.innerHTML) return;
+  const y = window.scrollY;
+  main.replaceChildren(...next.childNodes);
+  window.scrollTo(0, y);
   document.body.dataset.renders = String(Number(document.body.dataset.renders || 0) + 1);
 }
 
