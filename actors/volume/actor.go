@@ -44,6 +44,13 @@ type volumeActor struct {
 	// stale timer's.
 	idle    *time.Timer
 	idleGen uint64
+	// mirrored: this actor recorded a definition of the cluster (another
+	// host registered or changed it) since its last claim; it stops once
+	// idle for mirroredIdleTimeout instead of Config.IdleTimeout (a host
+	// that joins or restarts in a cluster mirrors every volume, and would
+	// otherwise hold an actor per volume for that long). A claim clears
+	// it; a negative IdleTimeout keeps the actor.
+	mirrored bool
 
 	stopping   bool // restarting or stopping: start nothing new
 	passivated bool // stopping because idle

@@ -191,7 +191,11 @@ func (a *volumeActor) settle(ctx actor.Context) {
 	case idle && a.idle == nil && a.m.cfg.IdleTimeout > 0:
 		a.idleGen++
 		gen, self, root := a.idleGen, ctx.Self(), ctx.ActorSystem().Root
-		a.idle = time.AfterFunc(a.m.cfg.IdleTimeout, func() {
+		d := a.m.cfg.IdleTimeout
+		if a.mirrored {
+			d = min(d, mirroredIdleTimeout)
+		}
+		a.idle = time.AfterFunc(d, func() {
 			root.Send(self, &idleTimeout{owner: a, gen: gen})
 		})
 	case !idle && a.idle != nil:
@@ -199,6 +203,10 @@ func (a *volumeActor) settle(ctx actor.Context) {
 		a.idle = nil
 	}
 }
+
+// mirroredIdleTimeout is how long an idle actor started to mirror a
+// definition stays in memory (see volumeActor.mirrored).
+const mirroredIdleTimeout = 100 * time.Millisecond
 
 func (a *volumeActor) isIdle() bool {
 	return a.slot == (slot{}) && len(a.queue) == 0 && len(a.allocs) == 0 &&
@@ -230,6 +238,7 @@ func (a *volumeActor) notFound() error {
 // first: at once from a claim.CachedPlugins that has them, otherwise from a
 // lookup in a goroutine. Then it is reserved.
 func (a *volumeActor) claim(ctx actor.Context, msg *claimRequest) {
+	a.mirrored = false
 	if a.rec == nil {
 		answer(msg.reply, reply{err: a.notFound()})
 		return
@@ -686,6 +695,13 @@ func (a *volumeActor) respawnClaimer(ctx actor.Context, msg *respawnClaimer) {
 
 // register handles Register, Create and Mirror. The slot is free.
 func (a *volumeActor) register(ctx actor.Context, req *registerRequest) {
+	if req.mirror && !a.mirrored {
+		a.mirrored = true
+		if a.idle != nil { // armed for Config.IdleTimeout
+			a.idle.Stop()
+			a.idle = nil
+		}
+	}
 	if a.rec != nil {
 		switch {
 		case a.rec.Ephemeral != "" && !req.mirror:

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -85,6 +86,39 @@ func TestManager_Mirror_NodeLocal(t *testing.T) {
 	if _, err := e.m.Mirror(ctx, s); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "external_id") {
 		t.Errorf("a mirror with another external ID = %v, want ErrInvalid naming external_id", err)
 	}
+}
+
+// TestManager_Mirror_StopsIdleActor: the actor started to mirror a new
+// definition stops as soon as the record is written, not an idle timeout
+// later (a host joining a cluster mirrors every volume); the volume is
+// listed and claimed as before, by a new actor, which the claim keeps.
+func TestManager_Mirror_StopsIdleActor(t *testing.T) {
+	e := newEnv(t, fullPlugin, withConfig(func(c *Config) { c.IdleTimeout = time.Hour }))
+	ctx := ctxT(t)
+	for _, id := range []string{"m1", "m2", "m3"} {
+		if _, err := e.m.Mirror(ctx, spec(id)); err != nil {
+			t.Fatalf("Mirror %s: %v", id, err)
+		}
+	}
+	waitFor(t, "the mirroring actors stopped", func() bool { return e.m.Live() == 0 })
+	vs, err := e.m.List(ctx, Filter{})
+	if err != nil || len(vs) != 3 {
+		t.Fatalf("List = %d volumes, %v; want the 3 mirrored", len(vs), err)
+	}
+	if _, err := e.m.Claim(ctx, claimReq("m2", "a1", claim.ModeWrite, csi.AccessModeSingleNodeWriter)); err != nil {
+		t.Fatalf("claim on a mirrored volume: %v", err)
+	}
+	if n := e.m.Live(); n != 1 {
+		t.Errorf("%d volume actors live after a claim, want the claimed volume's", n)
+	}
+	// Mirrored again (as at a restart): the same, and the actor started
+	// for it stops again.
+	for _, id := range []string{"m1", "m3"} {
+		if _, err := e.m.Mirror(ctx, spec(id)); err != nil {
+			t.Fatalf("Mirror %s again: %v", id, err)
+		}
+	}
+	waitFor(t, "the actors started to mirror again stopped", func() bool { return e.m.Live() == 1 })
 }
 
 func TestCheckUpdate(t *testing.T) {
