@@ -125,11 +125,7 @@ func TestAgent_SIGKILLAtEveryStep(t *testing.T) {
 		h.waitPluginHealthy(d)
 		finish(prev, prevReleased)
 
-		a.signal(syscall.SIGTERM)
-		if st := a.wait(shutdownDeadline); st.ExitCode() != 0 {
-			t.Errorf("agent exit after SIGTERM: %s", st)
-		}
-		a.checkNoRace()
+		a.stop()
 	})
 }
 
@@ -200,11 +196,7 @@ func TestAgent_SIGKILLDuringExpansion(t *testing.T) {
 	a := h.startAgent()
 	h.waitHealthy()
 	finish(prev)
-	a.signal(syscall.SIGTERM)
-	if st := a.wait(shutdownDeadline); st.ExitCode() != 0 {
-		t.Errorf("agent exit after SIGTERM: %s", st)
-	}
-	a.checkNoRace()
+	a.stop()
 }
 
 // pluginVolume is what the example plugin records of one volume in its

@@ -208,11 +208,7 @@ func TestAgent_EphemeralSIGKILL(t *testing.T) {
 			if s := d.state(h); len(s.Volumes) != 0 {
 				t.Errorf("%s: the driver keeps volumes after the release: %+v", vol, s.Volumes)
 			}
-			a.signal(syscall.SIGTERM)
-			if st := a.wait(shutdownDeadline); st.ExitCode() != 0 {
-				t.Errorf("agent exit after SIGTERM: %s", st)
-			}
-			a.checkNoRace()
+			a.stop()
 		}
 	})
 }

@@ -108,11 +108,7 @@ func TestAgent_ModifyVolume(t *testing.T) {
 			t.Errorf("events lack volume-modified or volume-modify-failed of %s", vol)
 		}
 		h.ok("volume", "release", "-alloc", "w", vol)
-		a.signal(syscall.SIGTERM)
-		if st := a.wait(shutdownDeadline); st.ExitCode() != 0 {
-			t.Errorf("agent exit after SIGTERM: %s", st)
-		}
-		a.checkNoRace()
+		a.stop()
 	})
 }
 
@@ -132,11 +128,7 @@ func TestAgent_ModifyWithoutCapability(t *testing.T) {
 	if v := h.volume("m1"); len(v.MutableParameters)+len(v.Modifying) != 0 {
 		t.Errorf("volume after the refusals: mutable %v, modifying %v", v.MutableParameters, v.Modifying)
 	}
-	a.signal(syscall.SIGTERM)
-	if st := a.wait(shutdownDeadline); st.ExitCode() != 0 {
-		t.Errorf("agent exit after SIGTERM: %s", st)
-	}
-	a.checkNoRace()
+	a.stop()
 }
 
 // pluginMutable reads the mutable parameters the example plugin records
@@ -223,9 +215,5 @@ func TestAgent_SIGKILLDuringModify(t *testing.T) {
 	a := h.startAgent()
 	h.waitHealthy()
 	finish(prev)
-	a.signal(syscall.SIGTERM)
-	if st := a.wait(shutdownDeadline); st.ExitCode() != 0 {
-		t.Errorf("agent exit after SIGTERM: %s", st)
-	}
-	a.checkNoRace()
+	a.stop()
 }
