@@ -93,56 +93,33 @@ func (r *Runtime) movedOn(ctx context.Context, name string, rs []plugin.Role, al
 // serving returns the target of the first of rs plugin name has, other
 // than the allocation failed, waiting while there is none healthy.
 func (r *Runtime) serving(ctx context.Context, name string, rs []plugin.Role, failed string) (registry.Target, error) {
-	var sub interface{ Cancel() }
-	var events <-chan registry.Event
-	defer func() {
-		if sub != nil {
-			sub.Cancel()
-		}
-	}()
-	for {
+	var t registry.Target
+	pick := func() (bool, error) {
 		var err error
 		for _, role := range rs {
-			var t registry.Target
 			t, err = r.registry.Client(ctx, name, role)
 			if err == nil && t.Alloc == failed {
 				err = registry.ErrNoHealthyPlugin // still the one that went away
 			}
 			if !errors.Is(err, registry.ErrPluginNotFound) {
-				if err == nil {
-					return t, nil
-				}
 				break
 			}
 		}
-		if !errors.Is(err, registry.ErrNoHealthyPlugin) {
-			return registry.Target{}, mapErr(err)
-		}
-		if sub == nil {
-			// Subscribed before asking again, so that no change between
-			// the answer and the wait is missed.
-			s, serr := r.registry.Subscribe(16)
-			if serr != nil {
-				return registry.Target{}, mapErr(serr)
-			}
-			sub, events = s, s.C
-			continue
-		}
-	wait:
-		for {
-			select {
-			case ev, ok := <-events:
-				if !ok {
-					return registry.Target{}, ErrShutdown
-				}
-				if ev.Type == registry.EventLagged || ev.Plugin == name {
-					break wait
-				}
-			case <-ctx.Done():
-				return registry.Target{}, fmt.Errorf("%w: waiting for a healthy allocation of plugin %q: %w", ErrPluginUnavailable, name, ctx.Err())
-			}
+		return !errors.Is(err, registry.ErrNoHealthyPlugin), err
+	}
+	// Asked once before waiting: a call finds a healthy allocation
+	// without subscribing to the registry's events.
+	done, err := pick()
+	if !done {
+		err = r.registry.WaitUntil(ctx, name, pick)
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return registry.Target{}, fmt.Errorf("%w: waiting for a healthy allocation of plugin %q: %w", ErrPluginUnavailable, name, err)
 		}
 	}
+	if err != nil {
+		return registry.Target{}, mapErr(err)
+	}
+	return t, nil
 }
 
 // proxies serves the CSI proxy sockets (plugins.proxy): one gRPC server

@@ -266,14 +266,25 @@ func (h *Handle) Refingerprint(pluginName string) {
 // ends (it returns ctx's error). It returns at once with an error wrapping
 // ErrPluginNotFound when the plugin has no allocation in that role.
 func (h *Handle) WaitHealthy(ctx context.Context, pluginName string, role plugin.Role) error {
+	return h.WaitUntil(ctx, pluginName, func() (bool, error) {
+		_, err := h.Client(ctx, pluginName, role)
+		return !errors.Is(err, ErrNoHealthyPlugin), err
+	})
+}
+
+// WaitUntil calls check until it says done, again after each registry
+// event about pluginName (or a lag, which may hide one), and returns
+// check's error then; it returns ctx's error when ctx ends first, and
+// ErrStopped when the registry stops. It subscribes before the first
+// check, so that no change between a check and the wait is missed.
+func (h *Handle) WaitUntil(ctx context.Context, pluginName string, check func() (done bool, err error)) error {
 	sub, err := h.Subscribe(16)
 	if err != nil {
 		return err
 	}
 	defer sub.Cancel()
 	for {
-		_, err := h.Client(ctx, pluginName, role)
-		if !errors.Is(err, ErrNoHealthyPlugin) {
+		if done, err := check(); done {
 			return err
 		}
 	wait:
