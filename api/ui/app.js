@@ -270,20 +270,38 @@ function pluginPage(name) {
   ];
 }
 
+// patch makes cur's children look like next's, keeping every node whose
+// markup is unchanged: a retrying claim sends several events a second, and
+// a button the operator is about to click must not be replaced because a
+// row of the events table changed. An element with other attributes, or a
+// list of another length, is replaced whole.
+function patch(cur, next) {
+  const old = [...cur.childNodes];
+  const kids = [...next.childNodes];
+  if (old.length !== kids.length) { cur.replaceChildren(...kids); return; }
+  old.forEach((n, i) => {
+    const m = kids[i];
+    if (n.isEqualNode(m)) return;
+    if (n.nodeType === Node.ELEMENT_NODE && m.nodeType === Node.ELEMENT_NODE && n.tagName === m.tagName && sameAttributes(n, m)) patch(n, m);
+    else n.replaceWith(m);
+  });
+}
+
+function sameAttributes(a, b) {
+  return a.attributes.length === b.attributes.length && [...a.attributes].every((x) => b.getAttribute(x.name) === x.value);
+}
+
 function render() {
   if (!signedIn) return;
   const [, kind, id] = (location.hash.match(/^#\/(volume|plugin)\/(.+)$/) || []).map((x) => x && decodeURIComponent(x));
   if (kind !== 'plugin' && logStreams) { logStreams.abort(); logStreams = null; }
   const page = kind === 'volume' ? volumePage(id) : kind === 'plugin' ? pluginPage(id) : overview();
   document.body.dataset.page = kind || 'overview';
-  // The same page as shown: keep its nodes, so that a click on a button
-  // is not lost to a rebuild that changes nothing (a retrying claim sends
-  // several events a second).
   const next = document.createElement('div');
   next.append(...page);
   if (next.innerHTML === main.innerHTML) return;
   const y = window.scrollY;
-  main.replaceChildren(...next.childNodes);
+  patch(main, next);
   window.scrollTo(0, y);
   document.body.dataset.renders = String(Number(document.body.dataset.renders || 0) + 1);
 }

@@ -115,7 +115,7 @@ func TestUI_BrowserCluster(t *testing.T) {
 		visible(`#hosts tr[data-node="node2"][data-status="up"][data-claims="1"]`),
 		visible(`tr[data-volume="data1"] [data-claim="app1"][data-state="published"]`),
 		visible(`tr[data-volume="shared1"] [data-claim="app2"][data-state="remote"]`))
-	if chip := get(b, "read node2's claim", chromedp.Text(chromedp.CSS(`tr[data-volume="shared1"] [data-claim="app2"]`))); chip != "app2 · on node2" {
+	if chip := get(b, "read node2's claim", text(`tr[data-volume="shared1"] [data-claim="app2"]`)); chip != "app2 · on node2" {
 		t.Errorf("node2's claim on shared1 shows %q, want its host", chip)
 	}
 	if n := get(b, "fence buttons", chromedp.Evaluate[int](`document.querySelectorAll('#hosts button').length`)); n != 0 {
@@ -139,8 +139,17 @@ func TestUI_BrowserCluster(t *testing.T) {
 	b.run("the stalled claim's page", chromedp.Navigate(uiURL+"#/volume/stall1"),
 		visible(`body[data-page="volume"] #claims tr[data-claim="app3"].stalled`),
 		visible(`#claims tr[data-claim="app3"] td.error:not(:empty)`))
-	if msg := get(b, "read the last error", chromedp.Text(chromedp.CSS(`#claims tr[data-claim="app3"] td.error`))); !strings.Contains(msg, "ResourceExhausted") {
+	if msg := get(b, "read the last error", text(`#claims tr[data-claim="app3"] td.error`)); !strings.Contains(msg, "ResourceExhausted") {
 		t.Errorf("the stalled claim's last error shows %q, want the ResourceExhausted of ControllerPublishVolume", msg)
+	}
+	// Each retry adds an event and rebuilds the page; the claim's row and
+	// its button stay the same nodes, so an operator's click on them is
+	// not lost.
+	get(b, "mark the button", chromedp.Evaluate[bool](`window.releaseButton = document.querySelector('#claims tr[data-claim="app3"] button'),
+		window.rendersBefore = Number(document.body.dataset.renders), true`))
+	get(b, "two more renders", chromedp.Poll[bool](`Number(document.body.dataset.renders) >= window.rendersBefore + 2`))
+	if !get(b, "check the button", chromedp.Evaluate[bool](`window.releaseButton.isConnected`)) {
+		t.Error("the stalled claim's Force release button was replaced while only the events changed")
 	}
 	b.screenshot("stalled-claim.png")
 	pages = append(pages, b.html())

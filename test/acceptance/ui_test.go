@@ -169,6 +169,14 @@ func gone(sel string) chromedp.Action[chromedp.Void] {
 }
 func click(sel string) chromedp.Action[chromedp.Void] { return chromedp.Click(chromedp.CSS(sel)) }
 
+// text waits for sel to show some text and returns it (innerText), read
+// in one script: the page is rebuilt at every event, and a node that
+// chromedp.Text found can be detached before its text is read ("No node
+// with given id found").
+func text(sel string) chromedp.Action[string] {
+	return chromedp.Poll[string](fmt.Sprintf(`(e => e && e.innerText)(document.querySelector(%q))`, sel))
+}
+
 // TestUI_Browser runs `csiactor agent -dev` (the example plugin, and the
 // hostpath driver where $CSIACTOR_HOSTPATH_PLUGIN is set) and looks at
 // its web UI in headless Chromium as an operator would: nothing without
@@ -226,7 +234,7 @@ func TestUI_Browser(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), "wrong-"+token),
 		click(`form.login button[type="submit"]`),
 		visible(`#login-error:not(:empty)`))
-	loginErr := get(b, "read the error", chromedp.Text(chromedp.CSS(`#login-error`)))
+	loginErr := get(b, "read the error", text(`#login-error`))
 	if loginErr != "Wrong token." {
 		t.Errorf("after a wrong token the UI says %q", loginErr)
 	}
