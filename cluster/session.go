@@ -86,7 +86,7 @@ func Open(ctx context.Context, cfg Config) (*Session, error) {
 		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 			MinConnectTimeout: cfg.DialTimeout,
-		})},
+		}), grpc.WithChainUnaryInterceptor(requireLeader)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: etcd %v: %w", ErrUnavailable, cfg.Endpoints, err)
@@ -128,11 +128,21 @@ func Open(ctx context.Context, cfg Config) (*Session, error) {
 			}
 		}
 	}
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.renewLoop()
+	go s.hostsLoop()
 	go s.freeLoop()
 	s.log.WithFields(logrus.Fields{"node": cfg.NodeID, "endpoints": cfg.Endpoints, "lease_ttl": s.TTL()}).Info("joined the cluster")
 	return s, nil
+}
+
+// requireLeader makes every request ask for a member that has a leader.
+// A member cut from the majority then answers at once (ErrNoLeader)
+// instead of holding the request until it times out: the client sends
+// the next read to another member by itself, and a write fails fast with
+// ErrUnavailable (503) instead of after dial_timeout.
+func requireLeader(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return invoker(clientv3.WithRequireLeader(ctx), method, req, reply, cc, opts...)
 }
 
 type discard struct{}
@@ -222,10 +232,27 @@ func (s *Session) admitting() (clientv3.LeaseID, error) {
 }
 
 // renewLoop renews the lease every renewInterval until Close, granting a
-// new one when etcd says it expired, and refreshes the host gauge.
+// new one when etcd says it expired. It does nothing else: a request that
+// hangs on a member cut from the majority holds its loop until the request
+// times out (dial_timeout), and the renewals must go on meanwhile.
 func (s *Session) renewLoop() {
 	defer s.wg.Done()
-	t := time.NewTicker(s.renewInterval())
+	s.every(s.renewInterval(), s.renew)
+}
+
+// hostsLoop records this host as seen and refreshes the host gauge every
+// renewInterval until Close.
+func (s *Session) hostsLoop() {
+	defer s.wg.Done()
+	s.every(s.renewInterval(), func() {
+		s.touch(s.ctx)
+		s.refreshHosts()
+	})
+}
+
+// every calls fn every d until Close.
+func (s *Session) every(d time.Duration, fn func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
@@ -233,8 +260,7 @@ func (s *Session) renewLoop() {
 			return
 		case <-t.C:
 		}
-		s.renew()
-		s.refreshHosts()
+		fn()
 	}
 }
 
@@ -243,11 +269,7 @@ func (s *Session) renew() {
 	s.mu.Lock()
 	lease := s.lease
 	s.mu.Unlock()
-	sent := time.Now()
-	rctx, rcancel := context.WithTimeout(ctx, s.renewInterval())
-	_, err := s.cli.KeepAliveOnce(rctx, lease)
-	rcancel()
-	s.metrics.observe("keepalive", sent)
+	sent, err := s.keepAlive(ctx, lease)
 	s.mu.Lock()
 	s.renewErr = err != nil
 	s.mu.Unlock()
@@ -259,7 +281,6 @@ func (s *Session) renew() {
 		}
 		s.mu.Unlock()
 		s.metrics.renewals.WithLabelValues(renewOK).Inc()
-		s.touch(ctx)
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		s.metrics.renewals.WithLabelValues(renewExpired).Inc()
 		s.log.Warn("this host's etcd lease expired; granting a new one")
@@ -275,6 +296,33 @@ func (s *Session) renew() {
 		s.metrics.renewals.WithLabelValues(renewError).Inc()
 		if ctx.Err() == nil {
 			s.log.WithError(err).Warn("cannot renew this host's etcd lease")
+		}
+	}
+}
+
+// keepAlive renews lease once and returns the send time of the attempt
+// that etcd answered. It tries again until the renewal interval is over:
+// each attempt asks for a member that has a leader and gets half the
+// interval, so an attempt sent to a member cut from the majority fails at
+// once (ErrNoLeader) or times out, and the next one goes to another member
+// (the client sends round robin). One attempt each interval could keep
+// landing on the same cut member, and let a healthy host's lease expire.
+func (s *Session) keepAlive(ctx context.Context, lease clientv3.LeaseID) (time.Time, error) {
+	interval := s.renewInterval()
+	end := time.Now().Add(interval)
+	for {
+		sent := time.Now()
+		actx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), interval/2)
+		_, err := s.cli.KeepAliveOnce(actx, lease)
+		cancel()
+		s.metrics.observe("keepalive", sent)
+		if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) || !time.Now().Before(end) {
+			return sent, err
+		}
+		select {
+		case <-ctx.Done():
+			return sent, err
+		case <-time.After(interval / 10):
 		}
 	}
 }
