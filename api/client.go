@@ -177,6 +177,9 @@ func (c *Client) Volumes(ctx context.Context, filter runtime.VolumeFilter) ([]ru
 	if filter.Node != "" {
 		q.Set("node", filter.Node)
 	}
+	if filter.AllHosts {
+		q.Set("all_hosts", "true")
+	}
 	var out []runtime.Volume
 	return out, c.do(ctx, http.MethodGet, "/v1/volumes", q, nil, &out)
 }

@@ -402,11 +402,15 @@ func (s *server) allocationLogs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) volumes(w http.ResponseWriter, r *http.Request) {
-	q, ok := query(w, r, "plugin", "node")
+	q, ok := query(w, r, "plugin", "node", "all_hosts")
 	if !ok {
 		return
 	}
-	f := runtime.VolumeFilter{Plugin: q.Get("plugin"), Node: q.Get("node")}
+	allHosts, ok := boolParam(w, q, "all_hosts")
+	if !ok {
+		return
+	}
+	f := runtime.VolumeFilter{Plugin: q.Get("plugin"), Node: q.Get("node"), AllHosts: allHosts}
 	if !valid(w, f.Validate()) {
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -78,6 +79,23 @@ func TestCluster_API(t *testing.T) {
 	if len(v.Claims) != 1 || v.Claims[0].Host != "n2" || v.Claims[0].State != runtime.ClaimRemote {
 		t.Fatalf("claims seen from n1: %+v", v.Claims)
 	}
+	// A list has n1's claims only, unless it asks for every host's.
+	for _, all := range []bool{false, true} {
+		vs, err := cl.Volumes(ctx, runtime.VolumeFilter{AllHosts: all})
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(vs, func(v runtime.Volume) bool { return v.ID == vol })
+		if i < 0 {
+			t.Fatalf("%s missing from the list (all hosts %v): %+v", vol, all, vs)
+		}
+		switch cs := vs[i].Claims; {
+		case !all && len(cs) != 0:
+			t.Errorf("list without all_hosts shows claims %+v, want none of n1's", cs)
+		case all && (len(cs) != 1 || cs[0].Host != "n2" || cs[0].Alloc != "app" || cs[0].State != runtime.ClaimRemote):
+			t.Errorf("list with all_hosts shows claims %+v, want n2's app, remote", cs)
+		}
+	}
 	ns, err := cl.Nodes(ctx)
 	if err != nil || len(ns) != 3 || ns[1].ID != "n2" || ns[1].Claims != 1 || ns[1].Status != runtime.NodeUp {
 		t.Fatalf("Nodes = %+v, %v", ns, err)
@@ -98,6 +116,13 @@ func TestCluster_API(t *testing.T) {
 	out = runCLI(t, "node", "status", "-address", addr, "n2")
 	if !strings.Contains(out, "Claims") || !strings.Contains(out, "n2") {
 		t.Errorf("node status:\n%s", out)
+	}
+	out = runCLI(t, "volume", "list", "-all-hosts", "-address", addr)
+	// CLAIMS is the last column but one.
+	if i := slices.IndexFunc(strings.Split(out, "\n"), func(l string) bool { return strings.HasPrefix(l, vol+" ") }); i < 0 {
+		t.Errorf("volume list -all-hosts lacks %s:\n%s", vol, out)
+	} else if f := strings.Fields(strings.Split(out, "\n")[i]); f[len(f)-2] != "1" {
+		t.Errorf("volume list -all-hosts does not count n2's claim:\n%s", out)
 	}
 	out = runCLI(t, "volume", "status", "-address", addr, vol)
 	if !strings.Contains(out, "HOST") || !strings.Contains(out, "n2") || !strings.Contains(out, "remote") {

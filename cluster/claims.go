@@ -344,8 +344,9 @@ func sortClaims(cs []HostClaim) {
 	})
 }
 
-// allClaims returns every volume's claims document, by volume ID.
-func (s *Session) allClaims(ctx context.Context) (map[string][]HostClaim, error) {
+// AllClaims returns the claims of every host on every volume that has
+// one, by volume ID, read in one request.
+func (s *Session) AllClaims(ctx context.Context) (map[string][]HostClaim, error) {
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
 	prefix := s.claimsKey("")
@@ -362,6 +363,7 @@ func (s *Session) allClaims(ctx context.Context) (map[string][]HostClaim, error)
 			s.log.WithError(err).WithField("key", string(kv.Key)).Warn("cannot decode a claims document; skipped")
 			continue
 		}
+		sortClaims(d.Claims)
 		out[strings.TrimPrefix(string(kv.Key), prefix)] = d.Claims
 	}
 	return out, nil
@@ -373,7 +375,7 @@ func (s *Session) allClaims(ctx context.Context) (map[string][]HostClaim, error)
 // could not be told. Call it at start, before new claims are admitted. It
 // returns how many it freed.
 func (s *Session) Prune(ctx context.Context, has func(volume, alloc string) bool) (int, error) {
-	all, err := s.allClaims(ctx)
+	all, err := s.AllClaims(ctx)
 	if err != nil {
 		return 0, err
 	}

@@ -42,7 +42,7 @@ func (s *Session) HostClaims(ctx context.Context, host string) (map[string][]Hos
 	case len(resp.Responses[1].GetResponseRange().GetKvs()) > 0:
 		return nil, fmt.Errorf("%w: %q renews its lease; only a down host can be fenced", ErrHostUp, host)
 	}
-	all, err := s.allClaims(ctx)
+	all, err := s.AllClaims(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -51,7 +51,7 @@ func (s *Session) Hosts(ctx context.Context) ([]Host, error) {
 	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
 		alive[strings.TrimPrefix(string(kv.Key), s.key("alive")+"/")] = true
 	}
-	claims, err := s.allClaims(ctx)
+	claims, err := s.AllClaims(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -755,11 +755,10 @@ func (r *Runtime) Node(ctx context.Context, id string) (Node, error) {
 	return Node{}, kinderr.Errorf(ErrNotFound, "node %q is not in the cluster", id)
 }
 
-// withHosts sets the host of v's claims (this host's) and, with remote,
-// adds the claims other hosts hold, as the cluster records them (state
-// ClaimRemote). In local mode it returns v unchanged. An unreachable
-// cluster leaves v with this host's claims only.
-func (r *Runtime) withHosts(ctx context.Context, v Volume, remote bool) Volume {
+// withHosts sets the host of v's claims (this host's) and adds, of the
+// claims the cluster records for v, those other hosts hold (state
+// ClaimRemote). In local mode it returns v unchanged.
+func (r *Runtime) withHosts(v Volume, recorded []cluster.HostClaim) Volume {
 	if r.cluster == nil {
 		return v
 	}
@@ -770,14 +769,7 @@ func (r *Runtime) withHosts(ctx context.Context, v Volume, remote bool) Volume {
 	for i := range v.PastClaims {
 		v.PastClaims[i].Host = self
 	}
-	if !remote {
-		return v
-	}
-	cs, err := r.cluster.Claims(ctx, v.ID)
-	if err != nil {
-		return v
-	}
-	for _, c := range cs {
+	for _, c := range recorded {
 		if c.Host == self {
 			continue
 		}

@@ -569,7 +569,7 @@ func (r *Runtime) RegisterVolume(ctx context.Context, id string, spec VolumeSpec
 	if err != nil {
 		return Volume{}, mapErr(err)
 	}
-	return r.withHosts(ctx, volumeFromManager(v), false), nil
+	return r.withHosts(volumeFromManager(v), nil), nil
 }
 
 // CreateVolume creates a volume through the plugin's controller
@@ -608,7 +608,7 @@ func (r *Runtime) CreateVolume(ctx context.Context, spec CreateVolumeSpec) (Volu
 			return Volume{}, err
 		}
 	}
-	return r.withHosts(ctx, volumeFromManager(v), false), nil
+	return r.withHosts(volumeFromManager(v), nil), nil
 }
 
 // DeleteVolume deregisters the volume id and, with deleteToo, deletes it
@@ -650,9 +650,13 @@ func (r *Runtime) Volumes(ctx context.Context, filter VolumeFilter) ([]Volume, e
 	if err != nil {
 		return nil, mapErr(err)
 	}
+	var recorded map[string][]cluster.HostClaim
+	if filter.AllHosts && r.cluster != nil {
+		recorded, _ = r.cluster.AllClaims(ctx) // unreachable: this host's claims only
+	}
 	out := make([]Volume, 0, len(vs))
 	for _, v := range vs {
-		out = append(out, r.withHosts(ctx, volumeFromManager(v), false))
+		out = append(out, r.withHosts(volumeFromManager(v), recorded[v.ID]))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
@@ -671,7 +675,11 @@ func (r *Runtime) Volume(ctx context.Context, id string) (Volume, error) {
 	if err != nil {
 		return Volume{}, mapErr(err)
 	}
-	return r.withHosts(ctx, volumeFromManager(v), true), nil
+	var recorded []cluster.HostClaim
+	if r.cluster != nil {
+		recorded, _ = r.cluster.Claims(ctx, id) // unreachable: this host's claims only
+	}
+	return r.withHosts(volumeFromManager(v), recorded), nil
 }
 
 // Claim claims the volume for req.Alloc and publishes it, returning when the

@@ -718,6 +718,11 @@ type VolumeFilter struct {
 	Plugin string
 	// Node keeps the volumes claimed by allocations on this node ID.
 	Node string
+	// AllHosts adds to each volume, in cluster mode, the claims other
+	// hosts hold (state ClaimRemote), as Volume does, read from etcd in
+	// one request for the whole list. Without it a list shows this host's
+	// claims only.
+	AllHosts bool
 }
 
 // Validate checks f; the error is a *FieldError naming the bad field.

@@ -306,21 +306,13 @@ function render() {
   document.body.dataset.renders = String(Number(document.body.dataset.renders || 0) + 1);
 }
 
+// load reads the agent's state. The volumes carry every host's claims
+// (all_hosts: one etcd read in cluster mode; other hosts' claims are in
+// state remote, with their host).
 async function load() {
-  const [plugins, volumes, nodes] = await Promise.all([api('/v1/plugins'), api('/v1/volumes'),
+  const [plugins, volumes, nodes] = await Promise.all([api('/v1/plugins'), api('/v1/volumes?all_hosts=true'),
     api('/v1/nodes').catch((e) => { if (e.status === 404) return null; throw e; })]);
-  Object.assign(state, { plugins, volumes: await withRemoteClaims(volumes, nodes), nodes });
-}
-
-// withRemoteClaims returns volumes with the claims other hosts of the
-// cluster hold (state remote, with their host): the list has this host's
-// claims only, a volume's own answer has every host's. Read only while
-// another host holds a claim; a volume gone meanwhile is left out.
-async function withRemoteClaims(volumes, nodes) {
-  if (!nodes || !nodes.some((n) => !n.self && n.claims > 0)) return volumes;
-  const vs = await Promise.all(volumes.map((v) => api(`/v1/volumes/${encodeURIComponent(v.id)}`)
-    .catch((e) => { if (e.status === 404) return null; throw e; })));
-  return vs.filter(Boolean);
+  Object.assign(state, { plugins, volumes, nodes });
 }
 
 let refreshing = null;

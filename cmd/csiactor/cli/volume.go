@@ -39,6 +39,7 @@ func volumeListCommand() *command {
 		summary: "list volumes",
 		usage:   "csiactor volume list [flags]",
 		help: `Lists the volumes (GET /v1/volumes), optionally only those of one plugin or claimed on one node.
+CLAIMS counts this host's claims; with -all-hosts, in cluster mode, every host's.
 
 With -external -plugin P, lists instead the volumes the plugin's controller
 has (ListVolumes; GET /v1/plugins/P/volumes, every page), registered here
@@ -47,6 +48,7 @@ does not know. With -json, prints every page's volumes as one JSON array.`,
 	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 		plugin := fs.String("plugin", "", "only volumes of the plugin `name`")
 		node := fs.String("node", "", "only volumes claimed on the node `id`")
+		allHosts := fs.Bool("all-hosts", false, "in cluster mode, show the claims of every host (one etcd read)")
 		external := fs.Bool("external", false, "list the plugin's own volumes (needs -plugin)")
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
 			if err := wantArgs(args); err != nil {
@@ -55,7 +57,7 @@ does not know. With -json, prints every page's volumes as one JSON array.`,
 			if *external {
 				return listExternal(ctx, e, cl, cf, *plugin, *node)
 			}
-			f := runtime.VolumeFilter{Plugin: *plugin, Node: *node}
+			f := runtime.VolumeFilter{Plugin: *plugin, Node: *node, AllHosts: *allHosts}
 			if err := usageFromField(f.Validate(), flagNames{"plugin": "-plugin", "node": "-node"}); err != nil {
 				return err
 			}
