@@ -136,14 +136,34 @@ func Open(ctx context.Context, cfg Config) (*Session, error) {
 	return s, nil
 }
 
-// requireLeader makes every request ask for a member that has a leader.
-// A member cut from the majority then answers at once (ErrNoLeader)
-// instead of holding the request until it times out: the client sends
-// the next read to another member by itself, and a write fails fast with
-// ErrUnavailable (503) instead of after dial_timeout.
+// requireLeader makes every request ask for a member that has a leader,
+// and sends it again while the member answers that it has none: a member
+// cut from the majority then refuses at once instead of holding the
+// request until it times out, and the next attempt goes to another member
+// (the client sends round robin). The member refuses before it runs the
+// request, so sending a write again is as safe as a read. While the
+// cluster elects a leader, requests wait for it as they did without this,
+// up to their deadline.
 func requireLeader(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	return invoker(clientv3.WithRequireLeader(ctx), method, req, reply, cc, opts...)
+	ctx = clientv3.WithRequireLeader(ctx)
+	wait := noLeaderRetry
+	for {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if err == nil || !errors.Is(rpctypes.Error(err), rpctypes.ErrNoLeader) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 20*noLeaderRetry)
+	}
 }
+
+// noLeaderRetry is the first pause before a request refused for want of a
+// leader is sent again; it doubles up to 20 times as long.
+const noLeaderRetry = 25 * time.Millisecond
 
 type discard struct{}
 
