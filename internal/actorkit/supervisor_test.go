@@ -205,8 +205,12 @@ func TestSupervisor_Close_CancelsPendingRestart(t *testing.T) {
 	a := f.spawn("a")
 	f.sys.Root.Send(a, &boom{})
 	f.failure()
-	if n := f.sup.Pending(); n != 1 {
-		t.Fatalf("Pending() = %d, want 1", n)
+	// OnRestart runs as the restart is scheduled, just before its timer is
+	// counted: wait for the count.
+	for deadline := time.Now().Add(10 * time.Second); f.sup.Pending() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Pending() = %d, want 1", f.sup.Pending())
+		}
 	}
 	f.sup.Close()
 	f.sup.Close() // idempotent
