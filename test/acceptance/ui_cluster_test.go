@@ -222,10 +222,10 @@ func TestUI_BrowserCluster(t *testing.T) {
 	b.checkClean(pages, token)
 }
 
-// clickNow waits for sel and clicks it from the page's own script: the
-// page is rebuilt at every event (a retrying claim sends several a
-// second), which can detach the node chromedp.Click found before its
-// mouse events reach it.
+// clickNow waits for sel and clicks it from the page's own script: an
+// event (a retrying claim sends several a second) can replace the rows of
+// a table that changed, which would detach the node chromedp.Click found
+// before its mouse events reach it.
 func clickNow(sel string) chromedp.Action[chromedp.Void] {
 	js := chromedp.Evaluate[bool](fmt.Sprintf(`document.querySelector(%q).click(), true`, sel))
 	return chromedp.Steps(visible(sel), func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {

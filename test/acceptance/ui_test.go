@@ -170,9 +170,9 @@ func gone(sel string) chromedp.Action[chromedp.Void] {
 func click(sel string) chromedp.Action[chromedp.Void] { return chromedp.Click(chromedp.CSS(sel)) }
 
 // text waits for sel to show some text and returns it (innerText), read
-// in one script: the page is rebuilt at every event, and a node that
-// chromedp.Text found can be detached before its text is read ("No node
-// with given id found").
+// in one script: an event can replace the part of the page that changed,
+// and a node that chromedp.Text found be detached before its text is read
+// ("No node with given id found").
 func text(sel string) chromedp.Action[string] {
 	return chromedp.Poll[string](fmt.Sprintf(`(e => e && e.innerText)(document.querySelector(%q))`, sel))
 }

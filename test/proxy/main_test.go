@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -118,17 +119,20 @@ func (e *env) register(id string, spec runtime.AllocationSpec) {
 	if _, err := e.rt.RegisterAllocation(ctx, id, spec); err != nil {
 		e.t.Fatal(err)
 	}
-	e.waitFor("allocation "+id+" healthy", func() bool {
-		as, err := e.rt.Allocations(ctx)
+	e.waitAllocation(id, "healthy", func(a runtime.Allocation) bool { return a.Healthy })
+}
+
+// waitAllocation waits until the allocation id is registered and cond
+// holds for it; what says what cond waits for.
+func (e *env) waitAllocation(id, what string, cond func(runtime.Allocation) bool) {
+	e.t.Helper()
+	e.waitFor("allocation "+id+" "+what, func() bool {
+		as, err := e.rt.Allocations(context.Background())
 		if err != nil {
 			return false
 		}
-		for _, a := range as {
-			if a.ID == id {
-				return a.Healthy
-			}
-		}
-		return false
+		i := slices.IndexFunc(as, func(a runtime.Allocation) bool { return a.ID == id })
+		return i >= 0 && cond(as[i])
 	})
 }
 

@@ -56,18 +56,7 @@ func TestProxy_CallResentAfterItsAllocationWentAway(t *testing.T) {
 			fresh, _ := fakeplugin.Start(t, fakeplugin.Config{Name: "csi.fake", NodeID: "host-1", Controller: true, ListVolumes: true})
 			fresh.AddVolume(fakeplugin.Volume{ID: "on-the-new-one", CapacityBytes: 1 << 20})
 			e.register("fresh", runtime.AllocationSpec{Plugin: "fake", Type: runtime.TypeMonolith, Socket: fresh.SocketPath()})
-			e.waitFor("the fresh allocation to be the singleton", func() bool {
-				as, err := e.rt.Allocations(ctx)
-				if err != nil {
-					return false
-				}
-				for _, a := range as {
-					if a.ID == "fresh" {
-						return a.Singleton
-					}
-				}
-				return false
-			})
+			e.waitAllocation("fresh", "the singleton", func(a runtime.Allocation) bool { return a.Singleton })
 			c.gone(e, old)
 
 			a := <-done
