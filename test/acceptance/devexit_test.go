@@ -1,6 +1,7 @@
 package acceptance
 
 import (
+	"strings"
 	"syscall"
 	"testing"
 
@@ -21,6 +22,15 @@ func TestAgent_Dev_ExitStopsPlugin(t *testing.T) {
 	a.signal(syscall.SIGINT)
 	if code := a.wait(); code != 0 {
 		t.Errorf("agent exit code after SIGINT: %d\n%s", code, testbin.Tail(a.logs(), 10))
+	}
+	// One SIGTERM reaches the plugin, which stops gracefully: the
+	// example plugin (the same binary) takes a second one as "exit now".
+	logs := a.logs()
+	if strings.Contains(logs, "again: exiting without waiting") {
+		t.Errorf("the plugin got a second signal at the stop:\n%s", testbin.Tail(logs, 20))
+	}
+	if !strings.Contains(logs, "exit status 0") {
+		t.Errorf("the plugin did not exit 0 at the stop:\n%s", testbin.Tail(logs, 20))
 	}
 	if left := testbin.ProcessesWith(dataDir); len(left) > 0 {
 		t.Errorf("processes %v outlived agent -dev (plugin and shim were %v)", left, procs)

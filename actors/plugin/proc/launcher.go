@@ -366,8 +366,8 @@ func (p *Process) Wait(ctx context.Context) error {
 	}
 }
 
-// Stop sends SIGTERM to the process group, then SIGKILL when the process
-// has not exited after grace (or at once when ctx ends), and waits for the
+// Stop sends one SIGTERM to the process, then SIGKILL to its process
+// group when the process has not exited after grace (or at once when ctx ends), and waits for the
 // process, its shim and its output. It is safe to call more than once and
 // after the process exited on its own; after Detach it does nothing.
 func (p *Process) Stop(ctx context.Context, grace time.Duration) error {
@@ -376,7 +376,7 @@ func (p *Process) Stop(ctx context.Context, grace time.Duration) error {
 	case <-p.done:
 		return nil // detached
 	default:
-		p.signalGroup(syscall.SIGTERM)
+		p.signalPlugin(syscall.SIGTERM)
 		t := time.NewTimer(grace)
 		select {
 		case <-p.exited:
@@ -426,9 +426,29 @@ func (p *Process) Detach() {
 	<-p.done
 }
 
+// signalPlugin sends sig to the plugin alone (through its pidfd), only
+// while it has not been seen to exit. A graceful stop uses it: the plugin
+// is the group's leader, so signalling the group too would deliver the
+// signal twice, and drivers that take a second SIGTERM as "exit now" would
+// skip their graceful stop. The rest of the group gets SIGKILL once the
+// plugin has exited (see run).
+func (p *Process) signalPlugin(sig syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	if p.plugin.pidfd >= 0 {
+		_ = unix.PidfdSendSignal(p.plugin.pidfd, sig, nil, 0)
+	}
+}
+
 // signalGroup signals the plugin and its process group, only while the
 // plugin has not been seen to exit: until then its PID, which is the
-// group's ID, is not reused.
+// group's ID, is not reused. Only SIGKILL goes to the group: a signal that
+// can be caught would reach the plugin twice.
 func (p *Process) signalGroup(sig syscall.Signal) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

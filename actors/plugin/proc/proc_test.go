@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -469,4 +470,62 @@ func TestKillLeftover_BrokenStateFile(t *testing.T) {
 	if _, err := os.Stat(dir + "/" + StateFile); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("broken state file: %v, want removed", err)
 	}
+}
+
+// TestProcess_Stop_OneSIGTERM: a stop sends SIGTERM to the plugin once,
+// and not to the rest of its group: the group leader is the plugin, so a
+// SIGTERM to the group reached the plugin twice, and drivers that take a
+// second SIGTERM as "exit now" skipped their graceful stop. The plugin
+// here waits, on SIGTERM, for a child of its group that exits only on a
+// SIGTERM of its own: the child must never get one, so the plugin is
+// killed after the grace, having seen one SIGTERM.
+func TestProcess_Stop_OneSIGTERM(t *testing.T) {
+	defer leakcheck.Check(t)()
+	l := NewLauncher()
+	defer l.Close()
+	childSaw := filepath.Join(t.TempDir(), "child-signals")
+	logger, hook := test.NewNullLogger()
+	script := `sh -c 'trap "echo TERM >>` + childSaw + `; exit 0" TERM; while :; do sleep 0.05; done' &
+child=$!
+trap 'echo plugin-TERM; wait $child; exit 0' TERM
+echo ready
+while :; do sleep 0.05; done`
+	p, err := l.Start(context.Background(), Spec{Command: []string{"sh", "-c", script}, OutputDir: t.TempDir(), Log: logrus.NewEntry(logger)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for !hasLine(hook, "ready") {
+		if time.Now().After(deadline) {
+			t.Fatal("the plugin never printed ready")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := p.Stop(context.Background(), 500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Status(); got != "signal: killed" {
+		t.Errorf("Status() = %q, want signal: killed (the plugin waits for a child that never got SIGTERM)", got)
+	}
+	if b, err := os.ReadFile(childSaw); err == nil {
+		t.Errorf("the plugin's child got a SIGTERM from the stop: %q", b)
+	}
+	n := 0
+	for _, e := range hook.AllEntries() {
+		if e.Message == "plugin-TERM" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("the plugin saw %d SIGTERMs, want 1", n)
+	}
+}
+
+func hasLine(hook *test.Hook, line string) bool {
+	for _, e := range hook.AllEntries() {
+		if e.Message == line {
+			return true
+		}
+	}
+	return false
 }
