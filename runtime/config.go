@@ -196,7 +196,28 @@ type VolumesConfig struct {
 	// csiactor_volume_claims_stalled. Its steps go on retrying. Zero
 	// means DefaultStallAfter; in the config file it must be positive.
 	StallAfter time.Duration `yaml:"stall_after"`
+	// MountCheckInterval is how often every published target and mounted
+	// staging is probed (a stat that cannot hang the agent): a mount in
+	// the mount table that answers ENOTCONN, EIO or ESTALE, or does not
+	// answer, is dead (a FUSE mount whose plugin died), and its claim is
+	// published again. The same probe runs whenever a node allocation
+	// becomes healthy again. Zero means DefaultMountCheckInterval;
+	// MountCheckOff (in the config file, 0s) turns the periodic probe off.
+	MountCheckInterval time.Duration `yaml:"mount_check_interval"`
 }
+
+// DefaultMountCheckInterval is the default of volumes.mount_check_interval.
+const DefaultMountCheckInterval = 30 * time.Second
+
+// MountCheckOff as VolumesConfig.MountCheckInterval turns the periodic
+// probe of mounts off (the probe when a plugin comes back stays).
+const MountCheckOff time.Duration = -1
+
+// Bounds of volumes.mount_check_interval other than 0s (off).
+const (
+	minMountCheckInterval = time.Second
+	maxMountCheckInterval = 24 * time.Hour
+)
 
 // StoreConfig tunes the bbolt store.
 type StoreConfig struct {
@@ -254,7 +275,8 @@ func DefaultConfig() Config {
 			RestartBackoff:    DefaultBackoff(),
 			HealthTimeout:     DefaultHealthTimeout,
 		},
-		Volumes: VolumesConfig{Retry: DefaultBackoff(), StatsInterval: DefaultStatsInterval, StallAfter: DefaultStallAfter},
+		Volumes: VolumesConfig{Retry: DefaultBackoff(), StatsInterval: DefaultStatsInterval, StallAfter: DefaultStallAfter,
+			MountCheckInterval: DefaultMountCheckInterval},
 	}
 }
 
@@ -276,6 +298,7 @@ func (c Config) WithDefaults() Config {
 	c.Volumes.Retry = c.Volumes.Retry.WithDefaults()
 	setDefault(&c.Volumes.StatsInterval, d.Volumes.StatsInterval)
 	setDefault(&c.Volumes.StallAfter, d.Volumes.StallAfter)
+	setDefault(&c.Volumes.MountCheckInterval, d.Volumes.MountCheckInterval)
 	c.Allocations = append([]AllocationConfig(nil), c.Allocations...)
 	c.Cluster = c.Cluster.withDefaults()
 	c.Docker = c.Docker.withDefaults()
@@ -396,6 +419,10 @@ func (c Config) Validate() error {
 	}
 	if c.Volumes.StallAfter < 0 {
 		return fieldErr("volumes.stall_after", fmt.Sprintf("%s is negative; want a positive duration like \"5m\"", c.Volumes.StallAfter))
+	}
+	if i := c.Volumes.MountCheckInterval; i != 0 && i != MountCheckOff && (i < minMountCheckInterval || i > maxMountCheckInterval) {
+		return fieldErr("volumes.mount_check_interval", fmt.Sprintf("%s is out of range; want a duration from %s to %s like \"30s\", or 0s to turn the periodic check off",
+			i, minMountCheckInterval, maxMountCheckInterval))
 	}
 	if err := c.Cluster.Validate(); err != nil {
 		return err
@@ -533,6 +560,17 @@ func ParseConfig(data []byte) (Config, error) {
 	} {
 		if n, ok := lines[k.key]; ok && k.zero {
 			return Config{}, fmt.Errorf("line %d: %w", n, fieldErr(k.key, "0s: want a positive duration like \""+k.like+"\" (leave the key out for the default)"))
+		}
+	}
+	// volumes.mount_check_interval: 0s in the file turns the periodic
+	// probe off; a negative duration is a mistake.
+	if n, ok := lines["volumes.mount_check_interval"]; ok {
+		switch i := cfg.Volumes.MountCheckInterval; {
+		case i < 0:
+			return Config{}, fmt.Errorf("line %d: %w", n, fieldErr("volumes.mount_check_interval",
+				fmt.Sprintf("%s is negative; want a duration like \"30s\", or 0s to turn the periodic check off", i)))
+		case i == 0:
+			cfg.Volumes.MountCheckInterval = MountCheckOff
 		}
 	}
 	if err := cfg.Validate(); err != nil {

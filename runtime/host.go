@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -13,11 +14,13 @@ import (
 )
 
 // hostCheck compares the host with the store: the boot ID at start, and
-// the mount table whenever an allocation becomes healthy again (its mounts
-// may have died with its process). Its health map belongs to the goroutine
+// the mount table, with every listed mount probed, whenever an allocation
+// becomes healthy again (its mounts may have died with its process) and
+// every volumes.mount_check_interval. Its health map belongs to the goroutine
 // that forwards registry events; its run goroutine owns the checks.
 type hostCheck struct {
 	cfg     HostConfig
+	every   time.Duration // the periodic check of every plugin's mounts; <= 0: none
 	log     *logrus.Entry
 	recheck chan string     // plugins to check, from the forwarder to run
 	healthy map[string]bool // by allocation; the forwarder's own
@@ -27,8 +30,11 @@ type hostCheck struct {
 // before the registry forwarder waits too.
 const recheckBacklog = 64
 
-func newHostCheck(cfg HostConfig, log *logrus.Entry) *hostCheck {
-	return &hostCheck{cfg: cfg, log: log, recheck: make(chan string, recheckBacklog), healthy: map[string]bool{}}
+func newHostCheck(cfg HostConfig, every time.Duration, log *logrus.Entry) *hostCheck {
+	if cfg.SkipMountCheck {
+		every = 0
+	}
+	return &hostCheck{cfg: cfg, every: every, log: log, recheck: make(chan string, recheckBacklog), healthy: map[string]bool{}}
 }
 
 // bootChanged reads the host's boot ID and compares it with the stored
@@ -107,10 +113,19 @@ func (h *hostCheck) run(done <-chan struct{}, vols *volume.Manager, wg *sync.Wai
 		case <-ctx.Done():
 		}
 	}()
+	// The periodic check: every plugin's mounts (volumes.mount_check_interval).
+	var tick <-chan time.Time
+	if h.every > 0 {
+		t := time.NewTicker(h.every)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		var plugin string
 		select {
 		case plugin = <-h.recheck:
+		case <-tick:
+			plugin = "" // every plugin
 		case <-done:
 			return
 		}

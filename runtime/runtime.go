@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/csiactor/csiactor/internal/mountprobe"
 	"os"
 	"path/filepath"
 	"sort"
@@ -236,7 +237,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 	if pc.Proxy {
 		r.proxy = newProxies(r)
 	}
-	r.host = newHostCheck(r.cfg.Host, r.log.WithField("component", "host"))
+	r.host = newHostCheck(r.cfg.Host, r.cfg.Volumes.MountCheckInterval, r.log.WithField("component", "host"))
 	r.wg.Add(1)
 	go r.forwardRegistryEvents(r.regSub)
 	// The restored allocations reach forwardRegistryEvents as registered
@@ -255,8 +256,10 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 	// does not show is too.
 	bootID, rebooted := r.host.bootChanged(ctx, r.store)
 	var host volume.Host
+	var probe *mountprobe.Prober
 	if !r.cfg.Host.SkipMountCheck {
 		host = volume.MountTable{File: r.cfg.Host.MountTable, Dir: filepath.Join(r.cfg.DataDir, "volumes")}
+		probe = mountprobe.New(mountprobe.Config{})
 	}
 	vb := r.cfg.Volumes.Retry
 	var arbiter volume.Arbiter
@@ -269,6 +272,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 	r.volumes, err = volume.NewManager(r.system.Root, volume.Config{
 		Arbiter:              arbiter,
 		Host:                 host,
+		MountProbe:           probe,
 		HostRebooted:         rebooted,
 		DataDir:              r.cfg.DataDir,
 		Backoff:              csi.Backoff{Initial: vb.Initial, Max: vb.Max, Multiplier: vb.Multiplier, Jitter: vb.Jitter},

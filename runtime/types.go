@@ -101,6 +101,16 @@ const (
 	// volumes.stall_after (its condition is ClaimStalled); Message names
 	// the state and its last error. Once per stall.
 	EventClaimStalled = volume.EventClaimStalled
+	// EventMountBroken: a published claim's target or staging path was in
+	// the mount table but dead (ENOTCONN: a FUSE mount whose plugin died;
+	// EIO, ESTALE, or a probe that did not answer: timeout); the claim's
+	// condition is ClaimBroken and it is published again. Message names
+	// the path and the cause.
+	EventMountBroken = volume.EventMountBroken
+	// EventMountHealed: a claim whose mount was found dead is published
+	// again; Message says how long the heal took, and whether the agent
+	// unmounted the dead mount itself because the plugin could not.
+	EventMountHealed = volume.EventMountHealed
 	// EventUIAction: the web UI forced a release or fenced a host (the
 	// audit of its only actions); Message names the action, its target
 	// and how the API answered, Volume and Alloc the claim, if any.
@@ -618,11 +628,13 @@ type Claim struct {
 	// retried, with secrets and mount flags removed.
 	LastError string `json:"last_error,omitempty"`
 	// Repair names what the host was missing while the claim is published
-	// again: "target path", "staging path" or "boot ID changed".
+	// again: "target path", "staging path" or "boot ID changed"; a mount
+	// point found dead rather than missing adds the cause: "target path
+	// broken (ENOTCONN)".
 	Repair string `json:"repair,omitempty"`
 	// Condition is ClaimStalled when the claim or past claim has not
-	// changed state for volumes.stall_after, otherwise ClaimRepairing or
-	// ClaimDegraded while Repair is set; a claim with a condition is never
+	// changed state for volumes.stall_after, otherwise ClaimBroken,
+	// ClaimRepairing or ClaimDegraded while Repair is set; a claim with a condition is never
 	// in state published.
 	Condition string `json:"condition,omitempty"`
 	// ReadOnly, MountGroup and SELinuxContext are the claim's options
@@ -648,6 +660,10 @@ const (
 	// volumes.stall_after; LastError says why when a step failed. It
 	// goes on retrying, and the condition goes when it moves.
 	ClaimStalled = volume.ConditionStalled
+	// ClaimBroken: the claim's target or staging was found dead (in the
+	// mount table, but a stat failed with ENOTCONN, EIO or ESTALE, or did
+	// not answer); it is unmounted and published again.
+	ClaimBroken = volume.ConditionBroken
 )
 
 // ClaimRequest is the body of a claim request

@@ -2,6 +2,7 @@ package claim
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/csiactor/csiactor/persistence"
@@ -31,9 +32,45 @@ type HostView interface {
 	Linked(path string) bool
 }
 
+// BrokenView is a HostView that also probed the mount points it lists:
+// Broken names why a mount point that is in the mount table is dead (the
+// mountprobe causes: ENOTCONN, EIO, ESTALE, timeout), or is "" when it
+// answered or was not probed. Its Mounted is false for a broken one.
+type BrokenView interface {
+	HostView
+	Broken(path string) string
+}
+
+// brokenMark is what a repair's name holds after what was missing when
+// the mount point was there but dead: "target path broken (ENOTCONN)".
+const brokenMark = " broken ("
+
+// withCause names a repair of what, found broken (cause) rather than
+// missing.
+func withCause(what string, host HostView, path string) string {
+	if bv, ok := host.(BrokenView); ok {
+		if cause := bv.Broken(path); cause != "" {
+			return what + brokenMark + cause + ")"
+		}
+	}
+	return what
+}
+
+// BrokenCause returns the cause of a repair that CheckHost started because
+// a mount point was dead (ENOTCONN, EIO, ESTALE, timeout), or "" for a
+// repair of something missing.
+func BrokenCause(repair string) string {
+	i := strings.Index(repair, brokenMark)
+	if i < 0 || !strings.HasSuffix(repair, ")") {
+		return ""
+	}
+	return repair[i+len(brokenMark) : len(repair)-1]
+}
+
 // CheckHost compares v's claims with the host (in place) and sends every
 // claim whose volume is not where the record says back through its publish
-// steps: the claim goes to state lost with Repair naming what was missing,
+// steps: the claim goes to state lost with Repair naming what was missing
+// (or, with a BrokenView, what was found dead and why),
 // and a staging found missing is marked unstaged and lost, so that
 // NextPublish resets what the plugin recorded (NodeUnpublishVolume of the
 // target, then NodeUnstageVolume of a lost staging once no target on it is
@@ -118,16 +155,16 @@ func CheckHost(v *persistence.Volume, host HostView, bootChanged bool, asOf, now
 				continue
 			}
 			if checked(c) && targetGone(c) {
-				regress(c, RepairStagingAndTarget)
+				regress(c, withCause(RepairStagingAndTarget, host, st.Path))
 			} else {
-				regress(c, RepairStaging)
+				regress(c, withCause(RepairStaging, host, st.Path))
 			}
 		}
 	}
 	for i := range v.Claims {
 		c := &v.Claims[i]
 		if checked(c) && targetGone(c) {
-			regress(c, RepairTarget)
+			regress(c, withCause(RepairTarget, host, c.TargetPath))
 		}
 	}
 	return repaired, changed

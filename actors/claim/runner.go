@@ -18,6 +18,7 @@ import (
 
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/kinderr"
+	"github.com/csiactor/csiactor/internal/mountprobe"
 	"github.com/csiactor/csiactor/internal/secretfile"
 )
 
@@ -43,6 +44,11 @@ type RunnerConfig struct {
 	// (csiactor_claim_step_failures_total {plugin, step, code}; see
 	// NewStepFailures).
 	StepFailures *prometheus.CounterVec
+	// MountProbe, when set, is asked whether the target or staging path
+	// of a NodeUnpublishVolume or NodeUnstageVolume that failed is a dead
+	// mount (a FUSE mount whose plugin died); the Runner then unmounts it
+	// itself and sends the call once more (see Result.Unmounted).
+	MountProbe *mountprobe.Prober
 }
 
 // Runner sends claim RPCs to plugins. It is safe for concurrent use; every
@@ -54,6 +60,7 @@ type Runner struct {
 	retries  *csi.Metrics
 	failures *prometheus.CounterVec
 	log      *logrus.Entry
+	probe    *mountprobe.Prober
 
 	mu    sync.Mutex
 	gates map[string]*gate // guarded by mu; one per plugin
@@ -77,6 +84,7 @@ func NewRunner(plugins Plugins, cfg RunnerConfig) *Runner {
 		retries:  cfg.RetryMetrics,
 		failures: cfg.StepFailures,
 		log:      log,
+		probe:    cfg.MountProbe,
 		gates:    map[string]*gate{},
 	}
 }
@@ -179,7 +187,51 @@ func (r *Runner) step(ctx context.Context, s Step) Result {
 		ctx = secretfile.WithRef(ctx, s.SecretsFrom)
 	}
 	ctx = WithStep(ctx, s)
-	res := r.callFacts(ctx, s.Plugin, s.Method.PluginType(), s.Method.Kind(), func(ctx context.Context, c csi.Client, f Facts) error {
+	send := func() Result {
+		return r.callFacts(ctx, s.Plugin, s.Method.PluginType(), s.Method.Kind(), r.stepCall(s, &pubCtx))
+	}
+	res := send()
+	if !res.OK() && !res.Unavailable && ctx.Err() == nil {
+		if cause := r.unmountDead(ctx, s, res.Err); cause != "" {
+			res = send()
+			res.Unmounted = cause
+		}
+	}
+	res.PublishContext = pubCtx
+	if s.Method == ControllerPublish && csi.Code(res.Err) == codes.ResourceExhausted {
+		if rf, ok := r.plugins.(Refingerprinter); ok {
+			rf.Refingerprint(s.Plugin)
+		}
+	}
+	if res.OK() {
+		switch s.Method {
+		case NodeUnpublish:
+			// The plugin removes what it made at the target; the
+			// per-alloc directories are ours. Remove fails on a
+			// directory that is not empty, which is what we want.
+			_ = os.Remove(s.TargetPath)
+			_ = os.Remove(filepath.Dir(s.TargetPath))
+			_ = os.Remove(filepath.Dir(filepath.Dir(s.TargetPath)))
+		case NodeUnstage:
+			_ = os.Remove(s.StagingPath)
+			_ = os.Remove(filepath.Dir(s.StagingPath))
+		}
+	} else {
+		if ctx.Err() == nil { // a step stopped by its owner did not fail
+			r.countFailure(s, res)
+		}
+		r.log.WithError(res.Err).WithFields(logrus.Fields{
+			"plugin": s.Plugin, "volume": s.Volume, "alloc": s.Alloc,
+			"method": s.Method.String(), "outcome": res.Outcome.String(),
+		}).Warn("claim step failed")
+	}
+	return res
+}
+
+// stepCall is the RPC of claim step s; a ControllerPublishVolume's
+// publish context goes to pubCtx.
+func (r *Runner) stepCall(s Step, pubCtx *map[string]string) func(context.Context, csi.Client, Facts) error {
+	return func(ctx context.Context, c csi.Client, f Facts) error {
 		// A mount group goes to a plugin with VOLUME_MOUNT_GROUP;
 		// otherwise the agent applies it after NodePublishVolume.
 		ownGroup := s.MountGroup != "" && !f.VolumeMountGroup
@@ -197,7 +249,7 @@ func (r *Runner) step(ctx context.Context, s Step) Result {
 				VolumeContext:    s.VolumeContext,
 			})
 			if err == nil {
-				pubCtx = resp.GetPublishContext()
+				*pubCtx = resp.GetPublishContext()
 			}
 			return err
 		case NodeStage:
@@ -248,36 +300,41 @@ func (r *Runner) step(ctx context.Context, s Step) Result {
 			})
 		}
 		return fmt.Errorf("%w: unknown claim step %s", ErrInvalid, s.Method)
+	}
+}
+
+// unmountDead handles a NodeUnpublishVolume or NodeUnstageVolume that
+// failed with err: when its path is a dead mount (see mountprobe), the
+// plugin may be unable to take it down (a FUSE driver whose process died
+// with the mount, restarted), so the agent unmounts it itself, says so,
+// and returns the probe's cause; the caller then sends the call again, for
+// the plugin to forget it. Otherwise it returns "".
+func (r *Runner) unmountDead(ctx context.Context, s Step, err error) string {
+	var path string
+	switch s.Method {
+	case NodeUnpublish:
+		path = s.TargetPath
+	case NodeUnstage:
+		path = s.StagingPath
+	default:
+		return ""
+	}
+	if r.probe == nil || path == "" {
+		return ""
+	}
+	pr := r.probe.One(ctx, path)
+	if !pr.Broken() {
+		return ""
+	}
+	log := r.log.WithError(err).WithFields(logrus.Fields{
+		"plugin": s.Plugin, "volume": s.Volume, "alloc": s.Alloc, "method": s.Method.String(), "path": path, "cause": pr.Cause,
 	})
-	res.PublishContext = pubCtx
-	if s.Method == ControllerPublish && csi.Code(res.Err) == codes.ResourceExhausted {
-		if rf, ok := r.plugins.(Refingerprinter); ok {
-			rf.Refingerprint(s.Plugin)
-		}
+	if uerr := mountprobe.Unmount(path); uerr != nil {
+		log.WithField("unmount_error", uerr.Error()).Warn("the plugin failed on a dead mount, and the agent could not unmount it either")
+		return ""
 	}
-	if res.OK() {
-		switch s.Method {
-		case NodeUnpublish:
-			// The plugin removes what it made at the target; the
-			// per-alloc directories are ours. Remove fails on a
-			// directory that is not empty, which is what we want.
-			_ = os.Remove(s.TargetPath)
-			_ = os.Remove(filepath.Dir(s.TargetPath))
-			_ = os.Remove(filepath.Dir(filepath.Dir(s.TargetPath)))
-		case NodeUnstage:
-			_ = os.Remove(s.StagingPath)
-			_ = os.Remove(filepath.Dir(s.StagingPath))
-		}
-	} else {
-		if ctx.Err() == nil { // a step stopped by its owner did not fail
-			r.countFailure(s, res)
-		}
-		r.log.WithError(res.Err).WithFields(logrus.Fields{
-			"plugin": s.Plugin, "volume": s.Volume, "alloc": s.Alloc,
-			"method": s.Method.String(), "outcome": res.Outcome.String(),
-		}).Warn("claim step failed")
-	}
-	return res
+	log.Warn("the plugin failed on a dead mount; the agent unmounted it and asks the plugin again")
+	return pr.Cause
 }
 
 // Retrying counts one retry of method (a CSI method name) on plugin: the

@@ -214,6 +214,11 @@ type Result struct {
 	Unavailable bool
 	// PublishContext is ControllerPublishVolume's answer.
 	PublishContext map[string]string
+	// Unmounted is set when the plugin's NodeUnpublishVolume or
+	// NodeUnstageVolume failed on a dead mount, which the agent then
+	// unmounted itself before asking again: the probe's cause (ENOTCONN,
+	// EIO, ESTALE, timeout).
+	Unmounted string
 }
 
 // OK reports whether the call succeeded (Outcome is Success).

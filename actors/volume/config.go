@@ -2,6 +2,7 @@ package volume
 
 import (
 	"fmt"
+	"github.com/csiactor/csiactor/internal/mountprobe"
 	"io"
 	"path/filepath"
 	"time"
@@ -73,6 +74,14 @@ type Config struct {
 	// of a published claim checks its target first. Nil trusts the
 	// records (tests with a plugin that mounts nothing).
 	Host Host
+	// MountProbe, when set beside Host, probes the mount points the mount
+	// table lists before Reconcile trusts them: a published claim whose
+	// target or staging is dead (a FUSE mount whose plugin died answers
+	// ENOTCONN) is repaired like a missing one, with EventMountBroken and
+	// EventMountHealed; and a NodeUnpublishVolume or NodeUnstageVolume that
+	// fails on a dead mount gets it unmounted by the agent. Nil trusts the
+	// mount table.
+	MountProbe *mountprobe.Prober
 	// HostRebooted says the host rebooted since the records were written
 	// (its boot ID changed): Start sends every current claim back through
 	// every publish step (ControllerPublishVolume too: the attachment is

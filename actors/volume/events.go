@@ -240,6 +240,9 @@ func repairMessage(what string) string {
 	if what == claim.RepairBootID {
 		return "host rebooted (boot ID changed): every mount was gone"
 	}
+	if claim.BrokenCause(what) != "" {
+		return what
+	}
 	if what == claim.RepairStagingAndTarget {
 		return what + " were not mounted"
 	}

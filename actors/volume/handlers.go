@@ -444,9 +444,15 @@ func (a *volumeActor) stepFinished(ctx actor.Context, msg *stepFinished) {
 		} else {
 			a.persistStep(v, msg.step.Method.String())
 		}
+		if msg.res.Unmounted != "" {
+			a.m.broken.unmounted(a.h.id, alloc, msg.step.Method.String())
+		}
 		if repair != "" && msg.step.Method == claim.NodePublish {
 			a.m.repairs.WithLabelValues(a.rec.Plugin, repairSucceeded).Inc()
 			a.log.WithFields(logrus.Fields{"alloc": alloc, "missing": repair}).Info("claim repaired: published again")
+			if ev, ok := a.m.broken.healed(a.rec.Plugin, a.h.id, alloc, now); ok && a.m.cfg.OnEvent != nil {
+				a.m.cfg.OnEvent(ev)
+			}
 		}
 		a.queue = append(a.queue, &advanceWork{alloc: alloc})
 	case msg.res.Outcome == csi.Final && repair == "":

@@ -104,18 +104,25 @@ func (m *Manager) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconci
 	}
 	// The walk decides on stored records which volumes to ask; each
 	// volume actor decides again on its own record.
-	var ids []string
+	var claimed []*persistence.Volume
 	err = m.store.ForEachVolume(ctx, func(v persistence.Volume) error {
 		if len(v.Claims) == 0 || (opts.Plugin != "" && v.Plugin != opts.Plugin) {
 			return nil
 		}
-		if _, changed := claim.CheckHost(claim.CloneVolume(&v), view, false, asOf, asOf); changed {
-			ids = append(ids, strings.Clone(v.ID))
-		}
+		claimed = append(claimed, claim.CloneVolume(&v))
 		return nil
 	})
 	if err != nil {
 		return ReconcileResult{}, fmt.Errorf("check claims against the host: %w", err)
+	}
+	if m.cfg.MountProbe != nil {
+		view = m.probeMounts(ctx, view, claimed, opts.Plugin)
+	}
+	var ids []string
+	for _, v := range claimed {
+		if _, changed := claim.CheckHost(v, view, false, asOf, asOf); changed {
+			ids = append(ids, strings.Clone(v.ID))
+		}
 	}
 	res, err := forEachParallel(ctx, ids, func(id string) (int, error) {
 		r, err := m.ask(ctx, id, false, func(ch chan<- reply) any {
@@ -176,6 +183,62 @@ feed:
 	return res, ctx.Err()
 }
 
+// probedView is a host view whose mount points were probed: one that is
+// in the mount table but dead is not Mounted, and Broken says why (see
+// claim.BrokenView).
+type probedView struct {
+	claim.HostView
+	broken map[string]string // path → cause
+}
+
+func (v probedView) Mounted(path string) bool {
+	return v.broken[path] == "" && v.HostView.Mounted(path)
+}
+
+func (v probedView) Broken(path string) string { return v.broken[path] }
+
+// probeMounts probes the mount points of vols that CheckHost would trust
+// (the targets of published claims and the mounted stagings that view
+// lists) and returns view with the dead ones taken out. It also forgets,
+// in the book of dead mounts, the claims of plugin that are no longer
+// being repaired for one.
+func (m *Manager) probeMounts(ctx context.Context, view claim.HostView, vols []*persistence.Volume, plugin string) claim.HostView {
+	var paths []string
+	still := map[brokenKey]struct{}{}
+	for _, v := range vols {
+		for i := range v.Claims {
+			c := &v.Claims[i]
+			if claim.BrokenCause(c.Repair) != "" {
+				still[brokenKey{v.ID, c.Alloc}] = struct{}{}
+			}
+			if c.State == claim.StatePublished && view.Mounted(c.TargetPath) {
+				paths = append(paths, c.TargetPath)
+			}
+		}
+		for i := range v.Stagings {
+			if st := &v.Stagings[i]; st.Staged && st.Mounted && view.Mounted(st.Path) {
+				paths = append(paths, st.Path)
+			}
+		}
+	}
+	m.broken.prune(plugin, still)
+	if len(paths) == 0 {
+		return view
+	}
+	broken := map[string]string{}
+	for path, r := range m.cfg.MountProbe.Probe(ctx, paths) {
+		if r.Broken() {
+			broken[path] = r.Cause
+		}
+	}
+	if len(broken) == 0 {
+		return view
+	}
+	m.log.WithFields(logrus.Fields{"plugin": plugin, "dead": len(broken), "probed": len(paths)}).
+		Warn("mount points in the mount table are dead; their claims are published again")
+	return probedView{HostView: view, broken: broken}
+}
+
 // noHost is the view of a check that trusts nothing on the host (after a
 // reboot): nothing is mounted.
 type noHost struct{}
@@ -199,6 +262,13 @@ func (a *volumeActor) checkHost(view claim.HostView, asOf time.Time) (int, error
 	}
 	if err := a.persist(v, "repair"); err != nil {
 		return 0, err
+	}
+	if emit := a.m.cfg.OnEvent; emit != nil {
+		for _, ev := range a.m.broken.found(v, allocs, now) {
+			emit(ev)
+		}
+	} else {
+		a.m.broken.found(v, allocs, now)
 	}
 	for _, alloc := range allocs {
 		c := a.rec.Claims[claim.FindClaim(a.rec.Claims, alloc)]

@@ -67,6 +67,7 @@ type Manager struct {
 
 	inflight   prometheus.Gauge
 	repairs    *prometheus.CounterVec
+	broken     *brokenBook
 	collectors []prometheus.Collector
 
 	// stats holds the last usage and condition of the volumes with a
@@ -147,6 +148,7 @@ func NewManager(root *actor.RootContext, cfg Config, store Store, plugins Plugin
 		Help: "Volume RPCs (publish, stage, unpublish, create, ...) in flight to plugins.",
 	})
 	m.repairs = newRepairsCounter()
+	m.broken = newBrokenBook()
 	failures := claim.NewStepFailures()
 	m.pool = &jobs{pool: claim.NewPool(0)}
 	m.runner = claim.NewRunner(plugins, claim.RunnerConfig{
@@ -155,6 +157,7 @@ func NewManager(root *actor.RootContext, cfg Config, store Store, plugins Plugin
 		RetryMetrics:         cfg.RetryMetrics,
 		StepFailures:         failures,
 		Logger:               m.log,
+		MountProbe:           cfg.MountProbe,
 	})
 	var err error
 	if m.volSup, err = actorkit.NewSupervisor("volume", cfg.Restart, m.log, cfg.Restarts, actorkit.Hooks{}); err != nil {
@@ -165,7 +168,7 @@ func NewManager(root *actor.RootContext, cfg Config, store Store, plugins Plugin
 	}
 	if cfg.Registerer != nil {
 		for _, c := range []prometheus.Collector{newClaimsCollector(m), m.inflight, m.repairs, newStatsCollector(m.stats),
-			failures, newStalledCollector(m.stalls)} {
+			failures, newStalledCollector(m.stalls), m.broken.total, newBrokenCollector(m.broken)} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				m.unregister()
 				return nil, fmt.Errorf("register metrics: %w", err)

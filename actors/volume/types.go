@@ -253,7 +253,8 @@ type Claim struct {
 	persistence.Claim
 	// Condition is ConditionStalled when the claim has not changed state
 	// for Config.StallAfter (status reads set it, see stall.go), else
-	// ConditionRepairing or ConditionDegraded while Repair is set, empty
+	// ConditionBroken, ConditionRepairing or ConditionDegraded while
+	// Repair is set, empty
 	// otherwise.
 	Condition string `json:"condition,omitempty"`
 }
@@ -339,12 +340,18 @@ const (
 	// ConditionDegraded: an attempt of the repair failed (LastError says
 	// why); it is retried with backoff.
 	ConditionDegraded = "degraded"
+	// ConditionBroken: the claim's mount point was in the mount table but
+	// dead (a FUSE mount whose plugin died: ENOTCONN; EIO, ESTALE, or a
+	// probe that did not answer); it is being unmounted and mounted again.
+	ConditionBroken = "broken"
 )
 
 func conditionOf(c *persistence.Claim) string {
 	switch {
 	case c.Repair == "":
 		return ""
+	case claim.BrokenCause(c.Repair) != "":
+		return ConditionBroken
 	case c.LastError != "" || c.Attempts > 0:
 		return ConditionDegraded
 	}
