@@ -125,6 +125,17 @@ func (b *brokenBook) healed(plugin, volume, alloc string, now time.Time) (Event,
 	return Event{Time: now, Type: EventMountHealed, Plugin: plugin, Volume: volume, Alloc: alloc, Message: msg}, true
 }
 
+// seen makes plugin's csiactor_mounts_broken series exist, at 0 until a
+// mount of it is found dead ("" does nothing).
+func (b *brokenBook) seen(plugin string) {
+	if plugin == "" {
+		return
+	}
+	b.mu.Lock()
+	b.plugins[plugin] = struct{}{}
+	b.mu.Unlock()
+}
+
 // prune forgets the claims of plugin ("" for every plugin) that are no
 // longer being repaired for a dead mount (released, deregistered, or healed
 // unseen), given the ones that still are.

@@ -116,6 +116,7 @@ func (m *Manager) Reconcile(ctx context.Context, opts ReconcileOptions) (Reconci
 		return ReconcileResult{}, fmt.Errorf("check claims against the host: %w", err)
 	}
 	if m.cfg.MountProbe != nil {
+		m.broken.seen(opts.Plugin)
 		view = m.probeMounts(ctx, view, claimed, opts.Plugin)
 	}
 	var ids []string
@@ -206,6 +207,7 @@ func (m *Manager) probeMounts(ctx context.Context, view claim.HostView, vols []*
 	var paths []string
 	still := map[brokenKey]struct{}{}
 	for _, v := range vols {
+		m.broken.seen(v.Plugin)
 		for i := range v.Claims {
 			c := &v.Claims[i]
 			if claim.BrokenCause(c.Repair) != "" {

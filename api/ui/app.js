@@ -81,10 +81,17 @@ function pluginHealth(p) {
 }
 const healthClass = { healthy: 'ok', degraded: 'warn', unhealthy: 'bad' };
 
-const isStalled = (v) => [...(v.claims || []), ...(v.past_claims || [])].some((c) => c.condition === 'stalled');
+// A stalled claim and a broken mount (dead, being mounted again) both want
+// an operator's look: they are shown alike.
+const alarming = (c) => c.condition === 'stalled' || c.condition === 'broken';
+// alarm is the condition a volume is flagged with: broken before stalled.
+const alarm = (v) => {
+  const cs = [...(v.claims || []), ...(v.past_claims || [])];
+  return cs.some((c) => c.condition === 'broken') ? 'broken' : cs.some(alarming) ? 'stalled' : '';
+};
 
 function claimChip(c, past) {
-  const cls = `chip${c.condition === 'stalled' ? ' stalled' : ''}`;
+  const cls = `chip${alarming(c) ? ' stalled' : ''}`;
   return h('span', { class: cls, 'data-claim': c.alloc, 'data-state': c.state, title: c.last_error || '' },
     `${past ? 'past: ' : ''}${c.alloc} · ${c.state === 'remote' ? `on ${c.host}` : c.condition || c.state}`);
 }
@@ -170,8 +177,8 @@ function overview() {
         h('td', {}, singles.join(', ') || '–'), h('td', { class: 'wide' }, [p.provider, p.version].filter(Boolean).join(' ')));
     }), 'No plugins registered.')));
   out.push(h('section', { id: 'volumes' }, h('h2', {}, 'Volumes'), table(['Volume', ['Plugin', { class: 'wide' }], 'Claims', 'Usage', 'Condition'],
-    state.volumes.map((v) => h('tr', { 'data-volume': v.id, class: isStalled(v) ? 'stalled' : null },
-      h('td', {}, link('volume', v.id), isStalled(v) ? h('span', {}, ' ', badge('warn', 'stalled')) : ''),
+    state.volumes.map((v) => h('tr', { 'data-volume': v.id, class: alarm(v) ? 'stalled' : null },
+      h('td', {}, link('volume', v.id), alarm(v) ? h('span', {}, ' ', badge('warn', alarm(v))) : ''),
       h('td', { class: 'wide' }, v.plugin),
       h('td', {}, (v.claims || []).map((c) => claimChip(c, false)), (v.past_claims || []).map((c) => claimChip(c, true)),
         (v.claims || []).length + (v.past_claims || []).length ? '' : h('span', { class: 'muted' }, 'none')),
@@ -181,10 +188,10 @@ function overview() {
 }
 
 function claimRows(v, claims) {
-  return claims.map((c) => h('tr', { 'data-claim': c.alloc, 'data-state': c.state, class: c.condition === 'stalled' ? 'stalled' : null },
+  return claims.map((c) => h('tr', { 'data-claim': c.alloc, 'data-state': c.state, class: alarming(c) ? 'stalled' : null },
     h('td', {}, c.alloc), h('td', {}, c.host || '–'),
     h('td', {}, `${c.mode} ${c.access_mode} ${c.attachment_mode}${c.read_only ? ' read-only' : ''}`),
-    h('td', {}, c.state, c.condition ? h('span', {}, ' ', badge(c.condition === 'stalled' ? 'warn' : 'bad', c.condition)) : ''),
+    h('td', {}, c.state, c.condition ? h('span', {}, ' ', badge(alarming(c) ? 'warn' : 'bad', c.condition)) : ''),
     h('td', { class: 'error' }, c.last_error || ''),
     // Another host's claim is released there, or fenced with its host.
     h('td', {}, c.state === 'remote' ? '' : h('button', { class: 'danger', type: 'button', onclick: () => forceRelease(v, c) }, 'Force release…'))));

@@ -43,7 +43,7 @@ const (
 // requiredAlerts are the conditions the kit must alert on.
 var requiredAlerts = []string{
 	"CsiactorPluginUnhealthy", "CsiactorPluginNoHealthyAllocation",
-	"CsiactorClaimStuckInStep", "CsiactorClaimStuckInTeardown", "CsiactorClaimStalled",
+	"CsiactorClaimStuckInStep", "CsiactorClaimStuckInTeardown", "CsiactorClaimStalled", "CsiactorMountBroken",
 	"CsiactorVolumeAlmostFull", "CsiactorVolumeInodesLow", "CsiactorVolumeConditionAbnormal",
 	"CsiactorStoreCommitsSlow",
 }
