@@ -1,13 +1,11 @@
 package csiplugin_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -18,25 +16,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/csiactor/csiactor/examples/csiplugin"
+	"github.com/csiactor/csiactor/internal/mountinfo"
 	"github.com/csiactor/csiactor/internal/testbin"
 )
 
 // waitLimit bounds every wait for a plugin process; a safety net against a
 // hung test, never a speed assertion.
 const waitLimit = 2 * time.Minute
-
-// requireFUSE skips t unless it can mount through FUSE: root and /dev/fuse.
-func requireFUSE(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the FUSE mode mounts with mount(2)")
-	}
-	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
-	if err != nil {
-		t.Skipf("needs /dev/fuse for the FUSE mode: %v", err)
-	}
-	f.Close()
-}
 
 // startPluginProcess runs the plugin as a process of its own (this test
 // binary, see TestMain) with its state in stateDir, its socket in sockDir
@@ -96,23 +82,12 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// fsType returns the file system type of the top mount at path, from
-// /proc/self/mountinfo ("" when path is not a mount point).
+// fsType returns the file system type of the top mount at path.
 func fsType(t *testing.T, path string) string {
 	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
+	typ, err := mountinfo.FSType(path)
 	if err != nil {
 		t.Fatalf("mountinfo: %v", err)
-	}
-	defer f.Close()
-	typ := ""
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		fields, rest := strings.Fields(pre), strings.Fields(post)
-		if ok && len(fields) >= 5 && len(rest) >= 1 && fields[4] == path {
-			typ = rest[0]
-		}
 	}
 	return typ
 }
@@ -143,7 +118,7 @@ func wantDead(t *testing.T, what, path string) {
 // in process, writes through the target and reads the file in the volume
 // directory; unstaging stops the FUSE server (no goroutine outlives it).
 func TestFUSE_StageServesTheVolumeThroughFUSE(t *testing.T) {
-	requireFUSE(t)
+	testbin.RequireFUSE(t)
 	checkLeaks(t)
 	ctx := context.Background()
 	base := newTestDir(t)
@@ -174,7 +149,7 @@ func TestFUSE_StageServesTheVolumeThroughFUSE(t *testing.T) {
 // TestFUSE_ReadOnlyStaging mounts the FUSE staging read-only when the
 // controller publication is.
 func TestFUSE_ReadOnlyStaging(t *testing.T) {
-	requireFUSE(t)
+	testbin.RequireFUSE(t)
 	checkLeaks(t)
 	ctx := context.Background()
 	base := newTestDir(t)
@@ -192,7 +167,7 @@ func TestFUSE_ReadOnlyStaging(t *testing.T) {
 // die as a FUSE driver's do and that a new process cleans them up and
 // serves the volume again, with its data.
 func TestFUSE_KilledPluginLeavesDeadMountsANewProcessHeals(t *testing.T) {
-	requireFUSE(t)
+	testbin.RequireFUSE(t)
 	checkLeaks(t)
 	ctx := context.Background()
 	base := newTestDir(t)
@@ -250,7 +225,7 @@ func wantReadable(t *testing.T, what, target string) {
 // -fuse-fail-dead-unmount, unpublish and unstage of a dead mount fail with
 // Internal and leave it; once it is unmounted by someone else they succeed.
 func TestFUSE_FailDeadUnmount(t *testing.T) {
-	requireFUSE(t)
+	testbin.RequireFUSE(t)
 	checkLeaks(t)
 	ctx := context.Background()
 	base := newTestDir(t)

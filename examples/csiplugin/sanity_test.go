@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/csiactor/csiactor/examples/csiplugin"
+	"github.com/csiactor/csiactor/internal/testbin"
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
 )
 
@@ -72,7 +73,7 @@ func TestSanity_SymlinkMode(t *testing.T) {
 
 // TestSanity_FUSE runs the suite with the FUSE mode, in a child process.
 func TestSanity_FUSE(t *testing.T) {
-	requireFUSE(t)
+	testbin.RequireFUSE(t)
 	runSanityChild(t, sanityFUSE, "fuse true")
 }
 

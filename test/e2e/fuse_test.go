@@ -1,11 +1,11 @@
 package e2e
 
 import (
-	"os"
-	"strings"
 	"testing"
 
 	"github.com/csiactor/csiactor/internal/leakcheck"
+	"github.com/csiactor/csiactor/internal/mountinfo"
+	"github.com/csiactor/csiactor/internal/testbin"
 )
 
 // fuseDriver is the example plugin in its FUSE mode (see fuseAllocation):
@@ -23,15 +23,15 @@ var fuseDriver = driver{
 // through a target reaches the volume, and once every claim is released
 // nothing is left mounted and the plugin records nothing.
 func TestAgent_FUSEPlugin_ClaimWriteRelease(t *testing.T) {
-	requireFUSE(t)
+	testbin.RequireFUSE(t)
 	defer leakcheck.Check(t)()
 	h := newHost(t)
 	a := h.startWith(fuseDriver)
 	claims := h.claimAll(fuseDriver)
 	h.checkPublished("after the claims", claims)
 	for _, c := range claims {
-		if typ := mountType(t, c.target); typ != "fuse.csiplugin" {
-			t.Errorf("target %s is mounted as %q, want fuse.csiplugin", c.target, typ)
+		if typ, err := mountinfo.FSType(c.target); err != nil || typ != "fuse.csiplugin" {
+			t.Errorf("target %s is mounted as %q (%v), want fuse.csiplugin", c.target, typ, err)
 		}
 	}
 	h.releaseAll(fuseDriver, claims)
@@ -41,23 +41,4 @@ func TestAgent_FUSEPlugin_ClaimWriteRelease(t *testing.T) {
 		}
 	}
 	a.stop()
-}
-
-// mountType returns the file system type of the top mount at path ("" when
-// path is not a mount point), from /proc/self/mountinfo.
-func mountType(t *testing.T, path string) string {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatalf("mountinfo: %v", err)
-	}
-	typ := ""
-	for _, line := range strings.Split(string(b), "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		fields, rest := strings.Fields(pre), strings.Fields(post)
-		if ok && len(fields) >= 5 && len(rest) >= 1 && fields[4] == path {
-			typ = rest[0]
-		}
-	}
-	return typ
 }

@@ -167,23 +167,9 @@ func (h *host) exampleAllocation(maxAttached int) string {
 
 // fuseAllocation is exampleAllocationWith -fuse and extra: the example
 // plugin serving every staging through FUSE from its own process, so that
-// its mounts die with it as a FUSE driver's do. Call requireFUSE first.
+// its mounts die with it as a FUSE driver's do. Call testbin.RequireFUSE first.
 func (h *host) fuseAllocation(extra ...string) string {
 	return h.exampleAllocationWith(append([]string{"-fuse"}, extra...)...)
-}
-
-// requireFUSE skips t unless the example plugin's FUSE mode can run: as
-// root, with /dev/fuse.
-func requireFUSE(t *testing.T) {
-	t.Helper()
-	if !isRoot() {
-		t.Skip("needs root: the example plugin's FUSE mode mounts with mount(2)")
-	}
-	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
-	if err != nil {
-		t.Skipf("needs /dev/fuse for the example plugin's FUSE mode: %v", err)
-	}
-	f.Close()
 }
 
 // address is the agent's API address, as CSIACTOR_ADDR.
