@@ -119,47 +119,37 @@ func wantDead(t *testing.T, what, path string) {
 // directory; unstaging stops the FUSE server (no goroutine outlives it).
 func TestFUSE_StageServesTheVolumeThroughFUSE(t *testing.T) {
 	testbin.RequireFUSE(t)
-	checkLeaks(t)
 	ctx := context.Background()
-	base := newTestDir(t)
-	tp := startPlugin(t, csiplugin.Config{FUSE: true})
-	id := tp.createVolume(ctx, "fuse-in-process").GetVolumeId()
-	staging, target := tp.attach(ctx, base, id, false)
-
-	if got := fsType(t, staging); got != "fuse.csiplugin" {
+	a := startAttachedWith(t, csiplugin.Config{FUSE: true}, "fuse-in-process", false)
+	if got := fsType(t, a.staging); got != "fuse.csiplugin" {
 		t.Errorf("staging is mounted as %q, want fuse.csiplugin", got)
 	}
-	if err := os.WriteFile(filepath.Join(target, "f"), []byte("through fuse"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(a.target, "f"), []byte("through fuse"), 0o600); err != nil {
 		t.Fatalf("write through the target: %v", err)
 	}
-	if b, err := os.ReadFile(filepath.Join(tp.volumeDir(id), "f")); err != nil || string(b) != "through fuse" {
+	if b, err := os.ReadFile(filepath.Join(a.volumeDir(a.id), "f")); err != nil || string(b) != "through fuse" {
 		t.Errorf("volume directory holds %q, %v; want the data written through the target", b, err)
 	}
 	// A repeat of stage and publish changes nothing.
-	tp.attach(ctx, base, id, false)
-	wantMounts(t, "after repeated stage and publish", 1, staging, target)
+	a.attach(ctx, a.base, a.id, false)
+	wantMounts(t, "after repeated stage and publish", 1, a.staging, a.target)
 
-	tp.detach(ctx, id, staging, target)
-	wantMounts(t, "after unpublish and unstage", 0, staging)
-	if _, err := os.Stat(target); !isNotExist(err) {
+	a.detach(ctx, a.id, a.staging, a.target)
+	wantMounts(t, "after unpublish and unstage", 0, a.staging)
+	if _, err := os.Stat(a.target); !isNotExist(err) {
 		t.Errorf("target after unpublish: stat = %v, want not exist", err)
 	}
 }
 
-// TestFUSE_ReadOnlyStaging mounts the FUSE staging read-only when the
-// controller publication is.
-func TestFUSE_ReadOnlyStaging(t *testing.T) {
+// TestFUSE_ReadOnlyTarget publishes a read-only target over a FUSE
+// staging: writes through it fail with EROFS.
+func TestFUSE_ReadOnlyTarget(t *testing.T) {
 	testbin.RequireFUSE(t)
-	checkLeaks(t)
-	ctx := context.Background()
-	base := newTestDir(t)
-	tp := startPlugin(t, csiplugin.Config{FUSE: true})
-	id := tp.createVolume(ctx, "fuse-ro").GetVolumeId()
-	staging, target := tp.attach(ctx, base, id, true)
-	if err := os.WriteFile(filepath.Join(target, "f"), []byte("x"), 0o600); !errors.Is(err, syscall.EROFS) {
+	a := startAttachedWith(t, csiplugin.Config{FUSE: true}, "fuse-ro", true)
+	if err := os.WriteFile(filepath.Join(a.target, "f"), []byte("x"), 0o600); !errors.Is(err, syscall.EROFS) {
 		t.Errorf("write to a read-only target = %v, want EROFS", err)
 	}
-	tp.detach(ctx, id, staging, target)
+	a.detach(context.Background(), a.id, a.staging, a.target)
 }
 
 // TestFUSE_KilledPluginLeavesDeadMountsANewProcessHeals runs the plugin as
@@ -237,23 +227,26 @@ func TestFUSE_FailDeadUnmount(t *testing.T) {
 	p1.kill()
 
 	p2 := startPluginProcess(t, stateDir, sockDir, "-fuse", "-fuse-fail-dead-unmount")
-	_, err := p2.node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target})
-	wantCode(t, "NodeUnpublishVolume on a dead mount", err, codes.Internal)
-	wantDead(t, "after the refused unpublish", target)
-	if err := syscall.Unmount(target, 0); err != nil {
-		t.Fatalf("unmount the dead target: %v", err)
+	for _, step := range []struct {
+		rpc, path string
+		call      func() error
+	}{
+		{"NodeUnpublishVolume", target, func() error {
+			_, err := p2.node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target})
+			return err
+		}},
+		{"NodeUnstageVolume", staging, func() error {
+			_, err := p2.node.NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
+			return err
+		}},
+	} {
+		wantCode(t, step.rpc+" on a dead mount", step.call(), codes.Internal)
+		wantDead(t, "after the refused "+step.rpc, step.path)
+		if err := syscall.Unmount(step.path, 0); err != nil {
+			t.Fatalf("unmount the dead %s: %v", step.path, err)
+		}
+		mustOK(t, step.rpc+" once the dead mount is unmounted", step.call())
 	}
-	_, err = p2.node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target})
-	mustOK(t, "NodeUnpublishVolume once the dead target is unmounted", err)
-
-	_, err = p2.node.NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
-	wantCode(t, "NodeUnstageVolume on a dead mount", err, codes.Internal)
-	wantDead(t, "after the refused unstage", staging)
-	if err := syscall.Unmount(staging, 0); err != nil {
-		t.Fatalf("unmount the dead staging: %v", err)
-	}
-	_, err = p2.node.NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
-	mustOK(t, "NodeUnstageVolume once the dead staging is unmounted", err)
 	if left := mountsUnder(t, base); len(left) > 0 {
 		t.Errorf("mounts left: %v", left)
 	}

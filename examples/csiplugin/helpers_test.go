@@ -298,10 +298,16 @@ func startAttached(t *testing.T, mode csiplugin.MountMode, name string, readonly
 	if mode == csiplugin.MountModeBind {
 		requireRoot(t)
 	}
+	return startAttachedWith(t, csiplugin.Config{MountMode: mode}, name, readonly)
+}
+
+// startAttachedWith is startAttached with a plugin of cfg.
+func startAttachedWith(t *testing.T, cfg csiplugin.Config, name string, readonly bool) attachedVolume {
+	t.Helper()
 	checkLeaks(t)
 	ctx := context.Background()
 	a := attachedVolume{base: newTestDir(t)}
-	a.testPlugin = startPlugin(t, csiplugin.Config{MountMode: mode})
+	a.testPlugin = startPlugin(t, cfg)
 	a.id = a.createVolume(ctx, name).GetVolumeId()
 	a.staging, a.target = a.attach(ctx, a.base, a.id, readonly)
 	return a
