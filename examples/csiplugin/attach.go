@@ -36,7 +36,9 @@ var stagingRole = pathRole{
 	conflict: "another capability",
 	records:  func(v *volume) *map[string]attachment { return &v.Staged },
 	admit: func(_ *volume, staging string, _ attachment) error {
-		if err := os.MkdirAll(staging, 0o750); err != nil {
+		// A dead FUSE mount fails the stat with ENOTCONN; the mounter
+		// unmounts it.
+		if err := os.MkdirAll(staging, 0o750); err != nil && !isCorruptedMount(err) {
 			return status.Errorf(codes.Internal, "create staging_target_path: %s", err.Error())
 		}
 		return nil

@@ -102,6 +102,22 @@ type Config struct {
 	// until it stages and publishes them again. For tests of a CO's
 	// repair.
 	LoseMountsOnStart bool
+	// FUSE makes NodeStageVolume mount the volume directory at the staging
+	// path through FUSE, served by this process (the loopback file system
+	// of go-fuse, mounted with mount(2), no fusermount); NodePublishVolume
+	// bind-mounts the staging onto the target as in MountModeBind. When the
+	// process dies, its mounts stay in the mount table and every access
+	// fails with ENOTCONN ("transport endpoint is not connected"), as with
+	// a real FUSE driver; a new process unmounts such dead mounts on
+	// NodeUnpublishVolume and NodeUnstageVolume, and mounts anew on
+	// NodeStageVolume. Plugin.Stop leaves the mounts: they are served
+	// until the process exits. Needs root and /dev/fuse (New says so);
+	// not with MountModeSymlink.
+	FUSE bool
+	// FUSEFailDeadUnmount makes NodeUnpublishVolume and NodeUnstageVolume
+	// fail with Internal on a path that holds a dead FUSE mount, instead of
+	// unmounting it: for tests of a CO's own cleanup. Needs FUSE.
+	FUSEFailDeadUnmount bool
 	// Logger receives the plugin's log lines. Default: a logrus logger
 	// writing text to stderr at info level.
 	Logger *logrus.Entry
@@ -192,6 +208,12 @@ func (c Config) Validate() error {
 	if c.MaxVolumesPerNode < 0 {
 		return fmt.Errorf("%w: max_volumes_per_node %d is negative", ErrInvalidConfig, c.MaxVolumesPerNode)
 	}
+	if c.FUSE && c.MountMode == MountModeSymlink {
+		return fmt.Errorf("%w: fuse cannot be used with mount_mode symlink (targets are bind mounts of the FUSE staging)", ErrInvalidConfig)
+	}
+	if c.FUSEFailDeadUnmount && !c.FUSE {
+		return fmt.Errorf("%w: fuse_fail_dead_unmount needs fuse", ErrInvalidConfig)
+	}
 	switch c.MountMode {
 	case "", MountModeAuto, MountModeBind, MountModeSymlink:
 	default:
@@ -202,8 +224,9 @@ func (c Config) Validate() error {
 
 // RegisterFlags defines flags for c's fields on fs, with c's current values
 // as defaults: -endpoint, -state-dir, -node-id, -name,
-// -max-volumes-per-node, -zone, -capacity, -mount-mode, -lose-mounts-on-start
-// -shared-dir and -accepted-mutable-parameter-names. The logger is left to
+// -max-volumes-per-node, -zone, -capacity, -mount-mode, -lose-mounts-on-start,
+// -fuse, -fuse-fail-dead-unmount, -shared-dir and
+// -accepted-mutable-parameter-names. The logger is left to
 // the caller.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Endpoint, "endpoint", c.Endpoint, "unix socket to serve: unix:///path or a path")
@@ -216,6 +239,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Zone, "zone", c.Zone, "zone of the node and of every volume it creates (topology key "+TopologyKeyZone+"; default: no topology)")
 	fs.Int64Var(&c.Capacity, "capacity", c.Capacity, "bytes GetCapacity shares out among the volumes (0: the free space under -state-dir)")
 	fs.BoolVar(&c.LoseMountsOnStart, "lose-mounts-on-start", c.LoseMountsOnStart, "on start, undo every recorded staging and publication, keeping the records (as FUSE mounts die with their plugin; for tests)")
+	fs.BoolVar(&c.FUSE, "fuse", c.FUSE, "stage each volume through FUSE served by this process, so that its mounts die with it (needs root and /dev/fuse)")
+	fs.BoolVar(&c.FUSEFailDeadUnmount, "fuse-fail-dead-unmount", c.FUSEFailDeadUnmount, "with -fuse: fail NodeUnpublishVolume and NodeUnstageVolume (Internal) on a dead FUSE mount instead of unmounting it (for tests)")
 	fs.Func("accepted-mutable-parameter-names", "comma-separated mutable parameter `names` CreateVolume and ControllerModifyVolume accept (default "+strings.Join(DefaultAcceptedMutableParameters, ",")+")", func(s string) error {
 		c.AcceptedMutableParameters = nil
 		for _, n := range strings.Split(s, ",") {

@@ -32,6 +32,8 @@ func TestConfig_Validate(t *testing.T) {
 		{"node id too long", func(c *csiplugin.Config) { c.NodeID = strings.Repeat("n", 193) }, "node_id"},
 		{"negative max volumes", func(c *csiplugin.Config) { c.MaxVolumesPerNode = -1 }, "max_volumes_per_node"},
 		{"unknown mount mode", func(c *csiplugin.Config) { c.MountMode = "overlay" }, "mount_mode"},
+		{"fuse with symlinks", func(c *csiplugin.Config) { c.FUSE, c.MountMode = true, csiplugin.MountModeSymlink }, "fuse"},
+		{"fail dead unmount without fuse", func(c *csiplugin.Config) { c.FUSEFailDeadUnmount = true }, "fuse_fail_dead_unmount"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -43,6 +43,19 @@
 // does), and a volume with a single-node access mode goes to one node at
 // a time (FailedPrecondition for a second).
 //
+// With [Config.FUSE] (-fuse) NodeStageVolume mounts the volume directory
+// at the staging path through FUSE, served by the plugin's own process
+// (go-fuse's loopback file system, mounted with mount(2): root and
+// /dev/fuse, no fusermount), and NodePublishVolume bind-mounts that
+// staging onto the target. Killing the plugin then breaks its mounts as it
+// breaks a FUSE driver's (an S3 or network file system driver): they stay
+// in the mount table and every access fails with ENOTCONN. A new process
+// treats a mount that answers ENOTCONN, EIO or ESTALE as dead: unpublish
+// and unstage unmount it, stage and publish unmount it and mount anew.
+// [Config.FUSEFailDeadUnmount] (-fuse-fail-dead-unmount) makes unpublish
+// and unstage fail with Internal on a dead mount instead, for tests of a
+// CO's own cleanup.
+//
 // # Caveats
 //
 // Bind mounts need root (CAP_SYS_ADMIN). Without it ([MountModeSymlink],

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -57,6 +58,10 @@ type testPlugin struct {
 
 	stopOnce sync.Once
 	served   chan error
+	// proc is the plugin's process, when it runs in one (plugin is then
+	// nil); exited is closed once it has been waited for.
+	proc   *exec.Cmd
+	exited <-chan struct{}
 }
 
 // checkLeaks fails t if goroutines started during the test outlive it.
@@ -116,10 +121,7 @@ func startPlugin(t *testing.T, cfg csiplugin.Config) *testPlugin {
 		tp.stop()
 		t.Fatalf("dial: %v", err)
 	}
-	tp.conn = conn
-	tp.id = csipb.NewIdentityClient(conn)
-	tp.ctrl = csipb.NewControllerClient(conn)
-	tp.node = csipb.NewNodeClient(conn)
+	tp.connect(conn)
 	t.Cleanup(func() {
 		tp.stop()
 		if t.Failed() {
@@ -129,12 +131,24 @@ func startPlugin(t *testing.T, cfg csiplugin.Config) *testPlugin {
 	return tp
 }
 
+// connect makes conn the client's connection.
+func (tp *testPlugin) connect(conn *grpc.ClientConn) {
+	tp.conn = conn
+	tp.id = csipb.NewIdentityClient(conn)
+	tp.ctrl = csipb.NewControllerClient(conn)
+	tp.node = csipb.NewNodeClient(conn)
+}
+
 // stop closes the client, stops the plugin and checks that Serve returned
 // nil. It is idempotent.
 func (tp *testPlugin) stop() {
 	tp.stopOnce.Do(func() {
 		if tp.conn != nil {
 			tp.conn.Close()
+		}
+		if tp.proc != nil {
+			tp.kill()
+			return
 		}
 		tp.plugin.Stop()
 		if err := <-tp.served; err != nil {
@@ -228,10 +242,6 @@ func (tp *testPlugin) volumeDir(id string) string {
 // the staging and target paths, both under base.
 func (tp *testPlugin) attach(ctx context.Context, base, id string, readonly bool) (staging, target string) {
 	tp.t.Helper()
-	pub, err := tp.ctrl.ControllerPublishVolume(ctx, &csipb.ControllerPublishVolumeRequest{
-		VolumeId: id, NodeId: tp.cfg.NodeID, VolumeCapability: mountCap(snw),
-	})
-	mustOK(tp.t, "ControllerPublishVolume", err)
 	staging = filepath.Join(base, "staging", id)
 	target = filepath.Join(base, "targets", id)
 	if err := os.MkdirAll(staging, 0o750); err != nil {
@@ -240,6 +250,18 @@ func (tp *testPlugin) attach(ctx context.Context, base, id string, readonly bool
 	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
 		tp.t.Fatal(err)
 	}
+	tp.stageAndPublish(ctx, id, staging, target, readonly)
+	return staging, target
+}
+
+// stageAndPublish controller-publishes, stages and publishes a volume at
+// existing paths, as attach does, but leaves the paths to the plugin.
+func (tp *testPlugin) stageAndPublish(ctx context.Context, id, staging, target string, readonly bool) {
+	tp.t.Helper()
+	pub, err := tp.ctrl.ControllerPublishVolume(ctx, &csipb.ControllerPublishVolumeRequest{
+		VolumeId: id, NodeId: tp.cfg.NodeID, VolumeCapability: mountCap(snw),
+	})
+	mustOK(tp.t, "ControllerPublishVolume", err)
 	_, err = tp.node.NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
 		VolumeId: id, StagingTargetPath: staging, VolumeCapability: mountCap(snw), PublishContext: pub.GetPublishContext(),
 	})
@@ -249,7 +271,6 @@ func (tp *testPlugin) attach(ctx context.Context, base, id string, readonly bool
 		PublishContext: pub.GetPublishContext(), Readonly: readonly,
 	})
 	mustOK(tp.t, "NodePublishVolume", err)
-	return staging, target
 }
 
 // detach undoes attach.
@@ -277,10 +298,16 @@ func startAttached(t *testing.T, mode csiplugin.MountMode, name string, readonly
 	if mode == csiplugin.MountModeBind {
 		requireRoot(t)
 	}
+	return startAttachedWith(t, csiplugin.Config{MountMode: mode}, name, readonly)
+}
+
+// startAttachedWith is startAttached with a plugin of cfg.
+func startAttachedWith(t *testing.T, cfg csiplugin.Config, name string, readonly bool) attachedVolume {
+	t.Helper()
 	checkLeaks(t)
 	ctx := context.Background()
 	a := attachedVolume{base: newTestDir(t)}
-	a.testPlugin = startPlugin(t, csiplugin.Config{MountMode: mode})
+	a.testPlugin = startPlugin(t, cfg)
 	a.id = a.createVolume(ctx, name).GetVolumeId()
 	a.staging, a.target = a.attach(ctx, a.base, a.id, readonly)
 	return a

@@ -186,44 +186,98 @@ func mkdirTarget(target string) error {
 // mountCount returns how many mounts in the mountinfo file have path as
 // their mount point (more than one when mounts are stacked).
 func mountCount(mountinfo, path string) (int, error) {
-	f, err := os.Open(mountinfo)
-	if err != nil {
-		return 0, fmt.Errorf("read mount table: %w", err)
-	}
-	defer f.Close()
 	want := filepath.Clean(path)
 	if real, err := filepath.EvalSymlinks(want); err == nil {
 		want = real
 	}
-	return countMountPoints(f, want)
+	n := 0
+	err := scanMounts(mountinfo, func(e mountEntry) {
+		if e.point == want {
+			n++
+		}
+	})
+	return n, err
+}
+
+// mountDev returns the device number (major:minor) of the mount at path,
+// the top one when mounts are stacked.
+func mountDev(mountinfo, path string) (string, error) {
+	path = filepath.Clean(path)
+	dev := ""
+	err := scanMounts(mountinfo, func(e mountEntry) {
+		if e.point == path {
+			dev = e.dev
+		}
+	})
+	if err == nil && dev == "" {
+		err = fmt.Errorf("read mount table: %s is not a mount point", path)
+	}
+	return dev, err
+}
+
+// devMounts returns how many mounts in the mountinfo file are of the file
+// system with device number dev (major:minor).
+func devMounts(mountinfo, dev string) (int, error) {
+	n := 0
+	err := scanMounts(mountinfo, func(e mountEntry) {
+		if e.dev == dev {
+			n++
+		}
+	})
+	return n, err
+}
+
+// scanMounts calls fn with each mount of the mountinfo file, in order.
+func scanMounts(mountinfo string, fn func(mountEntry)) error {
+	f, err := os.Open(mountinfo)
+	if err != nil {
+		return fmt.Errorf("read mount table: %w", err)
+	}
+	defer f.Close()
+	return scanMountTable(f, fn)
 }
 
 // countMountPoints counts the lines of a mountinfo table whose mount point
 // (the fifth field) is path.
 func countMountPoints(r io.Reader, path string) (int, error) {
+	n := 0
+	err := scanMountTable(r, func(e mountEntry) {
+		if e.point == path {
+			n++
+		}
+	})
+	return n, err
+}
+
+// scanMountTable calls fn with each well-formed line of a mountinfo table.
+func scanMountTable(r io.Reader, fn func(mountEntry)) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	n := 0
 	for sc.Scan() {
-		mp, ok := mountPoint(sc.Text())
-		if ok && mp == path {
-			n++
+		if e, ok := parseMountLine(sc.Text()); ok {
+			fn(e)
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("read mount table: %w", err)
+		return fmt.Errorf("read mount table: %w", err)
 	}
-	return n, nil
+	return nil
 }
 
-// mountPoint returns the unescaped mount point of one mountinfo line.
-// Fields: id, parent id, major:minor, root, mount point, ...
-func mountPoint(line string) (string, bool) {
+// mountEntry is what the plugin reads of one mountinfo line.
+type mountEntry struct {
+	dev   string // major:minor of the file system
+	point string // the mount point, unescaped
+}
+
+// parseMountLine reads one mountinfo line. Fields: id, parent id,
+// major:minor, root, mount point, ...
+func parseMountLine(line string) (mountEntry, bool) {
 	f := strings.Fields(line)
 	if len(f) < 5 {
-		return "", false
+		return mountEntry{}, false
 	}
-	return unescapeOctal(f[4]), true
+	return mountEntry{dev: f[2], point: unescapeOctal(f[4])}, true
 }
 
 // unescapeOctal undoes the kernel's \ooo escaping of space, tab, newline

@@ -58,6 +58,11 @@ func New(cfg Config) (*Plugin, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	if cfg.FUSE {
+		if err := checkFUSE(); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.NodeID == "" {
 		return nil, fmt.Errorf("%w: node_id is empty and the hostname is unknown", ErrInvalidConfig)
 	}
@@ -92,10 +97,12 @@ func New(cfg Config) (*Plugin, error) {
 		lock.Close()
 		return nil, err
 	}
-	switch cfg.MountMode {
-	case MountModeBind:
+	switch {
+	case cfg.FUSE:
+		p.mnt, p.cfg.MountMode = newFUSEMounter("/proc/self/mountinfo", p.log, cfg.FUSEFailDeadUnmount), MountModeBind
+	case cfg.MountMode == MountModeBind:
 		p.mnt = bindMounter{mountinfo: "/proc/self/mountinfo"}
-	case MountModeSymlink:
+	case cfg.MountMode == MountModeSymlink:
 		p.mnt = symlinkMounter{}
 	default:
 		if os.Geteuid() == 0 {
@@ -215,6 +222,7 @@ func Run(ctx context.Context, cfg Config) error {
 		"state_dir":  p.cfg.StateDir,
 		"shared_dir": p.cfg.SharedDir,
 		"mount_mode": p.cfg.MountMode,
+		"fuse":       p.cfg.FUSE,
 	}).Info("serving")
 
 	errc := make(chan error, 1)

@@ -150,3 +150,23 @@ func realPath(dir string) string {
 	}
 	return dir
 }
+
+// FSType returns the file system type of the top mount at path (as
+// "fuse.name" for a FUSE file system), or "" when path is not a mount
+// point. path is compared as it is, like Under's dir.
+func FSType(path string) (string, error) {
+	b, err := os.ReadFile(DefaultPath)
+	if err != nil {
+		return "", err
+	}
+	typ := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		// The fields after " - " are the type, the source and the options.
+		pre, post, ok := strings.Cut(line, " - ")
+		fields, rest := strings.Fields(pre), strings.Fields(post)
+		if ok && len(fields) >= 5 && len(rest) >= 1 && Unescape(fields[4]) == path {
+			typ = rest[0]
+		}
+	}
+	return typ, nil
+}

@@ -114,3 +114,23 @@ func TestTable_Has_RealBindMount(t *testing.T) {
 		t.Errorf("Has(target) = %t, Has(dir) = %t; want true, false", tb.Has(target), tb.Has(dir))
 	}
 }
+
+func TestFSType_RealTmpfs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount")
+	}
+	target := filepath.Join(t.TempDir(), "with space")
+	if err := os.Mkdir(target, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if typ, err := FSType(target); err != nil || typ != "" {
+		t.Errorf("FSType of a plain directory = %q, %v; want \"\"", typ, err)
+	}
+	if err := syscall.Mount("none", target, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Unmount(target, syscall.MNT_DETACH)
+	if typ, err := FSType(target); err != nil || typ != "tmpfs" {
+		t.Errorf("FSType of a tmpfs mount = %q, %v; want tmpfs", typ, err)
+	}
+}

@@ -165,6 +165,13 @@ func (h *host) exampleAllocation(maxAttached int) string {
 `, h.bin, h.stateDir, maxAttached)
 }
 
+// fuseAllocation is exampleAllocationWith -fuse and extra: the example
+// plugin serving every staging through FUSE from its own process, so that
+// its mounts die with it as a FUSE driver's do. Call testbin.RequireFUSE first.
+func (h *host) fuseAllocation(extra ...string) string {
+	return h.exampleAllocationWith(append([]string{"-fuse"}, extra...)...)
+}
+
 // address is the agent's API address, as CSIACTOR_ADDR.
 func (h *host) address() string { return "unix://" + filepath.Join(h.dataDir, runtime.APISocketName) }
 

@@ -35,6 +35,8 @@ allocations.`,
 			maxVolumes := fs.Int64("max-volumes", 0, "most volumes published to the node at once (its max_volumes_per_node); 0 means no limit")
 			maxAttached := fs.Int64("max-attached", 0, "most volumes the storage lets be controller-published at once, not reported to the agent (ResourceExhausted beyond it; for tests); 0 means no limit")
 			loseMounts := fs.Bool("lose-mounts-on-start", false, "on start, undo every staging and publication the state records, keeping the records (as FUSE mounts die with their plugin; for tests of the agent's repair)")
+			useFUSE := fs.Bool("fuse", false, "stage each volume through FUSE served by this process, so that its mounts die with it as a FUSE driver's do (needs root and /dev/fuse)")
+			fuseFailDeadUnmount := fs.Bool("fuse-fail-dead-unmount", false, "with -fuse: fail NodeUnpublishVolume and NodeUnstageVolume on a dead FUSE mount instead of unmounting it (for tests of the agent's own unmount)")
 			logLevel := fs.String("log-level", "info", "log `level`: trace, debug, info, warn or error")
 			logFormat := fs.String("log-format", "text", "log `format`: text or json")
 			return func(ctx context.Context, args []string) error {
@@ -61,16 +63,18 @@ allocations.`,
 					return fmt.Errorf("state dir: %w", err)
 				}
 				return csiplugin.Run(ctx, csiplugin.Config{
-					Endpoint:          *endpoint,
-					StateDir:          *stateDir,
-					SharedDir:         *sharedDir,
-					NodeID:            *nodeID,
-					Name:              *name,
-					MaxVolumesPerNode: *maxVolumes,
-					MaxAttached:       *maxAttached,
-					MountMode:         csiplugin.MountMode(*mountMode),
-					LoseMountsOnStart: *loseMounts,
-					Logger:            logrus.NewEntry(logger).WithField("plugin", "example"),
+					Endpoint:            *endpoint,
+					StateDir:            *stateDir,
+					SharedDir:           *sharedDir,
+					NodeID:              *nodeID,
+					Name:                *name,
+					MaxVolumesPerNode:   *maxVolumes,
+					MaxAttached:         *maxAttached,
+					MountMode:           csiplugin.MountMode(*mountMode),
+					LoseMountsOnStart:   *loseMounts,
+					FUSE:                *useFUSE,
+					FUSEFailDeadUnmount: *fuseFailDeadUnmount,
+					Logger:              logrus.NewEntry(logger).WithField("plugin", "example"),
 				})
 			}
 		},

@@ -1,0 +1,200 @@
+package csiplugin
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/sirupsen/logrus"
+)
+
+// fuseDevice is the FUSE device the kernel serves mounts through.
+const fuseDevice = "/dev/fuse"
+
+// errDeadMountRefused is what unpublish and unstage answer, with
+// Config.FUSEFailDeadUnmount, for a path that holds a dead FUSE mount.
+var errDeadMountRefused = errors.New("is a dead FUSE mount; not unmounting it (fuse_fail_dead_unmount is set)")
+
+// checkFUSE reports why this process cannot serve FUSE mounts: it must be
+// root, to mount(2) without fusermount, and open the FUSE device.
+func checkFUSE() error {
+	if uid := os.Geteuid(); uid != 0 {
+		return fmt.Errorf("%w: fuse needs root to mount through %s without fusermount; this process runs as uid %d", ErrInvalidConfig, fuseDevice, uid)
+	}
+	f, err := os.OpenFile(fuseDevice, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("%w: fuse: %w", ErrInvalidConfig, err)
+	}
+	return f.Close()
+}
+
+// isCorruptedMount reports whether err, from a stat of a mount point, says
+// the file system behind it is gone: ENOTCONN (a FUSE server that died),
+// EIO or ESTALE. Such a mount stays in the mount table and must be
+// unmounted before its path can be used again.
+func isCorruptedMount(err error) bool {
+	return errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.EIO) || errors.Is(err, syscall.ESTALE)
+}
+
+// corrupted reports whether path is a mount point whose file system is
+// gone (see isCorruptedMount), and the error that says so.
+func (m bindMounter) corrupted(path string) (bool, error) {
+	n, err := mountCount(m.mountinfo, path)
+	if err != nil || n == 0 {
+		return false, err
+	}
+	var st syscall.Stat_t
+	serr := syscall.Stat(path, &st)
+	return isCorruptedMount(serr), serr
+}
+
+// fuseMounter serves each staging through FUSE from this process: the
+// loopback file system of go-fuse over the volume directory, mounted with
+// mount(2) (no fusermount). Targets are bind mounts of the staging, so a
+// dead staging makes its targets fail too. A mount this process does not
+// serve (left by an earlier process of the plugin) is dead: stage and
+// publish unmount it and mount anew, unstage and unpublish unmount it.
+//
+// When the process exits its FUSE mounts stay in the mount table and every
+// access to them fails with ENOTCONN, as they do when a FUSE driver dies.
+type fuseMounter struct {
+	bind bindMounter
+	log  *logrus.Entry
+	// failDeadUnmount makes unpublish and unstage fail on a dead mount
+	// (Config.FUSEFailDeadUnmount).
+	failDeadUnmount bool
+
+	mu      sync.Mutex
+	servers map[string]*fuseServer // guarded by mu: by staging path
+}
+
+// fuseServer is one FUSE mount served by this process.
+type fuseServer struct {
+	srv *fuse.Server
+	// dev is the mount's device number, major:minor, as in mountinfo.
+	dev string
+	// done is closed when the server's loop has returned: when the kernel
+	// drops the connection, once the last mount of it is gone.
+	done chan struct{}
+}
+
+func newFUSEMounter(mountinfo string, log *logrus.Entry, failDeadUnmount bool) *fuseMounter {
+	return &fuseMounter{
+		bind:            bindMounter{mountinfo: mountinfo},
+		log:             log,
+		failDeadUnmount: failDeadUnmount,
+		servers:         map[string]*fuseServer{},
+	}
+}
+
+func (m *fuseMounter) stage(volDir, staging string, flags uintptr) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.servers[staging]; s != nil {
+		n, err := mountCount(m.bind.mountinfo, staging)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil // served by this process: a repeat
+		}
+		delete(m.servers, staging) // unmounted behind our back
+	}
+	// Whatever is mounted here is not served by this process: a dead FUSE
+	// mount of an earlier one, or something else. Unmount it and mount anew.
+	if dead, serr := m.bind.corrupted(staging); dead {
+		m.log.WithField("error", serr.Error()).Warn("staging path holds a dead FUSE mount; unmounting it")
+	}
+	if err := m.bind.unmountAll(staging); err != nil {
+		return err
+	}
+	root, err := fs.NewLoopbackRoot(volDir)
+	if err != nil {
+		return fmt.Errorf("fuse: volume directory: %w", err)
+	}
+	srv, err := fuse.NewServer(fs.NewNodeFS(root, &fs.Options{}), staging, &fuse.MountOptions{
+		DirectMountStrict: true, // mount(2) ourselves; no fusermount
+		DirectMountFlags:  syscall.MS_NOSUID | syscall.MS_NODEV | flags,
+		AllowOther:        true, // workloads need not run as root
+		Options:           []string{"default_permissions"},
+		FsName:            volDir,
+		Name:              "csiplugin",
+	})
+	if err != nil {
+		return fmt.Errorf("fuse mount: %w", err)
+	}
+	s := &fuseServer{srv: srv, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		srv.Serve()
+	}()
+	if err := srv.WaitMount(); err != nil {
+		_ = syscall.Unmount(staging, syscall.MNT_DETACH)
+		<-s.done
+		return fmt.Errorf("fuse mount: %w", err)
+	}
+	if s.dev, err = mountDev(m.bind.mountinfo, staging); err != nil {
+		return err
+	}
+	m.servers[staging] = s
+	return nil
+}
+
+func (m *fuseMounter) unstage(staging string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.servers[staging]
+	if s == nil {
+		if err := m.refuseDead(staging); err != nil {
+			return err
+		}
+		return m.bind.unmountAll(staging)
+	}
+	if err := m.bind.unmountAll(staging); err != nil {
+		return err
+	}
+	delete(m.servers, staging)
+	// The kernel drops the connection, and the server's loop returns, when
+	// the last mount of it goes: now, unless a target still binds it (the
+	// loop then ends with that target's unpublish).
+	if n, err := devMounts(m.bind.mountinfo, s.dev); err == nil && n == 0 {
+		<-s.done
+	}
+	return nil
+}
+
+func (m *fuseMounter) publish(volDir, staging, target string, flags uintptr) error {
+	if dead, serr := m.bind.corrupted(staging); dead {
+		return fmt.Errorf("staging path is a dead FUSE mount (%w); stage the volume again", serr)
+	}
+	if dead, serr := m.bind.corrupted(target); dead {
+		m.log.WithField("error", serr.Error()).Warn("target path holds a dead FUSE mount; unmounting it")
+		if err := m.bind.unmountAll(target); err != nil {
+			return err
+		}
+	}
+	return m.bind.publish(volDir, staging, target, flags)
+}
+
+func (m *fuseMounter) unpublish(target string) error {
+	if err := m.refuseDead(target); err != nil {
+		return err
+	}
+	return m.bind.unpublish(target)
+}
+
+// refuseDead returns errDeadMountRefused for a dead mount at path when
+// failDeadUnmount is set.
+func (m *fuseMounter) refuseDead(path string) error {
+	if !m.failDeadUnmount {
+		return nil
+	}
+	if dead, _ := m.bind.corrupted(path); dead {
+		return fmt.Errorf("%s %w", path, errDeadMountRefused)
+	}
+	return nil
+}

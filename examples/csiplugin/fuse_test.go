@@ -1,0 +1,253 @@
+package csiplugin_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/csiactor/csiactor/examples/csiplugin"
+	"github.com/csiactor/csiactor/internal/mountinfo"
+	"github.com/csiactor/csiactor/internal/testbin"
+)
+
+// waitLimit bounds every wait for a plugin process; a safety net against a
+// hung test, never a speed assertion.
+const waitLimit = 2 * time.Minute
+
+// startPluginProcess runs the plugin as a process of its own (this test
+// binary, see TestMain) with its state in stateDir, its socket in sockDir
+// and the extra flags, and connects a client once it answers Probe. The
+// process is SIGKILLed when the test ends, if it still runs.
+func startPluginProcess(t *testing.T, stateDir, sockDir string, flags ...string) *testPlugin {
+	t.Helper()
+	sock := filepath.Join(sockDir, "csi.sock")
+	args := append([]string{"-endpoint", sock, "-state-dir", stateDir, "-node-id", "node-1"}, flags...)
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), pluginProcessEnv+"=1")
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	exited, err := testbin.Start(t, cmd, nil)
+	if err != nil {
+		t.Fatalf("start plugin process: %v", err)
+	}
+	tp := &testPlugin{
+		t: t, cfg: csiplugin.Config{StateDir: stateDir, NodeID: "node-1"}, endpoint: "unix://" + sock,
+		logs: logs, proc: cmd, exited: exited,
+	}
+	t.Cleanup(func() {
+		tp.stop()
+		if t.Failed() {
+			t.Logf("plugin process %d log:\n%s", cmd.Process.Pid, logs.String())
+		}
+	})
+	conn, err := grpc.NewClient(tp.endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	tp.connect(conn)
+	testbin.Eventually(t, "the plugin process to answer Probe", waitLimit, 10*time.Millisecond, func() (bool, string) {
+		if testbin.Closed(exited) {
+			t.Fatalf("plugin process exited: %s\n%s", cmd.ProcessState, logs.String())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := tp.id.Probe(ctx, &csipb.ProbeRequest{})
+		return err == nil, errString(err)
+	})
+	return tp
+}
+
+// kill SIGKILLs the plugin process and waits for it.
+func (tp *testPlugin) kill() {
+	if !testbin.Closed(tp.exited) {
+		_ = tp.proc.Process.Signal(syscall.SIGKILL)
+	}
+	<-tp.exited
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return err.Error()
+}
+
+// fsType returns the file system type of the top mount at path.
+func fsType(t *testing.T, path string) string {
+	t.Helper()
+	typ, err := mountinfo.FSType(path)
+	if err != nil {
+		t.Fatalf("mountinfo: %v", err)
+	}
+	return typ
+}
+
+// shortDir returns a new directory under /tmp for a socket (107-byte
+// limit), removed when t ends.
+func shortDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "csfu-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+// wantDead checks that path is still a mount point and that a stat of it
+// fails with ENOTCONN, as a dead FUSE mount does.
+func wantDead(t *testing.T, what, path string) {
+	t.Helper()
+	wantMounts(t, what, 1, path)
+	if _, err := os.Stat(path); !errors.Is(err, syscall.ENOTCONN) {
+		t.Errorf("%s: stat %s = %v, want ENOTCONN (transport endpoint is not connected)", what, path, err)
+	}
+}
+
+// TestFUSE_StageServesTheVolumeThroughFUSE stages and publishes a volume
+// in process, writes through the target and reads the file in the volume
+// directory; unstaging stops the FUSE server (no goroutine outlives it).
+func TestFUSE_StageServesTheVolumeThroughFUSE(t *testing.T) {
+	testbin.RequireFUSE(t)
+	ctx := context.Background()
+	a := startAttachedWith(t, csiplugin.Config{FUSE: true}, "fuse-in-process", false)
+	if got := fsType(t, a.staging); got != "fuse.csiplugin" {
+		t.Errorf("staging is mounted as %q, want fuse.csiplugin", got)
+	}
+	if err := os.WriteFile(filepath.Join(a.target, "f"), []byte("through fuse"), 0o600); err != nil {
+		t.Fatalf("write through the target: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(a.volumeDir(a.id), "f")); err != nil || string(b) != "through fuse" {
+		t.Errorf("volume directory holds %q, %v; want the data written through the target", b, err)
+	}
+	// A repeat of stage and publish changes nothing.
+	a.attach(ctx, a.base, a.id, false)
+	wantMounts(t, "after repeated stage and publish", 1, a.staging, a.target)
+
+	a.detach(ctx, a.id, a.staging, a.target)
+	wantMounts(t, "after unpublish and unstage", 0, a.staging)
+	if _, err := os.Stat(a.target); !isNotExist(err) {
+		t.Errorf("target after unpublish: stat = %v, want not exist", err)
+	}
+}
+
+// TestFUSE_ReadOnlyTarget publishes a read-only target over a FUSE
+// staging: writes through it fail with EROFS.
+func TestFUSE_ReadOnlyTarget(t *testing.T) {
+	testbin.RequireFUSE(t)
+	a := startAttachedWith(t, csiplugin.Config{FUSE: true}, "fuse-ro", true)
+	if err := os.WriteFile(filepath.Join(a.target, "f"), []byte("x"), 0o600); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("write to a read-only target = %v, want EROFS", err)
+	}
+	a.detach(context.Background(), a.id, a.staging, a.target)
+}
+
+// TestFUSE_KilledPluginLeavesDeadMountsANewProcessHeals runs the plugin as
+// a process, kills it with a volume published, and checks that its mounts
+// die as a FUSE driver's do and that a new process cleans them up and
+// serves the volume again, with its data.
+func TestFUSE_KilledPluginLeavesDeadMountsANewProcessHeals(t *testing.T) {
+	testbin.RequireFUSE(t)
+	checkLeaks(t)
+	ctx := context.Background()
+	base := newTestDir(t)
+	stateDir, sockDir := filepath.Join(base, "state"), shortDir(t)
+
+	p1 := startPluginProcess(t, stateDir, sockDir, "-fuse")
+	id := p1.createVolume(ctx, "fuse-killed").GetVolumeId()
+	staging, target := p1.attach(ctx, base, id, false)
+	if got := fsType(t, staging); got != "fuse.csiplugin" {
+		t.Fatalf("staging is mounted as %q, want fuse.csiplugin", got)
+	}
+	if err := os.WriteFile(filepath.Join(target, "data"), []byte("survives"), 0o600); err != nil {
+		t.Fatalf("write through the target: %v", err)
+	}
+
+	p1.kill()
+	wantDead(t, "after SIGKILL", target)
+	wantDead(t, "after SIGKILL", staging)
+
+	// The repair a CO runs: unpublish, unstage, stage, publish.
+	p2 := startPluginProcess(t, stateDir, sockDir, "-fuse")
+	_, err := p2.node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target})
+	mustOK(t, "NodeUnpublishVolume on a dead mount", err)
+	_, err = p2.node.NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
+	mustOK(t, "NodeUnstageVolume on a dead mount", err)
+	wantMounts(t, "after unpublish and unstage of dead mounts", 0, staging, target)
+	p2.attach(ctx, base, id, false)
+	wantReadable(t, "after the repair", target)
+
+	// Stage and publish again over dead mounts, without unpublishing or
+	// unstaging first: they unmount the dead ones and mount anew.
+	p2.kill()
+	wantDead(t, "after the second SIGKILL", target)
+	p3 := startPluginProcess(t, stateDir, sockDir, "-fuse")
+	p3.stageAndPublish(ctx, id, staging, target, false)
+	wantMounts(t, "after stage and publish over dead mounts", 1, staging, target)
+	wantReadable(t, "after stage and publish over dead mounts", target)
+
+	p3.detach(ctx, id, staging, target)
+	if left := mountsUnder(t, base); len(left) > 0 {
+		t.Errorf("mounts left after the final unpublish and unstage: %v", left)
+	}
+}
+
+// wantReadable checks that the file the heal test wrote is readable
+// through target with its data.
+func wantReadable(t *testing.T, what, target string) {
+	t.Helper()
+	if b, err := os.ReadFile(filepath.Join(target, "data")); err != nil || string(b) != "survives" {
+		t.Errorf("%s: read through the target = %q, %v; want %q", what, b, err, "survives")
+	}
+}
+
+// TestFUSE_FailDeadUnmount checks the fault injection: with
+// -fuse-fail-dead-unmount, unpublish and unstage of a dead mount fail with
+// Internal and leave it; once it is unmounted by someone else they succeed.
+func TestFUSE_FailDeadUnmount(t *testing.T) {
+	testbin.RequireFUSE(t)
+	checkLeaks(t)
+	ctx := context.Background()
+	base := newTestDir(t)
+	stateDir, sockDir := filepath.Join(base, "state"), shortDir(t)
+
+	p1 := startPluginProcess(t, stateDir, sockDir, "-fuse", "-fuse-fail-dead-unmount")
+	id := p1.createVolume(ctx, "fuse-fail").GetVolumeId()
+	staging, target := p1.attach(ctx, base, id, false)
+	p1.kill()
+
+	p2 := startPluginProcess(t, stateDir, sockDir, "-fuse", "-fuse-fail-dead-unmount")
+	for _, step := range []struct {
+		rpc, path string
+		call      func() error
+	}{
+		{"NodeUnpublishVolume", target, func() error {
+			_, err := p2.node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target})
+			return err
+		}},
+		{"NodeUnstageVolume", staging, func() error {
+			_, err := p2.node.NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
+			return err
+		}},
+	} {
+		wantCode(t, step.rpc+" on a dead mount", step.call(), codes.Internal)
+		wantDead(t, "after the refused "+step.rpc, step.path)
+		if err := syscall.Unmount(step.path, 0); err != nil {
+			t.Fatalf("unmount the dead %s: %v", step.path, err)
+		}
+		mustOK(t, step.rpc+" once the dead mount is unmounted", step.call())
+	}
+	if left := mountsUnder(t, base); len(left) > 0 {
+		t.Errorf("mounts left: %v", left)
+	}
+}
