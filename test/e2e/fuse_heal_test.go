@@ -1,0 +1,290 @@
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/csiactor/csiactor/internal/leakcheck"
+	"github.com/csiactor/csiactor/internal/testbin"
+	"github.com/csiactor/csiactor/runtime"
+)
+
+// claimMany creates vols volumes on d (multi-node-multi-writer) and makes
+// perVol write claims on each, writing a file of its own through each
+// claim's target.
+func (h *host) claimMany(d driver, vols, perVol int) []published {
+	h.t.Helper()
+	var out []published
+	for v := range vols {
+		vol := fmt.Sprintf("vol%d", v)
+		h.createVolume(d, vol, "multi-node-multi-writer")
+		for k := range perVol {
+			alloc := fmt.Sprintf("w%d-%d", v, k)
+			target := strings.TrimSpace(h.ok("volume", "claim", "-alloc", alloc, "-mode", "write", "-access-mode", "multi-node-multi-writer", vol))
+			c := published{alloc: alloc, vol: vol, target: target, file: alloc + ".txt", data: "written by " + alloc + "\n"}
+			if err := os.WriteFile(filepath.Join(target, c.file), []byte(c.data), 0o644); err != nil {
+				h.t.Fatalf("write through %s: %v", target, err)
+			}
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// unreadable returns the claims whose file cannot be read back with its
+// data through their target, and the first error seen.
+func unreadable(claims []published) (n int, first string) {
+	for _, c := range claims {
+		b, err := os.ReadFile(filepath.Join(c.target, c.file))
+		if err != nil || string(b) != c.data {
+			if n == 0 {
+				first = fmt.Sprintf("%s: %q, %v", c.target, b, err)
+			}
+			n++
+		}
+	}
+	return n, first
+}
+
+// killPlugin SIGKILLs d's one plugin process and returns its PID.
+func (h *host) killPlugin(d driver) int {
+	h.t.Helper()
+	pids := testbin.ProcessesWith(d.dir(h))
+	if len(pids) != 1 {
+		h.t.Fatalf("want one %s process, found %v", d.plugin, pids)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		h.t.Fatal(err)
+	}
+	return pids[0]
+}
+
+// waitNewPlugin waits for a plugin process of d other than old.
+func (h *host) waitNewPlugin(d driver, old int) {
+	h.t.Helper()
+	h.eventually("a new plugin process", settleDeadline, func() (bool, string) {
+		now := testbin.ProcessesWith(d.dir(h))
+		return len(now) == 1 && now[0] != old, fmt.Sprint(now)
+	})
+}
+
+// waitDead waits until the claims' targets answer ENOTCONN: the plugin's
+// FUSE mounts died with it.
+func (h *host) waitDead(claims []published) {
+	h.t.Helper()
+	h.eventually("the FUSE mounts dead", settleDeadline, func() (bool, string) {
+		_, err := os.Stat(claims[0].target)
+		return errors.Is(err, syscall.ENOTCONN), fmt.Sprint(err)
+	})
+}
+
+// healTime waits until every claim's data reads back through its target
+// and returns how long that took from since.
+func (h *host) healTime(claims []published, since time.Time) time.Duration {
+	h.t.Helper()
+	h.eventually("every target readable with its data", settleDeadline, func() (bool, string) {
+		n, first := unreadable(claims)
+		return n == 0, fmt.Sprintf("%d unreadable, first %s", n, first)
+	})
+	return time.Since(since)
+}
+
+// checkHealEvents checks a mount-broken and a mount-healed event for
+// every claim, and returns how many of each there were.
+func (h *host) checkHealEvents(claims []published) (broken, healed int) {
+	h.t.Helper()
+	evs := h.events()
+	for _, e := range evs {
+		switch e.Type {
+		case runtime.EventMountBroken:
+			broken++
+		case runtime.EventMountHealed:
+			healed++
+		}
+	}
+	for _, c := range claims {
+		if !hasEvent(evs, runtime.EventMountBroken, c.alloc, c.vol) || !hasEvent(evs, runtime.EventMountHealed, c.alloc, c.vol) {
+			h.t.Errorf("claim %s on %s: no mount-broken and mount-healed events", c.alloc, c.vol)
+		}
+	}
+	return broken, healed
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// TestAgent_FUSEPluginKilled_MountsHealed: 50 claims on 10 volumes of the
+// example plugin in its FUSE mode, each written through its target. The
+// plugin is SIGKILLed ten times: each time its mounts die (ENOTCONN, still
+// in the mount table), the agent starts it again, finds the mounts dead
+// when it is healthy, and publishes every claim again: every target reads
+// its data back. The heal times (from the new allocation healthy to every
+// target readable) are logged. Then every claim releases to the end with
+// nothing left mounted.
+func TestAgent_FUSEPluginKilled_MountsHealed(t *testing.T) {
+	testbin.RequireFUSE(t)
+	defer leakcheck.Check(t)()
+	const rounds = 10
+	h := newHost(t)
+	a := h.startWith(fuseDriver)
+	claims := h.claimMany(fuseDriver, 10, 5)
+	h.checkPublished("after the claims", claims)
+
+	var heals []time.Duration
+	for round := range rounds {
+		old := h.killPlugin(fuseDriver)
+		h.waitDead(claims)
+		h.waitNewPlugin(fuseDriver, old)
+		h.waitPluginHealthy(fuseDriver)
+		heal := h.healTime(claims, time.Now())
+		heals = append(heals, heal)
+		t.Logf("round %d: every target readable %s after the new allocation was seen healthy", round+1, heal)
+		h.checkSettled(fuseDriver, fmt.Sprintf("after round %d", round+1))
+		h.checkPublished(fmt.Sprintf("after round %d", round+1), claims)
+	}
+	t.Logf("heal times over %d kills of a FUSE plugin with %d claims: median %s, worst %s",
+		rounds, len(claims), median(heals), slices.Max(heals))
+	broken, healed := h.checkHealEvents(claims)
+	t.Logf("events: %d mount-broken, %d mount-healed", broken, healed)
+	samples := a.metrics()
+	if v, _ := value(samples, "csiactor_mounts_broken_total", map[string]string{"plugin": "example", "cause": "ENOTCONN"}); v < float64(rounds*len(claims)) {
+		t.Errorf("csiactor_mounts_broken_total{cause=ENOTCONN} = %g, want at least %d", v, rounds*len(claims))
+	}
+	if v, ok := value(samples, "csiactor_mounts_broken", map[string]string{"plugin": "example"}); !ok || v != 0 {
+		t.Errorf("csiactor_mounts_broken = %g (present %t), want 0 once healed", v, ok)
+	}
+	h.releaseAll(fuseDriver, claims)
+	a.stop()
+}
+
+// TestAgent_FUSEPluginKilledWithAgent_MountsHealed: the plugin dies with
+// the agent (both SIGKILLed), or while the agent is down (stopped, then the
+// plugin killed); the next agent starts a new plugin, finds its mounts dead
+// and heals them.
+func TestAgent_FUSEPluginKilledWithAgent_MountsHealed(t *testing.T) {
+	testbin.RequireFUSE(t)
+	defer leakcheck.Check(t)()
+	for _, tc := range []struct {
+		name string
+		down func(h *host, a *agent) int
+	}{
+		{"agent and plugin SIGKILLed", func(h *host, a *agent) int {
+			a.signal(syscall.SIGKILL)
+			a.wait(shutdownDeadline)
+			return h.killPlugin(fuseDriver)
+		}},
+		{"plugin killed while the agent is down", func(h *host, a *agent) int {
+			a.stop()
+			return h.killPlugin(fuseDriver)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHost(t)
+			a := h.startWith(fuseDriver)
+			claims := h.claimMany(fuseDriver, 2, 3)
+			old := tc.down(h, a)
+			h.waitDead(claims)
+			a = h.startAgent()
+			h.waitNewPlugin(fuseDriver, old)
+			h.waitPluginHealthy(fuseDriver)
+			t.Logf("every target readable %s after the new allocation was seen healthy", h.healTime(claims, time.Now()))
+			h.checkSettled(fuseDriver, "after the heal")
+			h.checkPublished("after the heal", claims)
+			h.checkHealEvents(claims)
+			h.releaseAll(fuseDriver, claims)
+			a.stop()
+		})
+	}
+}
+
+// TestAgent_FUSEPluginFailsOnDeadMount_AgentUnmounts: the plugin's
+// NodeUnpublishVolume and NodeUnstageVolume fail on a dead mount (as many
+// FUSE drivers' do); the agent unmounts the dead mounts itself, asks the
+// plugin again, and the claims heal; mount-healed says so.
+func TestAgent_FUSEPluginFailsOnDeadMount_AgentUnmounts(t *testing.T) {
+	testbin.RequireFUSE(t)
+	defer leakcheck.Check(t)()
+	h := newHost(t)
+	d := fuseDriver
+	d.allocation = func(h *host) string { return h.fuseAllocation("-fuse-fail-dead-unmount") }
+	a := h.startWith(d)
+	claims := h.claimMany(d, 2, 2)
+	old := h.killPlugin(d)
+	h.waitDead(claims)
+	h.waitNewPlugin(d, old)
+	h.waitPluginHealthy(d)
+	t.Logf("every target readable %s after the new allocation was seen healthy", h.healTime(claims, time.Now()))
+	h.checkSettled(d, "after the heal")
+	h.checkPublished("after the heal", claims)
+	h.checkHealEvents(claims)
+	agentUnmounted := 0
+	for _, e := range h.events() {
+		if e.Type == runtime.EventMountHealed && strings.Contains(e.Message, "the agent unmounted it") {
+			agentUnmounted++
+		}
+	}
+	if agentUnmounted == 0 {
+		t.Errorf("no mount-healed event says the agent unmounted the dead mount itself")
+	}
+	if !strings.Contains(a.logs(), "the plugin failed on a dead mount; the agent unmounted it") {
+		t.Errorf("the agent's log does not say it unmounted a dead mount")
+	}
+	h.releaseAll(d, claims)
+	a.stop()
+}
+
+// TestAgent_FUSEPluginStopped_HungMount: the plugin process is SIGSTOPped,
+// so every access to its mounts hangs. The agent's periodic probe finds
+// them dead without hanging itself (the API answers while the probes
+// hang), the plugin's Probe goes unanswered until health_timeout restarts
+// it, and the claims heal.
+func TestAgent_FUSEPluginStopped_HungMount(t *testing.T) {
+	testbin.RequireFUSE(t)
+	defer leakcheck.Check(t)()
+	h := newHost(t)
+	h.pluginsExtra = "  health_timeout: 10s\n"
+	h.volumesExtra = "  mount_check_interval: 1s\n"
+	h.killTimeout = "1s"
+	a := h.startWith(fuseDriver)
+	claims := h.claimMany(fuseDriver, 1, 2)
+	pids := testbin.ProcessesWith(fuseDriver.dir(h))
+	if len(pids) != 1 {
+		t.Fatalf("want one plugin process, found %v", pids)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// The API answers while the probes of the hung mounts wait.
+	var slowest time.Duration
+	h.eventually("a mount-broken event", settleDeadline, func() (bool, string) {
+		start := time.Now()
+		r := h.cli("volume", "list", "-json")
+		slowest = max(slowest, time.Since(start))
+		if r.code != 0 {
+			return false, r.String()
+		}
+		return hasEvent(h.events(), runtime.EventMountBroken, claims[0].alloc, claims[0].vol), r.stdout
+	})
+	t.Logf("slowest volume list while the plugin's mounts hung: %s", slowest)
+	if slowest > commandTimeout/4 {
+		t.Errorf("volume list took %s while the mounts hung", slowest)
+	}
+	h.waitNewPlugin(fuseDriver, pids[0])
+	h.waitPluginHealthy(fuseDriver)
+	h.healTime(claims, time.Now())
+	h.checkSettled(fuseDriver, "after the heal")
+	h.checkPublished("after the heal", claims)
+	h.checkHealEvents(claims)
+	h.releaseAll(fuseDriver, claims)
+	a.stop()
+}
