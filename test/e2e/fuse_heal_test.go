@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csiactor/csiactor/internal/engines"
 	"github.com/csiactor/csiactor/internal/leakcheck"
 	"github.com/csiactor/csiactor/internal/testbin"
 	"github.com/csiactor/csiactor/runtime"
@@ -286,5 +287,52 @@ func TestAgent_FUSEPluginStopped_HungMount(t *testing.T) {
 	h.checkPublished("after the heal", claims)
 	h.checkHealEvents(claims)
 	h.releaseAll(fuseDriver, claims)
+	a.stop()
+}
+
+// TestDocker_FUSEPluginKilled_Containers: a Docker container holds a volume
+// of the FUSE example plugin through the agent's Docker volume plugin when
+// the plugin is SIGKILLed. The agent heals the claim on the host; what the
+// running container sees after the heal, and what a new container sees,
+// are logged and checked: the running container keeps the dead mount it
+// bound at its start (Docker binds the target privately), a new container
+// gets the healed one. docs/operations.md says so.
+func TestDocker_FUSEPluginKilled_Containers(t *testing.T) {
+	testbin.RequireFUSE(t)
+	var dk *engines.Docker
+	h, a, _, name := startDockerHost(t, fuseDriver, func(string) containerEngine {
+		dk = engines.StartDocker(t, engines.DockerOptions{})
+		return dk
+	})
+	vol := "dk-fuse"
+	dk.MustRun("volume", "create", "-d", name, "-o", "size=1MiB", vol)
+	dk.MustRun("run", "-d", "--network", "none", "--name", "c1", "-v", vol+":/data", engines.Image, "sh", "-c", "echo kept > /data/f; "+engines.Idle)
+	c := h.waitDockerPublished(vol)
+	h.eventually("c1's file on the host", settleDeadline, func() (bool, string) {
+		b, err := os.ReadFile(filepath.Join(c.TargetPath, "f"))
+		return err == nil && string(b) == "kept\n", fmt.Sprintf("%q %v", b, err)
+	})
+	claims := []published{{alloc: c.Alloc, vol: vol, target: c.TargetPath, file: "f", data: "kept\n"}}
+
+	old := h.killPlugin(fuseDriver)
+	h.waitDead(claims)
+	h.waitNewPlugin(fuseDriver, old)
+	h.waitPluginHealthy(fuseDriver)
+	t.Logf("the host's target readable %s after the new allocation was seen healthy", h.healTime(claims, time.Now()))
+	h.checkHealEvents(claims)
+
+	running, err := dk.Run("exec", "c1", "cat", "/data/f")
+	t.Logf("the running container after the heal: %q, %v", running, err)
+	if err == nil || !strings.Contains(running+err.Error(), "not connected") {
+		t.Errorf("the running container reads %q (%v) after the heal; want the dead mount it bound (transport endpoint is not connected)", running, err)
+	}
+	fresh := dk.MustRun("run", "--rm", "--network", "none", "-v", vol+":/data", engines.Image, "cat", "/data/f")
+	t.Logf("a new container after the heal: %q", fresh)
+	if fresh != "kept\n" {
+		t.Errorf("a new container reads %q, want the data through the healed mount", fresh)
+	}
+	dk.MustRun("rm", "-f", "c1")
+	h.waitNoClaims(vol, "after docker rm -f")
+	h.checkSettled(fuseDriver, "after docker rm -f")
 	a.stop()
 }
