@@ -196,7 +196,25 @@ type VolumesConfig struct {
 	// csiactor_volume_claims_stalled. Its steps go on retrying. Zero
 	// means DefaultStallAfter; in the config file it must be positive.
 	StallAfter time.Duration `yaml:"stall_after"`
+	// PluginWait is how long a claim, release, create, expansion or
+	// modification that finds no healthy allocation of its plugin (one
+	// restarting, say) waits for one before it fails with
+	// ErrPluginUnavailable; the caller's deadline ends the wait sooner.
+	// Zero means DefaultPluginWait; NoPluginWait (0s in the config file)
+	// fails at once. At most MaxPluginWait.
+	PluginWait time.Duration `yaml:"plugin_wait"`
 }
+
+// DefaultPluginWait is the default of volumes.plugin_wait.
+const DefaultPluginWait = 30 * time.Second
+
+// MaxPluginWait is the longest volumes.plugin_wait.
+const MaxPluginWait = time.Hour
+
+// NoPluginWait as VolumesConfig.PluginWait (volumes.plugin_wait: 0s in the
+// config file) makes a request that finds its plugin unhealthy fail at
+// once.
+const NoPluginWait time.Duration = -1
 
 // StoreConfig tunes the bbolt store.
 type StoreConfig struct {
@@ -254,7 +272,7 @@ func DefaultConfig() Config {
 			RestartBackoff:    DefaultBackoff(),
 			HealthTimeout:     DefaultHealthTimeout,
 		},
-		Volumes: VolumesConfig{Retry: DefaultBackoff(), StatsInterval: DefaultStatsInterval, StallAfter: DefaultStallAfter},
+		Volumes: VolumesConfig{Retry: DefaultBackoff(), StatsInterval: DefaultStatsInterval, StallAfter: DefaultStallAfter, PluginWait: DefaultPluginWait},
 	}
 }
 
@@ -276,6 +294,7 @@ func (c Config) WithDefaults() Config {
 	c.Volumes.Retry = c.Volumes.Retry.WithDefaults()
 	setDefault(&c.Volumes.StatsInterval, d.Volumes.StatsInterval)
 	setDefault(&c.Volumes.StallAfter, d.Volumes.StallAfter)
+	setDefault(&c.Volumes.PluginWait, d.Volumes.PluginWait)
 	c.Allocations = append([]AllocationConfig(nil), c.Allocations...)
 	c.Cluster = c.Cluster.withDefaults()
 	c.Docker = c.Docker.withDefaults()
@@ -396,6 +415,9 @@ func (c Config) Validate() error {
 	}
 	if c.Volumes.StallAfter < 0 {
 		return fieldErr("volumes.stall_after", fmt.Sprintf("%s is negative; want a positive duration like \"5m\"", c.Volumes.StallAfter))
+	}
+	if w := c.Volumes.PluginWait; (w < 0 && w != NoPluginWait) || w > MaxPluginWait {
+		return fieldErr("volumes.plugin_wait", fmt.Sprintf("%s: want a duration from 0s (do not wait) to %s, like \"30s\"", w, MaxPluginWait))
 	}
 	if err := c.Cluster.Validate(); err != nil {
 		return err
@@ -533,6 +555,16 @@ func ParseConfig(data []byte) (Config, error) {
 	} {
 		if n, ok := lines[k.key]; ok && k.zero {
 			return Config{}, fmt.Errorf("line %d: %w", n, fieldErr(k.key, "0s: want a positive duration like \""+k.like+"\" (leave the key out for the default)"))
+		}
+	}
+	// In the file, 0s means "do not wait"; NoPluginWait says so in a
+	// Config, where zero means the default.
+	if n, ok := lines["volumes.plugin_wait"]; ok {
+		switch w := cfg.Volumes.PluginWait; {
+		case w < 0:
+			return Config{}, fmt.Errorf("line %d: %w", n, fieldErr("volumes.plugin_wait", fmt.Sprintf("%s is negative: want a duration from 0s (do not wait) to %s, like \"30s\"", w, MaxPluginWait)))
+		case w == 0:
+			cfg.Volumes.PluginWait = NoPluginWait
 		}
 	}
 	if err := cfg.Validate(); err != nil {
