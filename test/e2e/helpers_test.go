@@ -75,6 +75,9 @@ type host struct {
 	pluginsExtra string
 	// retryInitial and retryMax are volumes.retry in the config file.
 	retryInitial, retryMax string
+	// volumesExtra is added to the volumes section of the config file
+	// (indented lines).
+	volumesExtra string
 	// configExtra is added at the end of the config file (top-level
 	// sections).
 	configExtra string
@@ -145,8 +148,8 @@ plugins:
   retry:
     initial: %s
     max: %s
-allocations:
-%s%s`, h.dataDir, h.killTimeout, h.pluginsExtra, h.retryInitial, h.retryMax, allocations, h.configExtra)
+%sallocations:
+%s%s`, h.dataDir, h.killTimeout, h.pluginsExtra, h.retryInitial, h.retryMax, h.volumesExtra, allocations, h.configExtra)
 	if err := os.WriteFile(h.config, []byte(cfg), 0o600); err != nil {
 		h.t.Fatal(err)
 	}
