@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/csiactor/csiactor/runtime"
 )
@@ -481,6 +482,11 @@ func (c *Client) sendAny(ctx context.Context, method, path string, q url.Values,
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		// The agent ends a wait for a restarting plugin in time to say
+		// so before this deadline.
+		req.Header.Set(TimeoutHeader, time.Until(dl).Round(time.Millisecond).String())
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

@@ -105,6 +105,13 @@ func bearerToken(h string) (string, bool) {
 	return tok, tok != ""
 }
 
+// TimeoutHeader is the request header in which a Client sends how long it
+// waits for the answer (a Go duration, like "30s"): a claim, release,
+// create, expansion or modification waiting for a restarting plugin ends
+// its wait in time to answer 503 before then (a tenth of it, at most a
+// second, early).
+const TimeoutHeader = "Csiactor-Timeout"
+
 type server struct {
 	b       Backend
 	log     *logrus.Entry
@@ -182,6 +189,14 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c := cleanPath(r.URL.Path); c != r.URL.Path {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("path %q is not canonical (cleaned, it is %q)", r.URL.Path, c))
 		return
+	}
+	if h := r.Header.Get(TimeoutHeader); h != "" {
+		d, err := time.ParseDuration(h)
+		if err != nil || d <= 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("header %s: %q: want a positive duration like \"30s\"", TimeoutHeader, h))
+			return
+		}
+		r = r.WithContext(runtime.WithAnswerBy(r.Context(), time.Now().Add(d-min(d/10, time.Second))))
 	}
 	if _, pattern := s.mux.Handler(r); pattern != "" {
 		s.mux.ServeHTTP(w, r)

@@ -204,6 +204,13 @@ type VolumesConfig struct {
 	// becomes healthy again. Zero means DefaultMountCheckInterval;
 	// MountCheckOff (in the config file, 0s) turns the periodic probe off.
 	MountCheckInterval time.Duration `yaml:"mount_check_interval"`
+	// PluginWait is how long a claim, release, create, expansion or
+	// modification that finds no healthy allocation of its plugin (one
+	// restarting, say) waits for one before it fails with
+	// ErrPluginUnavailable; the caller's deadline ends the wait sooner.
+	// Zero means DefaultPluginWait; NoPluginWait (0s in the config file)
+	// fails at once. At most MaxPluginWait.
+	PluginWait time.Duration `yaml:"plugin_wait"`
 }
 
 // DefaultMountCheckInterval is the default of volumes.mount_check_interval.
@@ -218,6 +225,17 @@ const (
 	minMountCheckInterval = time.Second
 	maxMountCheckInterval = 24 * time.Hour
 )
+
+// DefaultPluginWait is the default of volumes.plugin_wait.
+const DefaultPluginWait = 30 * time.Second
+
+// MaxPluginWait is the longest volumes.plugin_wait.
+const MaxPluginWait = time.Hour
+
+// NoPluginWait as VolumesConfig.PluginWait (volumes.plugin_wait: 0s in the
+// config file) makes a request that finds its plugin unhealthy fail at
+// once.
+const NoPluginWait time.Duration = -1
 
 // StoreConfig tunes the bbolt store.
 type StoreConfig struct {
@@ -276,7 +294,7 @@ func DefaultConfig() Config {
 			HealthTimeout:     DefaultHealthTimeout,
 		},
 		Volumes: VolumesConfig{Retry: DefaultBackoff(), StatsInterval: DefaultStatsInterval, StallAfter: DefaultStallAfter,
-			MountCheckInterval: DefaultMountCheckInterval},
+			MountCheckInterval: DefaultMountCheckInterval, PluginWait: DefaultPluginWait},
 	}
 }
 
@@ -299,6 +317,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.Volumes.StatsInterval, d.Volumes.StatsInterval)
 	setDefault(&c.Volumes.StallAfter, d.Volumes.StallAfter)
 	setDefault(&c.Volumes.MountCheckInterval, d.Volumes.MountCheckInterval)
+	setDefault(&c.Volumes.PluginWait, d.Volumes.PluginWait)
 	c.Allocations = append([]AllocationConfig(nil), c.Allocations...)
 	c.Cluster = c.Cluster.withDefaults()
 	c.Docker = c.Docker.withDefaults()
@@ -423,6 +442,9 @@ func (c Config) Validate() error {
 	if i := c.Volumes.MountCheckInterval; i != 0 && i != MountCheckOff && (i < minMountCheckInterval || i > maxMountCheckInterval) {
 		return fieldErr("volumes.mount_check_interval", fmt.Sprintf("%s is out of range; want a duration from %s to %s like \"30s\", or 0s to turn the periodic check off",
 			i, minMountCheckInterval, maxMountCheckInterval))
+	}
+	if w := c.Volumes.PluginWait; (w < 0 && w != NoPluginWait) || w > MaxPluginWait {
+		return fieldErr("volumes.plugin_wait", fmt.Sprintf("%s: want a duration from 0s (do not wait) to %s, like \"30s\"", w, MaxPluginWait))
 	}
 	if err := c.Cluster.Validate(); err != nil {
 		return err
@@ -571,6 +593,16 @@ func ParseConfig(data []byte) (Config, error) {
 				fmt.Sprintf("%s is negative; want a duration like \"30s\", or 0s to turn the periodic check off", i)))
 		case i == 0:
 			cfg.Volumes.MountCheckInterval = MountCheckOff
+		}
+	}
+	// In the file, 0s means "do not wait"; NoPluginWait says so in a
+	// Config, where zero means the default.
+	if n, ok := lines["volumes.plugin_wait"]; ok {
+		switch w := cfg.Volumes.PluginWait; {
+		case w < 0:
+			return Config{}, fmt.Errorf("line %d: %w", n, fieldErr("volumes.plugin_wait", fmt.Sprintf("%s is negative: want a duration from 0s (do not wait) to %s, like \"30s\"", w, MaxPluginWait)))
+		case w == 0:
+			cfg.Volumes.PluginWait = NoPluginWait
 		}
 	}
 	if err := cfg.Validate(); err != nil {

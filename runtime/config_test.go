@@ -149,6 +149,8 @@ func TestParseConfig_Errors(t *testing.T) {
 		{"stats interval not a duration", "volumes:\n  stats_interval: often\n", `line 2: volumes.stats_interval: "often": want a duration like "30s" or "500ms"`},
 		{"stall after zero", "volumes:\n  stall_after: 0s\n", `line 2: volumes.stall_after: 0s: want a positive duration like "5m" (leave the key out for the default)`},
 		{"stall after negative", "volumes:\n  stall_after: -1m\n", `line 2: volumes.stall_after: -1m0s is negative; want a positive duration like "5m"`},
+		{"plugin wait negative", "volumes:\n  plugin_wait: -1s\n", `line 2: volumes.plugin_wait: -1s is negative: want a duration from 0s (do not wait) to 1h0m0s, like "30s"`},
+		{"plugin wait absurd", "volumes:\n  plugin_wait: 2h\n", `line 2: volumes.plugin_wait: 2h0m0s: want a duration from 0s (do not wait) to 1h0m0s, like "30s"`},
 		{"stall after not a duration", "volumes:\n  stall_after: soon\n", `line 2: volumes.stall_after: "soon": want a duration like "30s" or "500ms"`},
 		{"backoff max", "volumes:\n  retry:\n    initial: 1m\n    max: 1s\n", `line 4: volumes.retry.max: 1s is shorter than initial (1m0s)`},
 		{"backoff jitter", "plugins:\n  restart_backoff:\n    jitter: 2\n", `line 3: plugins.restart_backoff.jitter: 2: want a fraction from 0 to 1`},

@@ -68,7 +68,9 @@ func (r *Runtime) ClaimWait(ctx context.Context, volumeID string, req ClaimReque
 	if err != nil {
 		return Claim{}, err
 	}
-	c, err := r.claimApplied(ctx, func() (volume.Claim, error) { return r.volumes.ClaimWait(ctx, vr, wait) })
+	c, err := waitOut(ctx, pluginWaiter{r: r, op: "claim", vol: volumeID, alloc: req.Alloc}, func() (volume.Claim, error) {
+		return r.claimApplied(ctx, func() (volume.Claim, error) { return r.volumes.ClaimWait(ctx, vr, wait) })
+	})
 	if err != nil {
 		return Claim{}, mapErr(err)
 	}

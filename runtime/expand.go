@@ -57,7 +57,9 @@ func (r *Runtime) ExpandVolume(ctx context.Context, id string, req ExpandRequest
 	if err := r.ready(); err != nil {
 		return Volume{}, err
 	}
-	v, err := r.volumes.Expand(ctx, id, req.CapacityBytes)
+	v, err := waitOut(ctx, pluginWaiter{r: r, op: "expansion", vol: id}, func() (volume.Volume, error) {
+		return r.volumes.Expand(ctx, id, req.CapacityBytes)
+	})
 	if err != nil {
 		return Volume{}, mapErr(err)
 	}

@@ -56,7 +56,9 @@ func (r *Runtime) ModifyVolume(ctx context.Context, id string, req ModifyRequest
 	if err := r.ready(); err != nil {
 		return Volume{}, err
 	}
-	v, err := r.volumes.Modify(ctx, id, req.MutableParameters)
+	v, err := waitOut(ctx, pluginWaiter{r: r, op: "modification", vol: id}, func() (volume.Volume, error) {
+		return r.volumes.Modify(ctx, id, req.MutableParameters)
+	})
 	if err != nil {
 		return Volume{}, mapErr(err)
 	}

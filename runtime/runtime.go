@@ -598,7 +598,9 @@ func (r *Runtime) CreateVolume(ctx context.Context, spec CreateVolumeSpec) (Volu
 		vs.CloneOf = spec.ContentSource.Volume
 		vs.FromSnapshot = spec.ContentSource.Snapshot
 	}
-	v, err := r.volumes.Create(ctx, vs)
+	v, err := waitOut(ctx, pluginWaiter{r: r, op: "create", vol: spec.ID}, func() (volume.Volume, error) {
+		return r.volumes.Create(ctx, vs)
+	})
 	if err != nil {
 		return Volume{}, mapErr(err)
 	}
@@ -697,7 +699,9 @@ func (r *Runtime) Claim(ctx context.Context, volumeID string, req ClaimRequest) 
 	if err != nil {
 		return Claim{}, err
 	}
-	c, err := r.claimApplied(ctx, func() (volume.Claim, error) { return r.volumes.Claim(ctx, vr) })
+	c, err := waitOut(ctx, pluginWaiter{r: r, op: "claim", vol: volumeID, alloc: req.Alloc}, func() (volume.Claim, error) {
+		return r.claimApplied(ctx, func() (volume.Claim, error) { return r.volumes.Claim(ctx, vr) })
+	})
 	if err != nil {
 		return Claim{}, mapErr(err)
 	}
@@ -742,7 +746,9 @@ func (r *Runtime) Release(ctx context.Context, volumeID, alloc string) (Claim, e
 	if err := r.ready(); err != nil {
 		return Claim{}, err
 	}
-	c, err := r.volumes.Release(ctx, volumeID, alloc)
+	c, err := waitOut(ctx, pluginWaiter{r: r, op: "release", vol: volumeID, alloc: alloc}, func() (volume.Claim, error) {
+		return r.volumes.Release(ctx, volumeID, alloc)
+	})
 	if err != nil {
 		return Claim{}, mapErr(err)
 	}

@@ -1,6 +1,10 @@
 package registry
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/csiactor/csiactor/actors/plugin"
+)
 
 var (
 	// ErrPluginNotFound is returned when no allocation of the plugin (or of
@@ -26,3 +30,19 @@ var (
 	// ErrStore wraps a failure of the store.
 	ErrStore = errors.New("store failed")
 )
+
+// UnhealthyError is the error Client returns when Plugin has allocations
+// in Role but none is healthy (a restarting plugin, for one). It matches
+// ErrNoHealthyPlugin with errors.Is; callers that wait for the plugin find
+// which one with errors.As.
+type UnhealthyError struct {
+	Plugin string
+	Role   plugin.Role
+	// Msg says which allocation is the newest and why it is unhealthy.
+	Msg string
+}
+
+func (e *UnhealthyError) Error() string { return e.Msg }
+
+// Is reports whether target is ErrNoHealthyPlugin.
+func (e *UnhealthyError) Is(target error) bool { return target == ErrNoHealthyPlugin }

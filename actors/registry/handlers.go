@@ -426,8 +426,8 @@ func (r *Actor) onGetClient(m *GetClient) *ClientResult {
 	}
 	if c.active == "" {
 		s := r.allocs[c.singleton]
-		return &ClientResult{Err: kinderr.Errorf(ErrNoHealthyPlugin,
-			"plugin %q has no healthy %s allocation (newest, %s: %s)", m.Plugin, m.Role, c.singleton, s.status.Description)}
+		return &ClientResult{Err: &UnhealthyError{Plugin: m.Plugin, Role: m.Role,
+			Msg: fmt.Sprintf("plugin %q has no healthy %s allocation (newest, %s: %s)", m.Plugin, m.Role, c.singleton, s.status.Description)}}
 	}
 	e := r.allocs[c.active]
 	return &ClientResult{Target: Target{

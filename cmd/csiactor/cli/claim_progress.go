@@ -51,7 +51,7 @@ func claimWithProgress(ctx context.Context, e *env, cl *api.Client, volume strin
 		return err
 	}
 	if !progress {
-		c, err := claim()
+		c, err := waitNotice(tctx, e, cl, volume, req.Alloc, claim)
 		return c, timedOut(err)
 	}
 
@@ -90,6 +90,8 @@ func claimWithProgress(ctx context.Context, e *env, cl *api.Client, volume strin
 				return nil
 			}
 			switch ev.Type {
+			case runtime.EventPluginWait:
+				fmt.Fprintf(e.stderr, "csiactor: %s; waiting\n", ev.Message)
 			case runtime.EventClaimStep, runtime.EventClaimRetrying, runtime.EventClaimRepaired:
 				fmt.Fprintf(e.stdout, "  %s  %s\n", ev.Time.Local().Format(time.TimeOnly), ev.Message)
 			case runtime.EventClaimPublished, runtime.EventClaimFailed:

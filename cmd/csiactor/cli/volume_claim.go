@@ -173,7 +173,7 @@ released is released first, then forced the same way.`,
 			if *force {
 				return forceRelease(ctx, e, cl, cf, args[0], *alloc)
 			}
-			c, err := cl.Release(ctx, args[0], *alloc)
+			c, err := waitNotice(ctx, e, cl, args[0], *alloc, func() (runtime.Claim, error) { return cl.Release(ctx, args[0], *alloc) })
 			if err != nil {
 				return err
 			}

@@ -41,7 +41,9 @@ Example:
 			if size <= 0 {
 				return usagef("-capacity must be positive")
 			}
-			v, err := cl.ExpandVolume(ctx, args[0], runtime.ExpandRequest{CapacityBytes: size})
+			v, err := waitNotice(ctx, e, cl, args[0], "", func() (runtime.Volume, error) {
+				return cl.ExpandVolume(ctx, args[0], runtime.ExpandRequest{CapacityBytes: size})
+			})
 			if err != nil {
 				return err
 			}

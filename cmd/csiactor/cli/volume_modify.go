@@ -34,7 +34,9 @@ Example:
 			if len(params.m) == 0 {
 				return usagef("-param is required")
 			}
-			v, err := cl.ModifyVolume(ctx, args[0], runtime.ModifyRequest{MutableParameters: params.m})
+			v, err := waitNotice(ctx, e, cl, args[0], "", func() (runtime.Volume, error) {
+				return cl.ModifyVolume(ctx, args[0], runtime.ModifyRequest{MutableParameters: params.m})
+			})
 			if err != nil {
 				return err
 			}

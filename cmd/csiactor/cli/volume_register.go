@@ -218,7 +218,7 @@ Example:
 			if err := usageFromField(cs.Validate(), volumeFlagNames); err != nil {
 				return err
 			}
-			v, err := cl.CreateVolume(ctx, cs)
+			v, err := waitNotice(ctx, e, cl, cs.ID, "", func() (runtime.Volume, error) { return cl.CreateVolume(ctx, cs) })
 			if err != nil {
 				return err
 			}
