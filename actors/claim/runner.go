@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -209,11 +210,11 @@ func (r *Runner) step(ctx context.Context, s Step) Result {
 			// The plugin removes what it made at the target; the
 			// per-alloc directories are ours. Remove fails on a
 			// directory that is not empty, which is what we want.
-			_ = os.Remove(s.TargetPath)
+			r.removeLeftMount(s, s.TargetPath, res.Err)
 			_ = os.Remove(filepath.Dir(s.TargetPath))
 			_ = os.Remove(filepath.Dir(filepath.Dir(s.TargetPath)))
 		case NodeUnstage:
-			_ = os.Remove(s.StagingPath)
+			r.removeLeftMount(s, s.StagingPath, res.Err)
 			_ = os.Remove(filepath.Dir(s.StagingPath))
 		}
 	} else {
@@ -302,6 +303,40 @@ func (r *Runner) stepCall(s Step, pubCtx *map[string]string) func(context.Contex
 		return fmt.Errorf("%w: unknown claim step %s", ErrInvalid, s.Method)
 	}
 }
+
+// removeLeftMount removes path, the target or staging of an unpublish or
+// unstage that the plugin answered as done (err is a NotFound taken as
+// done, or nil). A path the plugin left mounted (EBUSY) is unmounted
+// first: a plugin killed between its mount and its own record of it
+// answers NotFound after its restart and never unmounts it, and the path
+// is the agent's, which nothing else will clean.
+func (r *Runner) removeLeftMount(s Step, path string, err error) {
+	rerr := os.Remove(path)
+	if !errors.Is(rerr, syscall.EBUSY) {
+		return
+	}
+	log := r.log.WithFields(logrus.Fields{
+		"plugin": s.Plugin, "volume": s.Volume, "alloc": s.Alloc, "method": s.Method.String(), "path": path,
+	})
+	if err != nil {
+		log = log.WithField("answer", err.Error())
+	}
+	// Mounts may be stacked there (a publish repeated by a plugin that
+	// lost its record): one unmount each, a few at most.
+	for range maxLeftMounts {
+		if uerr := mountprobe.Unmount(path); uerr != nil {
+			log.WithField("unmount_error", uerr.Error()).Warn("the plugin answered done but left the path mounted, and the agent could not unmount it")
+			return
+		}
+		log.Warn("the plugin answered done but left the path mounted; the agent unmounted it")
+		if !errors.Is(os.Remove(path), syscall.EBUSY) {
+			return
+		}
+	}
+}
+
+// maxLeftMounts bounds the unmounts of removeLeftMount at one path.
+const maxLeftMounts = 4
 
 // unmountDead handles a NodeUnpublishVolume or NodeUnstageVolume that
 // failed with err: when its path is a dead mount (see mountprobe), the
