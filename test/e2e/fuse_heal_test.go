@@ -305,7 +305,9 @@ func TestDocker_FUSEPluginKilled_Containers(t *testing.T) {
 		return dk
 	})
 	vol := "dk-fuse"
-	dk.MustRun("volume", "create", "-d", name, "-o", "size=1MiB", vol)
+	// sharing=all: the container started after the heal claims the
+	// volume beside the running one.
+	dk.MustRun("volume", "create", "-d", name, "-o", "size=1MiB", "-o", "sharing=all", vol)
 	dk.MustRun("run", "-d", "--network", "none", "--name", "c1", "-v", vol+":/data", engines.Image, "sh", "-c", "echo kept > /data/f; "+engines.Idle)
 	c := h.waitDockerPublished(vol)
 	h.eventually("c1's file on the host", settleDeadline, func() (bool, string) {
