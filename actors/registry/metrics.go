@@ -1,6 +1,8 @@
 package registry
 
 import (
+	"maps"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/csiactor/csiactor/actors/plugin"
@@ -61,7 +63,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for k, n := range s.transitions {
 		ch <- prometheus.MustNewConstMetric(c.transitions, prometheus.CounterValue, float64(n), k.plugin, string(k.role))
 	}
-	for p, n := range s.hung {
+	// Every registered plugin has its series, zero until the first
+	// finding, so that increase() sees the first one too.
+	hung := maps.Clone(s.hung)
+	if hung == nil {
+		hung = map[string]uint64{}
+	}
+	for _, a := range s.allocs {
+		hung[a.Plugin] += 0
+	}
+	for p, n := range hung {
 		ch <- prometheus.MustNewConstMetric(c.hung, prometheus.CounterValue, float64(n), p)
 	}
 }
