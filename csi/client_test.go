@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -336,5 +337,46 @@ func TestClient_PluginKilledMidCall_Unavailable(t *testing.T) {
 				t.Fatalf("call cut by Kill = %v (%s); want Unavailable, %s", err, Classify(tt.kind, err), tt.want)
 			}
 		})
+	}
+}
+
+func TestClient_CallObserver_SeesEveryEnd(t *testing.T) {
+	var mu sync.Mutex
+	var ends []CallEnd
+	p, c := startPlugin(t, fakeplugin.Config{}, WithRPCTimeout(50*time.Millisecond), WithCallObserver(func(e CallEnd) {
+		mu.Lock()
+		defer mu.Unlock()
+		ends = append(ends, e)
+	}))
+	p.SetFault("NodePublishVolume", fakeplugin.Fault{Hang: true})
+	p.SetFault("NodeUnpublishVolume", fakeplugin.Fault{Code: codes.Internal})
+	ctx := testCtx(t)
+	if _, err := c.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{VolumeId: "v", TargetPath: "/t", VolumeCapability: mountCap()})
+	_ = c.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: "v", TargetPath: "/t"})
+	req, resp := &csipb.NodeGetInfoRequest{}, &csipb.NodeGetInfoResponse{}
+	_ = c.Invoke(ctx, "/csi.v1.Node/NodeGetInfo", req, resp)
+
+	want := []struct {
+		method  string
+		service Service
+		code    codes.Code
+	}{
+		{"Probe", ServiceIdentity, codes.OK},
+		{"NodePublishVolume", ServiceNode, codes.DeadlineExceeded},
+		{"NodeUnpublishVolume", ServiceNode, codes.Internal},
+		{"NodeGetInfo", ServiceNode, codes.OK},
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ends) != len(want) {
+		t.Fatalf("observed %d ends, want %d: %+v", len(ends), len(want), ends)
+	}
+	for i, w := range want {
+		if e := ends[i]; e.Method != w.method || e.Service != w.service || Code(e.Err) != w.code {
+			t.Errorf("end %d = %s %s %s, want %s %s %s", i, e.Service, e.Method, Code(e.Err), w.service, w.method, w.code)
+		}
 	}
 }

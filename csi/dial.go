@@ -45,6 +45,7 @@ type options struct {
 	log          *logrus.Entry
 	metrics      *Metrics
 	plugin       string
+	onCallEnd    func(CallEnd)
 }
 
 // WithRPCTimeout sets the timeout applied to every RPC except Probe. Zero
@@ -65,6 +66,12 @@ func WithMetrics(m *Metrics) Option { return func(o *options) { o.metrics = m } 
 
 // WithPluginName sets the plugin label of log lines and metrics.
 func WithPluginName(name string) Option { return func(o *options) { o.plugin = name } }
+
+// WithCallObserver makes the client call fn after every RPC ends (the
+// typed methods and Invoke alike), on the goroutine that made the call,
+// with the method and the error the caller gets. fn must not block: it
+// delays the caller.
+func WithCallObserver(fn func(CallEnd)) Option { return func(o *options) { o.onCallEnd = fn } }
 
 func buildOptions(opts []Option) (options, error) {
 	o := options{}
@@ -165,7 +172,7 @@ func Dial(ctx context.Context, endpoint string, opts ...Option) (Client, error) 
 			MinConnectTimeout: 5 * time.Second,
 		}),
 		grpc.WithChainUnaryInterceptor(
-			observeInterceptor(o.plugin, o.log, o.metrics),
+			observeInterceptor(o.plugin, o.log, o.metrics, o.onCallEnd),
 			scrubInterceptor,
 		),
 	)

@@ -24,11 +24,34 @@ func shortMethod(full string) string {
 	return full
 }
 
-// observeInterceptor records every call's duration in m (when not nil) and,
-// when log is at debug level, logs the method, duration, code, and the
-// request and response with secrets and mount flags stripped. It runs
-// outside scrubInterceptor, so the errors it sees and logs are scrubbed.
-func observeInterceptor(plugin string, log *logrus.Entry, m *Metrics) grpc.UnaryClientInterceptor {
+// CallEnd is what a call observer (WithCallObserver) learns of an RPC
+// that ended.
+type CallEnd struct {
+	// Method is the short method name, like "NodePublishVolume".
+	Method string
+	// Service is the service the method belongs to.
+	Service Service
+	// Err is the call's error as the caller gets it (scrubbed of secrets),
+	// nil on success. A call its deadline ended has Code DeadlineExceeded.
+	Err error
+}
+
+// serviceOf returns the service of a gRPC method name
+// ("/csi.v1.Node/NodePublishVolume" → ServiceNode) without a lookup.
+func serviceOf(fullMethod string) Service {
+	svc, _, _ := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/")
+	if i := strings.LastIndexByte(svc, '.'); i >= 0 {
+		svc = svc[i+1:]
+	}
+	return Service(svc)
+}
+
+// observeInterceptor records every call's duration in m (when not nil),
+// when log is at debug level logs the method, duration, code, and the
+// request and response with secrets and mount flags stripped, and passes
+// the call's end to onEnd (when not nil). It runs outside
+// scrubInterceptor, so the errors it sees and logs are scrubbed.
+func observeInterceptor(plugin string, log *logrus.Entry, m *Metrics, onEnd func(CallEnd)) grpc.UnaryClientInterceptor {
 	// The series of successful calls, by full method: looked up once per
 	// method instead of hashing three label values on every call.
 	var okSeries sync.Map // string -> prometheus.Observer
@@ -69,6 +92,9 @@ func observeInterceptor(plugin string, log *logrus.Entry, m *Metrics) grpc.Unary
 				fields["response"] = sanitizeAny(reply)
 			}
 			log.WithFields(fields).Debug("CSI call")
+		}
+		if onEnd != nil {
+			onEnd(CallEnd{Method: method, Service: serviceOf(fullMethod), Err: err})
 		}
 		return err
 	}

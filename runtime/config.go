@@ -30,6 +30,12 @@ const (
 	DefaultKillTimeout       = 5 * time.Second
 	DefaultHealthTimeout     = 2 * time.Minute
 	DefaultMaxInFlight       = 16
+	DefaultHungRPCRestart    = 3
+	// HungRPCRestartOff turns plugins.hung_rpc_restart off in a Config,
+	// where zero means the default; the config file says 0.
+	HungRPCRestartOff = -1
+	// MaxHungRPCRestart is the largest plugins.hung_rpc_restart.
+	MaxHungRPCRestart = 1000
 	// APISocketName is the API socket's file name in the data dir.
 	APISocketName = "api.sock"
 	// MaxConfigFileSize is the largest config file LoadConfigFile reads.
@@ -153,6 +159,17 @@ type PluginsConfig struct {
 	// their plugin) and the next agent adopts them; only deregistration,
 	// removal from the config file and the exit of `agent -dev` stop them.
 	StopOnAgentExit bool `yaml:"stop_on_agent_exit"`
+	// HungRPCRestart is how many node RPCs in a row of one allocation
+	// (NodeStageVolume, NodePublishVolume, NodeGetVolumeStats, ...) may end
+	// in DeadlineExceeded while the plugin still answers Probe: then an
+	// exec-managed plugin is restarted with RestartBackoff, and an
+	// attached allocation is reported unhealthy until its next
+	// fingerprint (event plugin-hung, csiactor_plugin_hung_restarts_total).
+	// A node RPC the plugin answers, with success or an error, starts the
+	// count over, so one slow volume restarts nothing. Zero means
+	// DefaultHungRPCRestart; HungRPCRestartOff turns it off (0 in the
+	// config file); at most MaxHungRPCRestart.
+	HungRPCRestart int `yaml:"hung_rpc_restart"`
 	// RegistrationDir, when set, is a kubelet plugin registration
 	// directory (the kubelet's is /var/lib/kubelet/plugins_registry) that
 	// the agent watches as the kubelet does: a CSI driver whose registrar
@@ -292,6 +309,7 @@ func DefaultConfig() Config {
 			KillTimeout:       DefaultKillTimeout,
 			RestartBackoff:    DefaultBackoff(),
 			HealthTimeout:     DefaultHealthTimeout,
+			HungRPCRestart:    DefaultHungRPCRestart,
 		},
 		Volumes: VolumesConfig{Retry: DefaultBackoff(), StatsInterval: DefaultStatsInterval, StallAfter: DefaultStallAfter,
 			MountCheckInterval: DefaultMountCheckInterval, PluginWait: DefaultPluginWait},
@@ -312,6 +330,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.Plugins.MaxInFlight, d.Plugins.MaxInFlight)
 	setDefault(&c.Plugins.KillTimeout, d.Plugins.KillTimeout)
 	setDefault(&c.Plugins.HealthTimeout, d.Plugins.HealthTimeout)
+	setDefault(&c.Plugins.HungRPCRestart, d.Plugins.HungRPCRestart)
 	c.Plugins.RestartBackoff = c.Plugins.RestartBackoff.WithDefaults()
 	c.Volumes.Retry = c.Volumes.Retry.WithDefaults()
 	setDefault(&c.Volumes.StatsInterval, d.Volumes.StatsInterval)
@@ -423,6 +442,12 @@ func (c Config) Validate() error {
 	}
 	if p.MaxInFlight < 0 {
 		return fieldErr("plugins.max_in_flight", "must not be negative")
+	}
+	switch n := p.HungRPCRestart; {
+	case n < 0 && n != HungRPCRestartOff:
+		return fieldErr("plugins.hung_rpc_restart", fmt.Sprintf("%d is negative; 0 turns the restart off", n))
+	case n > MaxHungRPCRestart:
+		return fieldErr("plugins.hung_rpc_restart", fmt.Sprintf("%d is more than %d; 0 turns the restart off", n, MaxHungRPCRestart))
 	}
 	if err := p.RestartBackoff.Validate(); err != nil {
 		return prefixed("plugins.restart_backoff", err)
@@ -569,6 +594,17 @@ func ParseConfig(data []byte) (Config, error) {
 		d := &configDecoder{lines: lines, budget: 1 << 16}
 		if err := d.decode(doc.Content[0], reflect.ValueOf(&cfg).Elem(), ""); err != nil {
 			return Config{}, err
+		}
+	}
+	// In the file, 0 turns the hung-RPC restart off and a negative count is
+	// a mistake (HungRPCRestartOff is the Config's way to say off).
+	if n, ok := lines["plugins.hung_rpc_restart"]; ok {
+		switch {
+		case cfg.Plugins.HungRPCRestart < 0:
+			return Config{}, fmt.Errorf("line %d: %w", n, fieldErr("plugins.hung_rpc_restart",
+				fmt.Sprintf("%d is negative; 0 turns the restart off", cfg.Plugins.HungRPCRestart)))
+		case cfg.Plugins.HungRPCRestart == 0:
+			cfg.Plugins.HungRPCRestart = HungRPCRestartOff
 		}
 	}
 	// Zero means the default in a Config, but a zero written in the file

@@ -34,6 +34,7 @@ plugins:
     jitter: 0.5
   health_timeout: 5m
   stop_on_agent_exit: true
+  hung_rpc_restart: 5
 volumes:
   retry:
     initial: 250ms
@@ -68,7 +69,7 @@ func TestParseConfig_Full(t *testing.T) {
 		HeartbeatInterval: 30 * time.Second, ProbeTimeout: 2 * time.Second, RPCTimeout: 90 * time.Second,
 		MaxInFlight: 4, KillTimeout: 10 * time.Second,
 		RestartBackoff: BackoffConfig{Initial: time.Second, Max: time.Minute, Multiplier: 3, Jitter: 0.5},
-		HealthTimeout:  5 * time.Minute, StopOnAgentExit: true,
+		HealthTimeout:  5 * time.Minute, StopOnAgentExit: true, HungRPCRestart: 5,
 	}
 	// Keys left out of a nested block keep their defaults.
 	want.Volumes.Retry.Initial = 250 * time.Millisecond
@@ -143,6 +144,9 @@ func TestParseConfig_Errors(t *testing.T) {
 		{"negative health timeout", "plugins:\n  health_timeout: -1m\n", `line 2: plugins.health_timeout: -1m0s is negative`},
 		{"health timeout under probe timeout", "plugins:\n  probe_timeout: 5s\n  health_timeout: 1s\n", `line 3: plugins.health_timeout: 1s is shorter than plugins.probe_timeout (5s)`},
 		{"health timeout not a duration", "plugins:\n  health_timeout: 120\n", `line 2: plugins.health_timeout: want a duration`},
+		{"hung rpc restart negative", "plugins:\n  hung_rpc_restart: -1\n", `line 2: plugins.hung_rpc_restart: -1 is negative; 0 turns the restart off`},
+		{"hung rpc restart absurd", "plugins:\n  hung_rpc_restart: 1001\n", `line 2: plugins.hung_rpc_restart: 1001 is more than 1000; 0 turns the restart off`},
+		{"hung rpc restart not an int", "plugins:\n  hung_rpc_restart: 3s\n", `line 2: plugins.hung_rpc_restart: want an integer`},
 		{"stop_on_agent_exit not a bool", "plugins:\n  stop_on_agent_exit: sometimes\n", `line 2: plugins.stop_on_agent_exit: want true or false`},
 		{"stats interval zero", "volumes:\n  stats_interval: 0s\n", `line 2: volumes.stats_interval: 0s: want a positive duration like "1m" (leave the key out for the default)`},
 		{"stats interval negative", "volumes:\n  stats_interval: -5s\n", `line 2: volumes.stats_interval: -5s is negative; want a positive duration like "1m"`},
@@ -176,6 +180,34 @@ func TestParseConfig_Errors(t *testing.T) {
 				t.Errorf("error %q repeats a value", err)
 			}
 		})
+	}
+}
+
+// TestParseConfig_HungRPCRestart: the key's default, a count, and 0,
+// which turns the restart off (HungRPCRestartOff, since zero means the
+// default in a Config).
+func TestParseConfig_HungRPCRestart(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int
+	}{
+		{"", DefaultHungRPCRestart},
+		{"plugins:\n  hung_rpc_restart: 5\n", 5},
+		{"plugins:\n  hung_rpc_restart: 1000\n", 1000},
+		{"plugins:\n  hung_rpc_restart: 0\n", HungRPCRestartOff},
+	} {
+		cfg, err := ParseConfig([]byte(tc.in))
+		if err != nil {
+			t.Fatalf("ParseConfig(%q): %v", tc.in, err)
+		}
+		if got := cfg.WithDefaults().Plugins.HungRPCRestart; got != tc.want {
+			t.Errorf("ParseConfig(%q): hung_rpc_restart %d, want %d", tc.in, got, tc.want)
+		}
+	}
+	c := DefaultConfig()
+	c.Plugins.HungRPCRestart = -2
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "plugins.hung_rpc_restart: -2 is negative") {
+		t.Errorf("Validate with hung_rpc_restart -2 = %v, want an error naming the key", err)
 	}
 }
 

@@ -223,6 +223,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 			StopGrace:         pc.KillTimeout,
 			StopOnShutdown:    pc.StopOnAgentExit,
 			HealthTimeout:     pc.HealthTimeout,
+			HungRPCRestart:    pc.HungRPCRestart,
 			RestartBackoff:    actorBackoff(pc.RestartBackoff),
 			Metrics:           metrics,
 		},
@@ -846,6 +847,8 @@ func (r *Runtime) forwardRegistryEvents(sub *actorkit.Subscription[registry.Even
 			}
 		case registry.EventNodeInfoChanged:
 			ev.Type = EventNodeInfoChanged
+		case registry.EventPluginHung:
+			ev.Type = EventPluginHung
 		case registry.EventLagged:
 			r.host.lagged(r.done)
 			ev.Type = EventsDropped

@@ -73,7 +73,12 @@ const (
 	// EventNodeInfoChanged: a fingerprint of a healthy node allocation
 	// found NodeGetInfo's answer changed; Message has the new
 	// max_volumes_per_node, which new claims are held to from now on.
-	EventNodeInfoChanged    = "node-info-changed"
+	EventNodeInfoChanged = "node-info-changed"
+	// EventPluginHung: an allocation answered Probe while its node RPCs
+	// kept ending in DeadlineExceeded (plugins.hung_rpc_restart in a
+	// row); Message says how many, and that an exec-managed plugin is
+	// being restarted (an attached one is reported unhealthy).
+	EventPluginHung         = "plugin-hung"
 	EventVolumeRegistered   = "volume-registered"
 	EventVolumeDeregistered = "volume-deregistered"
 	EventVolumeCreated      = "volume-created"

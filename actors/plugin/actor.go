@@ -88,7 +88,7 @@ type Actor struct {
 	proc          *proc.Process
 	adopting      bool        // proc was adopted and has not answered yet
 	adoptTried    bool        // the first start looked for a process to adopt
-	hungKill      bool        // proc was killed for staying unhealthy
+	killedFor     string      // why proc was killed to restart it ("" if it was not)
 	exits         []time.Time // exits within the restart window
 	startFailures int         // failed starts in a row
 	restartStep   int         // backoff step of the next restart
@@ -102,6 +102,9 @@ type Actor struct {
 	dialWarnAt    time.Time
 	dialWarnEvery time.Duration
 	overdue       bool // an attached allocation passed HealthTimeout
+
+	nodeTimeouts int  // node RPCs in a row that ended in DeadlineExceeded
+	hungCheck    bool // a fingerprint runs to see whether the plugin still answers
 }
 
 // Receive handles one message.
@@ -146,6 +149,10 @@ func (a *Actor) Receive(ctx actor.Context) {
 	case *healthTimedOut:
 		if m.owner == a {
 			a.onHealthTimedOut(ctx)
+		}
+	case *nodeCallEnded:
+		if m.owner == a {
+			a.onNodeCallEnded(m)
 		}
 	}
 }

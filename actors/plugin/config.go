@@ -70,6 +70,18 @@ type Config struct {
 	// an attached allocation's health description says so. Default 2
 	// minutes.
 	HealthTimeout time.Duration
+	// HungRPCRestart is how many node RPCs in a row (NodeStageVolume,
+	// NodePublishVolume, NodeGetVolumeStats, ...; not NodeGetInfo or
+	// NodeGetCapabilities, which the fingerprint sends) may end in
+	// DeadlineExceeded while the plugin still answers its fingerprint:
+	// then an exec-managed allocation's process is killed and restarted
+	// with the backoff, and an attached allocation is reported unhealthy
+	// until its next fingerprint. A node RPC that the plugin answers
+	// (success or its own error) starts the count over; one that ends
+	// without an answer otherwise (Canceled, Unavailable) does not count.
+	// Default DefaultHungRPCRestart; negative turns the count off; at most
+	// MaxHungRPCRestart.
+	HungRPCRestart int
 	// BaseEnv is the environment every exec-managed process starts from,
 	// before the allocation's Env and CSI_ENDPOINT. Default: PATH from the
 	// agent's environment (or a standard PATH), nothing else.
@@ -79,6 +91,13 @@ type Config struct {
 	// csiactor_csi_operations_seconds.
 	Metrics *csi.Metrics
 }
+
+// DefaultHungRPCRestart and MaxHungRPCRestart are the default and the
+// largest Config.HungRPCRestart.
+const (
+	DefaultHungRPCRestart = 3
+	MaxHungRPCRestart     = 1000
+)
 
 // DefaultConfig returns the defaults, without a logger or launcher.
 func DefaultConfig() Config {
@@ -105,6 +124,7 @@ func DefaultConfig() Config {
 		CrashLoopExits: 3,
 		StopGrace:      10 * time.Second,
 		HealthTimeout:  2 * time.Minute,
+		HungRPCRestart: DefaultHungRPCRestart,
 		BaseEnv:        []string{"PATH=" + path},
 	}
 }
@@ -141,6 +161,9 @@ func (c Config) withDefaults() Config {
 	if c.CrashLoopExits == 0 {
 		c.CrashLoopExits = d.CrashLoopExits
 	}
+	if c.HungRPCRestart == 0 {
+		c.HungRPCRestart = d.HungRPCRestart
+	}
 	if c.BaseEnv == nil {
 		c.BaseEnv = d.BaseEnv
 	}
@@ -173,6 +196,9 @@ func (c Config) Validate() error {
 	}
 	if c.CrashLoopExits < 0 {
 		return fmt.Errorf("%w: crash_loop_exits must not be negative", ErrInvalidConfig)
+	}
+	if c.HungRPCRestart > MaxHungRPCRestart {
+		return fmt.Errorf("%w: hung_rpc_restart %d is more than %d", ErrInvalidConfig, c.HungRPCRestart, MaxHungRPCRestart)
 	}
 	if err := c.RestartBackoff.Validate(); err != nil {
 		return fmt.Errorf("%w: restart_backoff: %w", ErrInvalidConfig, err)

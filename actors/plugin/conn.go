@@ -46,6 +46,9 @@ func (a *Actor) dialOptions() []csi.Option {
 	if a.cfg.Metrics != nil {
 		opts = append(opts, csi.WithMetrics(a.cfg.Metrics))
 	}
+	if a.cfg.HungRPCRestart > 0 && a.spec.Type.Serves(Node) {
+		opts = append(opts, csi.WithCallObserver(a.observeCall))
+	}
 	return opts
 }
 
@@ -163,6 +166,7 @@ func (a *Actor) onConnChanged(ctx actor.Context, m *connChanged) {
 		return
 	}
 	if m.state != connectivity.Ready {
+		a.nodeTimeouts = 0 // the plugin went away: whatever comes back starts afresh
 		a.setHealth(false, fmt.Sprintf("connection to plugin lost (%s)", m.state))
 		a.report(ctx)
 	}
@@ -228,8 +232,11 @@ func (a *Actor) onFingerprinted(ctx actor.Context, m *fingerprinted) {
 	case m.err == nil:
 		a.failures = 0
 		a.status.Fingerprint = m.fp
-		a.setHealth(true, "healthy")
+		if !a.hungFingerprint() {
+			a.setHealth(true, "healthy")
+		}
 	default:
+		a.hungCheck = false
 		a.failures++
 		a.setHealth(false, describe(m.err))
 		next = a.unhealthyDelay()

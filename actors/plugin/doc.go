@@ -18,8 +18,9 @@
 //     output, or adopted when a previous agent left it running (same PID
 //     and start time, and it answers on its socket; one that does not is
 //     killed and replaced); restarted with exponential backoff when it
-//     exits or stays unhealthy for Config.HealthTimeout; stopped (whole
-//     process group, SIGTERM then SIGKILL) on deregistration, and on
+//     exits, stays unhealthy for Config.HealthTimeout or hangs its node
+//     RPCs (Config.HungRPCRestart); stopped (one SIGTERM to the plugin,
+//     then SIGKILL to its process group) on deregistration, and on
 //     shutdown only with Config.StopOnShutdown: otherwise it is left
 //     running for the next agent.
 //

@@ -67,7 +67,8 @@ func (a *Actor) startProcess() {
 // it exits.
 func (a *Actor) watchProcess(p *proc.Process) {
 	a.proc = p
-	a.hungKill = false
+	a.killedFor = ""
+	a.nodeTimeouts, a.hungCheck = 0, false
 	a.status.PID, a.status.PIDStart = p.PID(), p.StartTicks()
 	a.restartHealthClock()
 	a.wg.Add(1)
@@ -201,8 +202,8 @@ func (a *Actor) onProcExited(ctx actor.Context, m *procExited) {
 		a.restartStep = 0 // it ran well for a while: start the backoff over
 	}
 	status := m.p.Status()
-	if a.hungKill {
-		status = fmt.Sprintf("signal: killed after it was not healthy for %s", a.cfg.HealthTimeout)
+	if a.killedFor != "" {
+		status = "signal: killed after " + a.killedFor
 	}
 	a.log.WithField("status", status).Warn("plugin process exited")
 	a.processExited(status)
@@ -297,12 +298,12 @@ func (a *Actor) onHealthTimedOut(ctx actor.Context) {
 		return
 	}
 	if a.spec.ExecManaged() {
-		if a.hungKill {
+		if a.killedFor != "" {
 			return
 		}
 		a.log.WithField("pid", a.proc.PID()).WithField("reason", a.status.Description).
 			Warnf("plugin not healthy for %s: killing its process to restart it", a.cfg.HealthTimeout)
-		a.hungKill = true
+		a.killedFor = fmt.Sprintf("it was not healthy for %s", a.cfg.HealthTimeout)
 		a.proc.Kill()
 		return
 	}

@@ -44,15 +44,35 @@ func runFakePlugin() int {
 		NodeID:            os.Getenv("FAKE_NODE_ID"),
 		ControllerPublish: true,
 	})
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM)
+	for _, m := range strings.Fields(os.Getenv("FAKE_HANG")) {
+		p.SetFault(m, fakeplugin.Fault{Hang: true})
+	}
+	// With FAKE_SIGNAL_LOG, every stop signal is recorded there (see
+	// fakeplugin.SignalRecorder); the first stops the plugin gracefully.
+	stopped := func() {}
+	var first <-chan struct{}
+	if path := os.Getenv("FAKE_SIGNAL_LOG"); path != "" {
+		r, err := fakeplugin.RecordSignals(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		first, stopped = r.First(), func() { r.Close(time.Second) }
+	} else {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { <-sig; close(done) }()
+		first = done
+	}
 	if err := p.Serve(path); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	fmt.Println("fake plugin serving on", path)
-	<-sig
+	<-first
 	p.Stop()
+	stopped()
 	fmt.Println("fake plugin stopped")
 	return 0
 }

@@ -97,6 +97,15 @@ type procExited struct {
 // the backoff after a process exit has passed.
 type restartProcess struct{ owner *Actor }
 
+// nodeCallEnded is sent to the actor by the allocation's client (its call
+// observer, on the caller's goroutine) when a node RPC that counts towards
+// Config.HungRPCRestart ended: timedOut when it ended in
+// DeadlineExceeded, else the plugin answered it.
+type nodeCallEnded struct {
+	owner    *Actor
+	timedOut bool
+}
+
 // healthTimedOut is sent to the actor by its health timer goroutine when
 // the allocation may have been unhealthy for Config.HealthTimeout.
 type healthTimedOut struct{ owner *Actor }

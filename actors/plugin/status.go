@@ -60,4 +60,8 @@ type Status struct {
 	PIDStart uint64
 	// Exits counts the process exits seen by this actor.
 	Exits int
+	// Hung counts the times this actor found the plugin's node RPCs hung
+	// (Config.HungRPCRestart): each time it restarted an exec-managed
+	// process, or reported an attached allocation unhealthy.
+	Hung int
 }

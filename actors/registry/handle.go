@@ -72,6 +72,7 @@ func start(ctx context.Context, system *actor.ActorSystem, cfg Config, subscribe
 			return Event{Time: time.Now(), Type: EventLagged, Dropped: n, Message: fmt.Sprintf("%d events dropped", n)}
 		}),
 		transitions: map[key]uint64{},
+		hung:        map[string]uint64{},
 	}
 	h.sh = sh
 	h.metrics = append(h.metrics, newCollector(sh))

@@ -229,6 +229,7 @@ func (r *Actor) onStatusChanged(ctx actor.Context, m *plugin.StatusChanged) {
 	if e.stopping {
 		return
 	}
+	r.hungEvent(e, old)
 	r.healthEvent(e, old)
 	r.nodeInfoEvent(e, old)
 	r.persistStatus(e)
@@ -250,6 +251,17 @@ func (r *Actor) healthEvent(e *entry, old plugin.Status) {
 		}
 	}
 	r.emit(Event{Type: EventHealthChanged, Plugin: e.spec.Plugin, Alloc: e.spec.ID, Healthy: e.status.Healthy, Message: e.status.Description})
+}
+
+// hungEvent counts an allocation found with hung node RPCs and emits
+// plugin_hung, before the health change it brings.
+func (r *Actor) hungEvent(e *entry, old plugin.Status) {
+	if e.status.Hung <= old.Hung {
+		return // the same, or a new incarnation of the actor counting anew
+	}
+	r.sh.hung[e.spec.Plugin] += uint64(e.status.Hung - old.Hung)
+	r.emit(Event{Type: EventPluginHung, Plugin: e.spec.Plugin, Alloc: e.spec.ID, Healthy: e.status.Healthy, Message: e.status.Description})
+	r.publish()
 }
 
 // nodeInfoEvent emits node_info_changed when the fingerprint's NodeGetInfo

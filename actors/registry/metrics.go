@@ -1,6 +1,8 @@
 package registry
 
 import (
+	"maps"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/csiactor/csiactor/actors/plugin"
@@ -14,6 +16,7 @@ type collector struct {
 	singleton   *prometheus.Desc
 	allocations *prometheus.Desc
 	transitions *prometheus.Desc
+	hung        *prometheus.Desc
 }
 
 func newCollector(sh *shared) *collector {
@@ -28,6 +31,8 @@ func newCollector(sh *shared) *collector {
 			"Registered allocations of the plugin in this role (type); a monolith counts in both.", []string{"plugin", "type"}, nil),
 		transitions: prometheus.NewDesc("csiactor_plugin_health_transitions_total",
 			"Times an allocation of the plugin in this role (type) went from healthy to unhealthy or back.", []string{"plugin", "type"}, nil),
+		hung: prometheus.NewDesc("csiactor_plugin_hung_restarts_total",
+			"Times an allocation of the plugin answered its fingerprint while its node RPCs kept timing out (plugins.hung_rpc_restart in a row): an exec-managed one was restarted, an attached one reported unhealthy.", []string{"plugin"}, nil),
 	}
 }
 
@@ -36,6 +41,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.singleton
 	ch <- c.allocations
 	ch <- c.transitions
+	ch <- c.hung
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -56,6 +62,18 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, n := range s.transitions {
 		ch <- prometheus.MustNewConstMetric(c.transitions, prometheus.CounterValue, float64(n), k.plugin, string(k.role))
+	}
+	// Every registered plugin has its series, zero until the first
+	// finding, so that increase() sees the first one too.
+	hung := maps.Clone(s.hung)
+	if hung == nil {
+		hung = map[string]uint64{}
+	}
+	for _, a := range s.allocs {
+		hung[a.Plugin] += 0
+	}
+	for p, n := range hung {
+		ch <- prometheus.MustNewConstMetric(c.hung, prometheus.CounterValue, float64(n), p)
 	}
 }
 

@@ -44,13 +44,15 @@ type entry struct {
 
 // shared is what outlives a restart of the registry actor. Its broker,
 // snapshot, supervisor and launcher are safe for concurrent use;
-// transitions and spawned are only touched by the registry actor's goroutine.
+// transitions, hung and spawned are only touched by the registry actor's
+// goroutine.
 type shared struct {
 	broker      *actorkit.Broker[Event]
 	snap        atomic.Pointer[snapshot]
 	sup         *actorkit.Supervisor
 	launcher    *proc.Launcher
 	transitions map[key]uint64
+	hung        map[string]uint64 // by plugin: allocations found with hung node RPCs
 	// spawned numbers allocation actors, so that no two actors ever have
 	// the same name, even across registry restarts (their messages are
 	// told apart by sender).
@@ -61,6 +63,7 @@ type shared struct {
 type snapshot struct {
 	allocs      []AllocationInfo
 	transitions map[key]uint64
+	hung        map[string]uint64
 }
 
 // candidates returns the allocations of k that take part in elections
@@ -273,5 +276,5 @@ func (r *Actor) summaries(infos []AllocationInfo) []PluginSummary {
 
 // publish refreshes the snapshot the metrics read.
 func (r *Actor) publish() {
-	r.sh.snap.Store(&snapshot{allocs: r.unsortedInfos(), transitions: maps.Clone(r.sh.transitions)})
+	r.sh.snap.Store(&snapshot{allocs: r.unsortedInfos(), transitions: maps.Clone(r.sh.transitions), hung: maps.Clone(r.sh.hung)})
 }

@@ -161,6 +161,11 @@ const (
 	// NodeGetInfo says (max_volumes_per_node, topology, node ID) without
 	// changing its health.
 	EventNodeInfoChanged EventType = "node_info_changed"
+	// EventPluginHung: an allocation answered its fingerprint while its
+	// node RPCs kept timing out (plugin.Config.HungRPCRestart in a row):
+	// an exec-managed allocation's process is being restarted, an
+	// attached one is reported unhealthy. Message says how many.
+	EventPluginHung EventType = "plugin_hung"
 	// EventLagged: the subscriber was too slow and lost Dropped events,
 	// the oldest it had not received; re-read the state to resync.
 	EventLagged EventType = "lagged"

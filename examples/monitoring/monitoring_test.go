@@ -45,7 +45,7 @@ var requiredAlerts = []string{
 	"CsiactorPluginUnhealthy", "CsiactorPluginNoHealthyAllocation",
 	"CsiactorClaimStuckInStep", "CsiactorClaimStuckInTeardown", "CsiactorClaimStalled", "CsiactorMountBroken",
 	"CsiactorVolumeAlmostFull", "CsiactorVolumeInodesLow", "CsiactorVolumeConditionAbnormal",
-	"CsiactorStoreCommitsSlow",
+	"CsiactorStoreCommitsSlow", "CsiactorPluginHungRestarted",
 }
 
 // metricRE finds csiactor metric names in PromQL.

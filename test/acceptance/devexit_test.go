@@ -2,14 +2,14 @@ package acceptance
 
 import (
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/csiactor/csiactor/internal/testbin"
 )
 
 // TestAgent_Dev_ExitStopsPlugin: plugins outlive an agent, but not an
-// `agent -dev`: its exit stops the example plugin and its log shim.
+// `agent -dev`: its exit on Ctrl-C stops the example plugin and its log
+// shim.
 func TestAgent_Dev_ExitStopsPlugin(t *testing.T) {
 	h := newHost(t)
 	a := h.startAgent("-dev", "-http-addr", "127.0.0.1:0")
@@ -19,7 +19,7 @@ func TestAgent_Dev_ExitStopsPlugin(t *testing.T) {
 	if len(procs) != 2 {
 		t.Fatalf("processes under the -dev data dir: %v, want the plugin and its log shim", procs)
 	}
-	a.signal(syscall.SIGINT)
+	a.interrupt() // as Ctrl-C does: to the agent's whole process group
 	if code := a.wait(); code != 0 {
 		t.Errorf("agent exit code after SIGINT: %d\n%s", code, testbin.Tail(a.logs(), 10))
 	}

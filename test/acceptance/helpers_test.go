@@ -136,6 +136,9 @@ func (h *host) startAgent(args ...string) *agent {
 	a.cmd = exec.Command(h.bin, append([]string{"agent"}, args...)...)
 	a.cmd.Env = h.env()
 	a.cmd.Stdout, a.cmd.Stderr = out, errf
+	// A process group of its own, as a shell gives a foreground job: see
+	// interrupt.
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	a.done, err = testbin.Start(h.t, a.cmd, func() { a.state = a.cmd.ProcessState })
 	if err != nil {
 		h.t.Fatal(err)
@@ -168,6 +171,16 @@ func (a *agent) exited() bool { return testbin.Closed(a.done) }
 func (a *agent) signal(sig syscall.Signal) {
 	a.h.t.Helper()
 	if err := a.cmd.Process.Signal(sig); err != nil && !a.exited() {
+		a.h.t.Fatal(err)
+	}
+}
+
+// interrupt sends SIGINT to the agent's process group, as Ctrl-C in a
+// terminal does to the foreground job: whatever the agent runs in its
+// group gets it too.
+func (a *agent) interrupt() {
+	a.h.t.Helper()
+	if err := syscall.Kill(-a.cmd.Process.Pid, syscall.SIGINT); err != nil && !a.exited() {
 		a.h.t.Fatal(err)
 	}
 }

@@ -17,11 +17,14 @@ import (
 // agent and a restart (which repairs nothing: nothing was lost), release
 // and delete. After every step that settles,
 // the driver's own bookkeeping and the mount table hold exactly what the
-// claims own.
+// claims own. With plugins.hung_rpc_restart at its strictest (one node RPC
+// that times out restarts the plugin), the normal lifecycle restarts
+// nothing.
 func TestAgent_Lifecycle(t *testing.T) {
 	defer leakcheck.Check(t)()
 	forEachDriver(t, func(t *testing.T, d driver) {
 		h := newHost(t)
+		h.pluginsExtra = "  hung_rpc_restart: 1\n"
 		a := h.startWith(d)
 		claims := h.claimAll(d)
 		for i, usage := range []string{"rw-file-system-single-node-writer", "rw-file-system-multi-node-multi-writer", "ro-file-system-multi-node-multi-writer"} {
@@ -60,6 +63,14 @@ func TestAgent_Lifecycle(t *testing.T) {
 		for _, vol := range []string{"data1", "logs"} {
 			h.ok("volume", "delete", vol)
 			h.fails(1, "not found", "volume", "status", vol)
+		}
+		for _, ev := range h.events() {
+			if ev.Type == runtime.EventPluginHung {
+				t.Errorf("the normal lifecycle found the plugin hung: %s: %s", ev.Alloc, ev.Message)
+			}
+		}
+		if n, ok := value(a.metrics(), "csiactor_plugin_hung_restarts_total", map[string]string{"plugin": d.plugin}); ok && n != 0 {
+			t.Errorf("csiactor_plugin_hung_restarts_total = %v after the normal lifecycle, want 0", n)
 		}
 		if s := d.state(h); len(s.Volumes) > 0 {
 			t.Errorf("%s still has volumes after every delete: %+v", d.plugin, s.Volumes)

@@ -26,9 +26,11 @@
 //
 // Every process is watched through a pidfd (pidfd_open and poll), so the
 // exit of an adopted process, which is not a child of this agent, is seen
-// as fast as a child's. [Process.Stop] sends SIGTERM to the plugin's
-// process group, then SIGKILL after a grace period, and waits for the
-// plugin, its shim and its output. [Process.Detach] stops watching and
+// as fast as a child's. [Process.Stop] sends one SIGTERM to the plugin
+// (not to its group: many plugins take a second SIGTERM as "exit now"),
+// then SIGKILL to its process group after a grace period, and waits for
+// the plugin, its shim and its output; whatever is left of the group gets
+// SIGKILL once the plugin has exited. [Process.Detach] stops watching and
 // leaves both running.
 //
 // [ReadOutput] and [FollowOutput] read a plugin's kept output, for the

@@ -1,0 +1,76 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/csiactor/csiactor/internal/leakcheck"
+	"github.com/csiactor/csiactor/internal/metrictest"
+	"github.com/csiactor/csiactor/runtime"
+)
+
+// TestRuntime_HungNodePublish_RestartsPlugin: an exec-managed plugin that
+// answers Probe but hangs NodePublishVolume is restarted once a claim's
+// publishes have timed out plugins.hung_rpc_restart times in a row; the
+// event plugin-hung and csiactor_plugin_hung_restarts_total say so, and
+// the claim, released, is torn down by the new process.
+func TestRuntime_HungNodePublish_RestartsPlugin(t *testing.T) {
+	defer leakcheck.Check(t)()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &testEnv{t: t, dataDir: shortDir(t, "csiactor-rt-")}
+	e.cfg = testConfig(e.dataDir)
+	e.cfg.Plugins.RPCTimeout = 200 * time.Millisecond
+	e.start()
+	ctx := context.Background()
+	if _, err := e.rt.RegisterAllocation(ctx, "h1", runtime.AllocationSpec{
+		Plugin: testPlugin, Type: runtime.TypeMonolith, Command: []string{self, "-test.run=^$"},
+		Env: map[string]string{fakePluginEnv: "1", "FAKE_HANG": "NodePublishVolume"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitAllocHealthy("h1")
+	first := e.alloc("h1").PID
+	if _, err := e.rt.RegisterVolume(ctx, "vol-1", volSpec("single-node-writer")); err != nil {
+		t.Fatal(err)
+	}
+
+	// The claim retries its publish, each attempt timing out, until the
+	// test has seen the restart and gives up on it.
+	claimCtx, cancel := context.WithCancel(ctx)
+	claimed := make(chan error, 1)
+	go func() {
+		_, err := e.rt.Claim(claimCtx, "vol-1", claimReq("a1", runtime.ModeWrite, "single-node-writer"))
+		claimed <- err
+	}()
+	eventually(t, "plugin-hung and a restarted plugin", func() (bool, error) {
+		pid := e.alloc("h1").PID
+		return len(e.eventsOf(runtime.EventPluginHung)) > 0 && pid != 0 && pid != first, nil
+	})
+	cancel()
+	if err := <-claimed; err == nil {
+		t.Fatal("a claim whose every publish hangs succeeded")
+	}
+	ev := e.eventsOf(runtime.EventPluginHung)[0]
+	if ev.Plugin != testPlugin || ev.Alloc != "h1" ||
+		ev.Message != "node RPCs hang: 3 in a row ended in DeadlineExceeded while the plugin answers Probe; restarting the plugin" {
+		t.Errorf("event %+v", ev)
+	}
+	if n, _ := metrictest.Value(t, e.reg, "csiactor_plugin_hung_restarts_total", map[string]string{"plugin": testPlugin}); n < 1 {
+		t.Errorf("csiactor_plugin_hung_restarts_total = %v, want at least 1", n)
+	}
+
+	if _, err := e.rt.Release(ctx, "vol-1", "a1"); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatal(err)
+	}
+	e.waitFreed("vol-1", "a1")
+	if err := e.rt.DeregisterAllocation(ctx, "h1"); err != nil {
+		t.Fatal(err)
+	}
+	e.stop()
+}
