@@ -16,7 +16,6 @@ import (
 	"github.com/csiactor/csiactor/api"
 	"github.com/csiactor/csiactor/internal/hostpath"
 	"github.com/csiactor/csiactor/internal/leakcheck"
-	"github.com/csiactor/csiactor/internal/testbin"
 	"github.com/csiactor/csiactor/runtime"
 )
 
@@ -197,15 +196,26 @@ func (h *host) pluginPID(c *api.Client, d driver) int {
 	return 0
 }
 
-// killPluginAtWholeState SIGKILLs d's plugin process and returns its PID. The
-// hostpath driver rewrites its state.json in place (truncate, write) and
-// does not start again from a torn one; so the process is stopped first,
-// and killed only when its state file is whole (continued and tried
-// again otherwise): the kill tests the agent, not the driver's writes.
+// killPluginAtWholeState SIGKILLs d's plugin process (stopped by
+// stopPluginAtWholeState first) and returns its PID.
 func (h *host) killPluginAtWholeState(c *api.Client, d driver) int {
 	h.t.Helper()
+	pid := h.stopPluginAtWholeState(c, d)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		h.t.Fatalf("kill %s (PID %d): %v", d.plugin, pid, err)
+	}
+	return pid
+}
+
+// stopPluginAtWholeState SIGSTOPs d's plugin process and returns its PID.
+// The hostpath driver rewrites its state.json in place (truncate, write)
+// and does not start again from a torn one; so it is stopped only when
+// its state file is whole (continued and tried again otherwise): a kill
+// that follows tests the agent, not the driver's writes.
+func (h *host) stopPluginAtWholeState(c *api.Client, d driver) int {
+	h.t.Helper()
 	var pid int
-	h.eventually("a whole state file to kill "+d.plugin+" at", readyDeadline, func() (bool, string) {
+	h.eventually("a whole state file to stop "+d.plugin+" at", readyDeadline, func() (bool, string) {
 		pid = h.pluginPID(c, d)
 		if pid == 0 {
 			return false, "no PID"
@@ -219,9 +229,23 @@ func (h *host) killPluginAtWholeState(c *api.Client, d driver) int {
 				return false, err.Error()
 			}
 		}
-		return syscall.Kill(pid, syscall.SIGKILL) == nil, "kill"
+		return true, ""
 	})
 	return pid
+}
+
+// waitPluginUnhealthy waits until d has no healthy controller or node, as
+// `csiactor plugin status -json` shows.
+func (h *host) waitPluginUnhealthy(d driver) {
+	h.t.Helper()
+	h.eventually("plugin "+d.plugin+" is unhealthy", readyDeadline, func() (bool, string) {
+		r := h.cli("plugin", "status", d.plugin, "-json")
+		var p runtime.Plugin
+		if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {
+			return false, r.String()
+		}
+		return p.NodesHealthy == 0 && p.ControllersHealthy == 0, r.stdout
+	})
 }
 
 func hasEventType(evs []runtime.Event, typ string) bool {
@@ -249,28 +273,15 @@ func TestAgent_PluginWaitEndsAtDeadline(t *testing.T) {
 			a := h.startWith(d)
 			defer a.stop()
 			h.createVolume(d, "data1", "multi-node-multi-writer")
-			pids := testbin.ProcessesWith(d.dir(h))
-			if len(pids) != 1 {
-				t.Fatalf("want one plugin process, found %v", pids)
-			}
-			if err := syscall.Kill(pids[0], syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = syscall.Kill(pids[0], syscall.SIGCONT) }()
-			h.eventually("the stopped plugin is unhealthy", readyDeadline, func() (bool, string) {
-				r := h.cli("plugin", "status", d.plugin, "-json")
-				var p runtime.Plugin
-				if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {
-					return false, r.String()
-				}
-				return p.NodesHealthy == 0 && p.ControllersHealthy == 0, r.stdout
-			})
-
 			c, err := api.NewClient(h.address())
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close()
+			pid := h.stopPluginAtWholeState(c, d)
+			defer func() { _ = syscall.Kill(pid, syscall.SIGCONT) }()
+			h.waitPluginUnhealthy(d)
+
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
 			_, err = c.Claim(ctx, "data1", runtime.ClaimRequest{Alloc: "web1", Mode: "write", AccessMode: "multi-node-multi-writer", AttachmentMode: "file-system"})
@@ -300,4 +311,123 @@ func TestAgent_PluginWaitEndsAtDeadline(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAgent_VolumeRequestsWaitOutAStoppedPlugin stops the plugin
+// (SIGSTOP) and sends, through the CLI with -json, a create, an expansion,
+// a modification and a claim: each waits (its plugin-wait event is sent
+// and the CLI says on stderr that it is waiting) and, once the plugin is
+// continued, succeeds with its answer alone on stdout. A release sent
+// while the plugin is stopped answers at once, without a wait, and its
+// teardown finishes once the plugin is back. The driver's state and the
+// mount table then hold what the claims own, and nothing once they are
+// released.
+func TestAgent_VolumeRequestsWaitOutAStoppedPlugin(t *testing.T) {
+	defer leakcheck.Check(t)()
+	forEachDriver(t, func(t *testing.T, d driver) {
+		d = modifyDriver(d)
+		h := newHost(t)
+		a := h.startWith(d) // volumes.plugin_wait at its default, 30s
+		defer a.stop()
+		const mode = "multi-node-multi-writer"
+		for _, v := range []string{"grow", "tune", "use"} {
+			h.createVolume(d, v, mode)
+		}
+		h.ok("volume", "claim", "-alloc", "old", "-mode", "write", "-access-mode", mode, "use")
+		grown := h.volume("grow").CapacityBytes + 1<<20
+		c, err := api.NewClient(h.address())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		pid := h.stopPluginAtWholeState(c, d)
+		continued := false
+		defer func() {
+			if !continued {
+				_ = syscall.Kill(pid, syscall.SIGCONT)
+			}
+		}()
+		h.waitPluginUnhealthy(d)
+
+		// A release needs no plugin to answer: the past claim is recorded.
+		var released runtime.Claim
+		if err := json.Unmarshal([]byte(h.ok("volume", "release", "-json", "-alloc", "old", "use")), &released); err != nil {
+			t.Fatal(err)
+		}
+		if released.State != runtime.ClaimTaken {
+			t.Errorf("released while the plugin is stopped: state %s, want %s", released.State, runtime.ClaimTaken)
+		}
+
+		type request struct {
+			volume, alloc string
+			wait          func() result
+			printed       func() string
+		}
+		start := func(volume, alloc string, args ...string) request {
+			wait, printed := h.background(args...)
+			return request{volume: volume, alloc: alloc, wait: wait, printed: printed}
+		}
+		reqs := []request{
+			start("new", "", append(append([]string{"volume", "create", "-json", "-plugin", d.plugin}, d.create...), "-capability", mode, "new")...),
+			start("grow", "", "volume", "expand", "-json", "-capacity", fmt.Sprint(grown), "grow"),
+			start("tune", "", "volume", "modify", "-json", "-param", "iops=3000", "tune"),
+			start("use", "web", "volume", "claim", "-json", "-alloc", "web", "-mode", "write", "-access-mode", mode, "use"),
+		}
+		// Each waits for the plugin: its event is sent and the CLI tells it.
+		for _, r := range reqs {
+			h.eventually(fmt.Sprintf("a %s event for %s and the CLI's notice", runtime.EventPluginWait, r.volume), readyDeadline, func() (bool, string) {
+				ok := hasEvent(h.events(), runtime.EventPluginWait, r.alloc, r.volume) && strings.Contains(r.printed(), "; waiting")
+				return ok, r.printed()
+			})
+		}
+		if hasEvent(h.events(), runtime.EventPluginWait, "old", "use") {
+			t.Errorf("the release waited for the plugin")
+		}
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		continued = true
+
+		for _, r := range reqs {
+			res := r.wait()
+			if res.code != 0 || !strings.Contains(res.stderr, "waits up to") {
+				t.Errorf("want exit 0 with the wait told on stderr; got %s", res)
+				continue
+			}
+			if r.alloc != "" {
+				var cl runtime.Claim
+				if err := json.Unmarshal([]byte(res.stdout), &cl); err != nil || cl.State != runtime.ClaimPublished {
+					t.Errorf("claim: stdout is not the published claim (%v): %s", err, res)
+				}
+				continue
+			}
+			var v runtime.Volume
+			if err := json.Unmarshal([]byte(res.stdout), &v); err != nil || v.ID != r.volume {
+				t.Errorf("stdout is not volume %s (%v): %s", r.volume, err, res)
+			}
+		}
+		if got := h.volume("grow").CapacityBytes; got < grown {
+			t.Errorf("volume grow has %d bytes after its expansion to %d", got, grown)
+		}
+		if got := h.volume("tune").MutableParameters["iops"]; got != "3000" {
+			t.Errorf("volume tune's iops = %q after its modification, want 3000", got)
+		}
+		// The old claim's teardown finished once the plugin was back; the
+		// driver and the mount table hold the new claim alone.
+		for _, v := range h.checkSettled(d, "after the plugin continued") {
+			want := 0
+			if v.ID == "use" {
+				want = 1
+			}
+			if len(v.Claims) != want {
+				t.Errorf("volume %s: %s; want %d claims", v.ID, describe(v), want)
+			}
+		}
+		h.ok("volume", "release", "-alloc", "web", "use")
+		for _, v := range h.checkSettled(d, "after the release") {
+			if len(v.Claims) > 0 {
+				t.Errorf("volume %s still has claims: %s", v.ID, describe(v))
+			}
+		}
+	})
 }
