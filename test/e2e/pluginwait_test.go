@@ -32,8 +32,9 @@ const (
 // through the API, each request with a deadline far longer than the
 // restart. Every claim must be published and no request answered 503:
 // those that find the plugin restarting wait for it (volumes.plugin_wait).
-// With plugin_wait 0s, the same run reports how many were 503s (the
-// behaviour before the wait), which it only logs. After the run, every
+// With plugin_wait 0s, the same run reports how many claims were 503s (the
+// behaviour before the wait), which it only logs; a release is never a
+// 503 (it answers once the past claim is recorded). After the run, every
 // claim is released and the driver's state and the mount table must hold
 // nothing.
 func TestAgent_ClaimsWaitOutPluginRestart(t *testing.T) {
@@ -41,19 +42,28 @@ func TestAgent_ClaimsWaitOutPluginRestart(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d driver) {
 		for _, wait := range []string{"30s", "0s"} {
 			t.Run("plugin_wait="+wait, func(t *testing.T) {
-				n503, total := crashRun(t, d, wait)
-				t.Logf("%s, plugin_wait %s: %d of %d claims and releases answered 503 over %d plugin SIGKILLs", d.alloc, wait, n503, total, waitKills)
-				if wait != "0s" && n503 > 0 {
-					t.Errorf("%d of %d requests answered 503 though their deadline outlasts every restart", n503, total)
+				claims, releases := crashRun(t, d, wait)
+				t.Logf("%s, plugin_wait %s: %d of %d claims and %d of %d releases answered 503 over %d plugin SIGKILLs",
+					d.alloc, wait, claims.unavailable.Load(), claims.sent.Load(), releases.unavailable.Load(), releases.sent.Load(), waitKills)
+				if n := claims.unavailable.Load(); wait != "0s" && n > 0 {
+					t.Errorf("%d of %d claims answered 503 though their deadline outlasts every restart", n, claims.sent.Load())
+				}
+				if n := releases.unavailable.Load(); n > 0 {
+					t.Errorf("%d of %d releases answered 503", n, releases.sent.Load())
 				}
 			})
 		}
 	})
 }
 
+// requestCount counts the requests of one kind that a crash run sent, and
+// their 503 answers.
+type requestCount struct{ sent, unavailable atomic.Int64 }
+
 // crashRun is one run of TestAgent_ClaimsWaitOutPluginRestart; it returns
-// the 503 answers and the requests sent.
-func crashRun(t *testing.T, d driver, wait string) (n503, total int64) {
+// the counts of its claims and its releases.
+func crashRun(t *testing.T, d driver, wait string) (claims, releases *requestCount) {
+	claims, releases = &requestCount{}, &requestCount{}
 	h := newHost(t)
 	h.volumesExtra = "  plugin_wait: " + wait + "\n"
 	a := h.startWith(d)
@@ -70,7 +80,7 @@ func crashRun(t *testing.T, d driver, wait string) (n503, total int64) {
 	}
 	defer c.Close()
 
-	var published, unavailable, sent atomic.Int64
+	var published atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var errMu sync.Mutex
@@ -82,20 +92,20 @@ func crashRun(t *testing.T, d driver, wait string) (n503, total int64) {
 			errs = append(errs, fmt.Sprintf(format, args...))
 		}
 	}
-	// call sends one request and counts its 503; it says whether it
-	// succeeded.
-	call := func(what string, fn func(ctx context.Context) error) bool {
+	// call sends one request and counts it and its 503 in n; it says
+	// whether it succeeded.
+	call := func(n *requestCount, what string, fn func(ctx context.Context) error) bool {
 		ctx, cancel := context.WithTimeout(context.Background(), waitDeadline)
 		defer cancel()
-		sent.Add(1)
+		n.sent.Add(1)
 		err := fn(ctx)
 		var ae *api.Error
 		switch {
 		case err == nil:
 			return true
 		case errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable:
-			unavailable.Add(1)
-			if wait != "0s" {
+			n.unavailable.Add(1)
+			if wait != "0s" || n == releases {
 				fail("%s: %v", what, err)
 			}
 			// A caller's pause before it tries again (not a wait for a
@@ -119,7 +129,7 @@ func crashRun(t *testing.T, d driver, wait string) (n503, total int64) {
 				vol, alloc := vols[(w+n)%len(vols)], fmt.Sprintf("w%d-%d", w, n)
 				req := runtime.ClaimRequest{Alloc: alloc, Mode: "write", AccessMode: "multi-node-multi-writer", AttachmentMode: "file-system"}
 				var cl runtime.Claim
-				if !call("claim "+alloc, func(ctx context.Context) (err error) { cl, err = c.Claim(ctx, vol, req); return err }) {
+				if !call(claims, "claim "+alloc, func(ctx context.Context) (err error) { cl, err = c.Claim(ctx, vol, req); return err }) {
 					continue
 				}
 				if cl.State != runtime.ClaimPublished {
@@ -128,7 +138,7 @@ func crashRun(t *testing.T, d driver, wait string) (n503, total int64) {
 				published.Add(1)
 				// Released while the claim is answered: the release of a
 				// restarting plugin's claim must not be a 503 either.
-				call("release "+alloc, func(ctx context.Context) error { _, err := c.Release(ctx, vol, alloc); return err })
+				call(releases, "release "+alloc, func(ctx context.Context) error { _, err := c.Release(ctx, vol, alloc); return err })
 			}
 		}()
 	}
@@ -177,7 +187,7 @@ func crashRun(t *testing.T, d driver, wait string) (n503, total int64) {
 			t.Errorf("volume %s still has claims: %s", v.ID, describe(v))
 		}
 	}
-	return unavailable.Load(), sent.Load()
+	return claims, releases
 }
 
 // pluginPID is the PID of d's allocation, as the agent reports it; 0 when
