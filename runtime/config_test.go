@@ -155,6 +155,9 @@ func TestParseConfig_Errors(t *testing.T) {
 		{"stall after negative", "volumes:\n  stall_after: -1m\n", `line 2: volumes.stall_after: -1m0s is negative; want a positive duration like "5m"`},
 		{"plugin wait negative", "volumes:\n  plugin_wait: -1s\n", `line 2: volumes.plugin_wait: -1s is negative: want a duration from 0s (do not wait) to 1h0m0s, like "30s"`},
 		{"plugin wait absurd", "volumes:\n  plugin_wait: 2h\n", `line 2: volumes.plugin_wait: 2h0m0s: want a duration from 0s (do not wait) to 1h0m0s, like "30s"`},
+		{"mount check interval negative", "volumes:\n  mount_check_interval: -30s\n", `line 2: volumes.mount_check_interval: -30s is negative; want a duration like "30s", or 0s to turn the periodic check off`},
+		{"mount check interval too short", "volumes:\n  mount_check_interval: 100ms\n", `line 2: volumes.mount_check_interval: 100ms is out of range; want a duration from 1s to 24h0m0s like "30s", or 0s to turn the periodic check off`},
+		{"mount check interval absurd", "volumes:\n  mount_check_interval: 48h\n", `line 2: volumes.mount_check_interval: 48h0m0s is out of range; want a duration from 1s to 24h0m0s like "30s", or 0s to turn the periodic check off`},
 		{"stall after not a duration", "volumes:\n  stall_after: soon\n", `line 2: volumes.stall_after: "soon": want a duration like "30s" or "500ms"`},
 		{"backoff max", "volumes:\n  retry:\n    initial: 1m\n    max: 1s\n", `line 4: volumes.retry.max: 1s is shorter than initial (1m0s)`},
 		{"backoff jitter", "plugins:\n  restart_backoff:\n    jitter: 2\n", `line 3: plugins.restart_backoff.jitter: 2: want a fraction from 0 to 1`},
@@ -208,6 +211,31 @@ func TestParseConfig_HungRPCRestart(t *testing.T) {
 	c.Plugins.HungRPCRestart = -2
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "plugins.hung_rpc_restart: -2 is negative") {
 		t.Errorf("Validate with hung_rpc_restart -2 = %v, want an error naming the key", err)
+	}
+}
+
+func TestParseConfig_MountCheckInterval(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+	}{
+		{"", DefaultMountCheckInterval},
+		{"volumes:\n  mount_check_interval: 1s\n", time.Second},
+		{"volumes:\n  mount_check_interval: 24h\n", 24 * time.Hour},
+		{"volumes:\n  mount_check_interval: 0s\n", MountCheckOff},
+	} {
+		cfg, err := ParseConfig([]byte(tc.in))
+		if err != nil {
+			t.Fatalf("ParseConfig(%q): %v", tc.in, err)
+		}
+		if got := cfg.WithDefaults().Volumes.MountCheckInterval; got != tc.want {
+			t.Errorf("ParseConfig(%q): mount_check_interval %s, want %s", tc.in, got, tc.want)
+		}
+	}
+	c := DefaultConfig()
+	c.Volumes.MountCheckInterval = -2 * time.Second
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "volumes.mount_check_interval: -2s is out of range") {
+		t.Errorf("Validate with mount_check_interval -2s = %v, want an error naming the key", err)
 	}
 }
 
