@@ -196,6 +196,12 @@ func (v probedView) Mounted(path string) bool {
 	return v.broken[path] == "" && v.HostView.Mounted(path)
 }
 
+// Linked is false for a dead mount point without looking at it: a stat of
+// a hung mount would hang the caller (a volume actor).
+func (v probedView) Linked(path string) bool {
+	return v.broken[path] == "" && v.HostView.Linked(path)
+}
+
 func (v probedView) Broken(path string) string { return v.broken[path] }
 
 // probeMounts probes the mount points of vols that CheckHost would trust

@@ -368,3 +368,28 @@ func TestManager_Claim_RepeatedWhileAStepRuns(t *testing.T) {
 		t.Errorf("claim-repaired events of a = %+v", evs)
 	}
 }
+
+// touchyView is a host view whose every path is listed as mounted, and
+// whose Linked must not be asked (a stat of a hung mount would hang).
+type touchyView struct{ t *testing.T }
+
+func (touchyView) Mounted(string) bool { return true }
+func (v touchyView) Linked(path string) bool {
+	v.t.Errorf("Linked(%q) looked at a dead mount point", path)
+	return false
+}
+
+// TestProbedView_DeadPathNotLookedAt: a path the probe found dead is
+// neither mounted nor linked, and the view never looks at it again.
+func TestProbedView_DeadPathNotLookedAt(t *testing.T) {
+	v := probedView{HostView: touchyView{t}, broken: map[string]string{"/dead": "timeout"}}
+	if v.Mounted("/dead") || v.Linked("/dead") {
+		t.Error("a dead mount point reads as mounted or linked")
+	}
+	if !v.Mounted("/alive") {
+		t.Error("a live mount point reads as not mounted")
+	}
+	if got := v.Broken("/dead"); got != "timeout" {
+		t.Errorf("Broken = %q, want timeout", got)
+	}
+}

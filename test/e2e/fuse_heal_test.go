@@ -338,3 +338,57 @@ func TestDocker_FUSEPluginKilled_Containers(t *testing.T) {
 	h.checkSettled(fuseDriver, "after docker rm -f")
 	a.stop()
 }
+
+// TestAgent_FUSEPluginStopped_PeriodicProbeTimesOut: with the plugin
+// SIGSTOPped and health_timeout far away, only the periodic probe
+// (volumes.mount_check_interval) can find its hung mounts: it does, with
+// cause timeout, while the API keeps answering. The plugin is then killed;
+// the agent starts it again and the claims heal.
+func TestAgent_FUSEPluginStopped_PeriodicProbeTimesOut(t *testing.T) {
+	testbin.RequireFUSE(t)
+	defer leakcheck.Check(t)()
+	h := newHost(t)
+	h.pluginsExtra = "  health_timeout: 1h\n"
+	h.volumesExtra = "  mount_check_interval: 1s\n"
+	a := h.startWith(fuseDriver)
+	claims := h.claimMany(fuseDriver, 1, 2)
+	pids := testbin.ProcessesWith(fuseDriver.dir(h))
+	if len(pids) != 1 {
+		t.Fatalf("want one plugin process, found %v", pids)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var slowest time.Duration
+	h.eventually("a mount-broken event with cause timeout", settleDeadline, func() (bool, string) {
+		start := time.Now()
+		r := h.cli("status")
+		slowest = max(slowest, time.Since(start))
+		if r.code != 0 {
+			return false, r.String()
+		}
+		for _, e := range h.events() {
+			if e.Type == runtime.EventMountBroken && strings.Contains(e.Message, "(timeout)") {
+				return true, e.Message
+			}
+		}
+		return false, "no mount-broken event with cause timeout"
+	})
+	t.Logf("slowest csiactor status while the mounts hung: %s", slowest)
+	if slowest > commandTimeout/4 {
+		t.Errorf("csiactor status took %s while the mounts hung", slowest)
+	}
+	if v, _ := value(a.metrics(), "csiactor_mounts_broken_total", map[string]string{"plugin": "example", "cause": "timeout"}); v < 1 {
+		t.Errorf("csiactor_mounts_broken_total{cause=timeout} = %g, want at least 1", v)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	h.waitNewPlugin(fuseDriver, pids[0])
+	h.waitPluginHealthy(fuseDriver)
+	h.healTime(claims, time.Now())
+	h.checkSettled(fuseDriver, "after the heal")
+	h.checkPublished("after the heal", claims)
+	h.releaseAll(fuseDriver, claims)
+	a.stop()
+}
