@@ -12,13 +12,12 @@ import (
 	"github.com/csiactor/csiactor/runtime"
 )
 
-// TestRuntime_HungNodePublish_RestartsPlugin: an exec-managed plugin that
-// answers Probe but hangs NodePublishVolume is restarted once a claim's
-// publishes have timed out plugins.hung_rpc_restart times in a row; the
-// event plugin-hung and csiactor_plugin_hung_restarts_total say so, and
-// the claim, released, is torn down by the new process.
-func TestRuntime_HungNodePublish_RestartsPlugin(t *testing.T) {
-	defer leakcheck.Check(t)()
+// startHung starts a runtime whose node RPCs time out after 200 ms, with
+// an exec-managed fake plugin (allocation h1) whose calls in hang
+// (FAKE_HANG: "Method" or "Method@volume") hang, and returns it healthy
+// with its PID.
+func startHung(t *testing.T, hang string, mod func(*runtime.Config)) (*testEnv, int) {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -26,16 +25,29 @@ func TestRuntime_HungNodePublish_RestartsPlugin(t *testing.T) {
 	e := &testEnv{t: t, dataDir: shortDir(t, "csiactor-rt-")}
 	e.cfg = testConfig(e.dataDir)
 	e.cfg.Plugins.RPCTimeout = 200 * time.Millisecond
+	if mod != nil {
+		mod(&e.cfg)
+	}
 	e.start()
-	ctx := context.Background()
-	if _, err := e.rt.RegisterAllocation(ctx, "h1", runtime.AllocationSpec{
+	if _, err := e.rt.RegisterAllocation(context.Background(), "h1", runtime.AllocationSpec{
 		Plugin: testPlugin, Type: runtime.TypeMonolith, Command: []string{self, "-test.run=^$"},
-		Env: map[string]string{fakePluginEnv: "1", "FAKE_HANG": "NodePublishVolume"},
+		Env: map[string]string{fakePluginEnv: "1", "FAKE_HANG": hang},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	e.waitAllocHealthy("h1")
-	first := e.alloc("h1").PID
+	return e, e.alloc("h1").PID
+}
+
+// TestRuntime_HungNodePublish_RestartsPlugin: an exec-managed plugin that
+// answers Probe but hangs NodePublishVolume is restarted once a claim's
+// publishes have timed out plugins.hung_rpc_restart times in a row; the
+// event plugin-hung and csiactor_plugin_hung_restarts_total say so, and
+// the claim, released, is torn down by the new process.
+func TestRuntime_HungNodePublish_RestartsPlugin(t *testing.T) {
+	defer leakcheck.Check(t)()
+	e, first := startHung(t, "NodePublishVolume", nil)
+	ctx := context.Background()
 	if _, err := e.rt.RegisterVolume(ctx, "vol-1", volSpec("single-node-writer")); err != nil {
 		t.Fatal(err)
 	}
@@ -83,24 +95,10 @@ func TestRuntime_HungNodePublish_RestartsPlugin(t *testing.T) {
 // volume's claim is published by the same process.
 func TestRuntime_HungOneVolume_NoRestart(t *testing.T) {
 	defer leakcheck.Check(t)()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &testEnv{t: t, dataDir: shortDir(t, "csiactor-rt-")}
-	e.cfg = testConfig(e.dataDir)
-	e.cfg.Plugins.RPCTimeout = 200 * time.Millisecond
-	e.cfg.Volumes.MaxClaimAttempts = 2 // two timeouts in a row per claim; the count is 3
-	e.start()
+	e, first := startHung(t, "NodePublishVolume@ext-slow", func(c *runtime.Config) {
+		c.Volumes.MaxClaimAttempts = 2 // two timeouts in a row per claim; the count is 3
+	})
 	ctx := context.Background()
-	if _, err := e.rt.RegisterAllocation(ctx, "h1", runtime.AllocationSpec{
-		Plugin: testPlugin, Type: runtime.TypeMonolith, Command: []string{self, "-test.run=^$"},
-		Env: map[string]string{fakePluginEnv: "1", "FAKE_HANG": "NodePublishVolume@ext-slow"},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	e.waitAllocHealthy("h1")
-	first := e.alloc("h1").PID
 	for _, v := range []string{"slow", "fast"} {
 		if _, err := e.rt.RegisterVolume(ctx, v, volSpecFor(v, "single-node-writer")); err != nil {
 			t.Fatal(err)
