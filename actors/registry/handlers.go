@@ -260,8 +260,8 @@ func (r *Actor) hungEvent(e *entry, old plugin.Status) {
 		return // the same, or a new incarnation of the actor counting anew
 	}
 	r.sh.hung[e.spec.Plugin] += uint64(e.status.Hung - old.Hung)
+	r.publish() // before the event: who sees the event sees the count
 	r.emit(Event{Type: EventPluginHung, Plugin: e.spec.Plugin, Alloc: e.spec.ID, Healthy: e.status.Healthy, Message: e.status.Description})
-	r.publish()
 }
 
 // nodeInfoEvent emits node_info_changed when the fingerprint's NodeGetInfo
