@@ -207,7 +207,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 	configured := make([]plugin.Spec, 0, len(r.cfg.Allocations))
 	for _, a := range r.cfg.Allocations {
 		configured = append(configured, plugin.Spec{ID: a.ID, Plugin: a.Plugin, Type: plugin.Type(a.Type),
-			Socket: a.Socket, Command: a.Command, Env: a.Env})
+			Socket: a.Socket, Command: a.Command, Env: a.Env, Image: a.Image.Clone()})
 	}
 	pc := r.cfg.Plugins
 	// Subscribed before the registry actor starts: the events of the
@@ -453,7 +453,7 @@ func (r *Runtime) RegisterAllocation(ctx context.Context, id string, spec Alloca
 // registerAllocation registers a validated allocation; Start uses it for
 // the configured ones before the runtime counts as started.
 func (r *Runtime) registerAllocation(ctx context.Context, id string, spec AllocationSpec) (Allocation, error) {
-	ps := plugin.Spec{ID: id, Plugin: spec.Plugin, Type: plugin.Type(spec.Type), Socket: spec.Socket, Command: spec.Command, Env: spec.Env}
+	ps := plugin.Spec{ID: id, Plugin: spec.Plugin, Type: plugin.Type(spec.Type), Socket: spec.Socket, Command: spec.Command, Env: spec.Env, Image: spec.Image.Clone()}
 	info, err := r.registry.Register(ctx, ps)
 	r.plugins.invalidate()
 	if err != nil {
