@@ -99,7 +99,8 @@ func (l *Launcher) client(engine string) (*client.Client, error) {
 	if c := l.clients[engine]; c != nil {
 		return c, nil
 	}
-	c, err := client.New(client.WithHost("unix://"+l.Socket(engine)), client.WithAPIVersionNegotiation())
+	// The API version is negotiated with the engine (down to 1.40).
+	c, err := client.New(client.WithHost("unix://" + l.Socket(engine)))
 	if err != nil {
 		return nil, fmt.Errorf("%s engine client: %w", engine, err)
 	}
