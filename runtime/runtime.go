@@ -17,8 +17,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/csiactor/csiactor/actors/claim"
-	"github.com/csiactor/csiactor/actors/plugin/container"
 	"github.com/csiactor/csiactor/actors/plugin"
+	"github.com/csiactor/csiactor/actors/plugin/container"
 	"github.com/csiactor/csiactor/actors/registry"
 	"github.com/csiactor/csiactor/actors/snapshot"
 	"github.com/csiactor/csiactor/actors/volume"
@@ -58,10 +58,10 @@ type Options struct {
 type Runtime struct {
 	// containers runs the plugins of image allocations; set in Start.
 	containers *container.Launcher
-	cfg  Config
-	log  *logrus.Entry
-	reg  prometheus.Registerer
-	life sync.Mutex // serializes Start and Shutdown
+	cfg        Config
+	log        *logrus.Entry
+	reg        prometheus.Registerer
+	life       sync.Mutex // serializes Start and Shutdown
 
 	// Set by Start, read-only afterwards until Shutdown.
 	started  bool
