@@ -91,12 +91,12 @@ type Actor struct {
 
 	proc          *proc.Process
 	ctr           *container.Container // the running container of an image allocation
-	adopting      bool        // proc was adopted and has not answered yet
-	adoptTried    bool        // the first start looked for a process to adopt
-	killedFor     string      // why proc was killed to restart it ("" if it was not)
-	exits         []time.Time // exits within the restart window
-	startFailures int         // failed starts in a row
-	restartStep   int         // backoff step of the next restart
+	adopting      bool                 // proc was adopted and has not answered yet
+	adoptTried    bool                 // the first start looked for a process to adopt
+	killedFor     string               // why proc was killed to restart it ("" if it was not)
+	exits         []time.Time          // exits within the restart window
+	startFailures int                  // failed starts in a row
+	restartStep   int                  // backoff step of the next restart
 
 	hung           *timer    // fires HealthTimeout after unhealthySince
 	unhealthySince time.Time // zero while healthy
