@@ -97,6 +97,9 @@ func TestRuntime_HungOneVolume_NoRestart(t *testing.T) {
 	defer leakcheck.Check(t)()
 	e, first := startHung(t, "NodePublishVolume@ext-slow", func(c *runtime.Config) {
 		c.Volumes.MaxClaimAttempts = 2 // two timeouts in a row per claim; the count is 3
+		// Room for the answered calls on a loaded machine: one of them
+		// timing out too would make three in a row.
+		c.Plugins.RPCTimeout = time.Second
 	})
 	ctx := context.Background()
 	for _, v := range []string{"slow", "fast"} {
