@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -14,6 +15,12 @@ import (
 
 // fuseDevice is the FUSE device the kernel serves mounts through.
 const fuseDevice = "/dev/fuse"
+
+// fuseServerEndWait bounds how long unstage waits for the loop of a FUSE
+// server to return once the last mount of it in this mount namespace is
+// gone. The loop returns at once unless another namespace still holds the
+// mount; the wait only keeps unstage from blocking on such a copy.
+const fuseServerEndWait = 5 * time.Second
 
 // errDeadMountRefused is what unpublish and unstage answer, with
 // Config.FUSEFailDeadUnmount, for a path that holds a dead FUSE mount.
@@ -145,26 +152,46 @@ func (m *fuseMounter) stage(volDir, staging string, flags uintptr) error {
 }
 
 func (m *fuseMounter) unstage(staging string) error {
+	s, err := m.unmountStaging(staging)
+	if err != nil || s == nil {
+		return err
+	}
+	// The kernel drops the connection, and the server's loop returns, when
+	// the last mount of it goes: now, unless a target still binds it (the
+	// loop then ends with that target's unpublish) or another mount
+	// namespace holds a copy of it (a process that unshared its mounts
+	// while the volume was staged): the loop then serves that copy until it
+	// goes, as a FUSE driver does, and unstage does not wait for it.
+	if n, err := devMounts(m.bind.mountinfo, s.dev); err != nil || n > 0 {
+		return nil
+	}
+	t := time.NewTimer(fuseServerEndWait)
+	defer t.Stop()
+	select {
+	case <-s.done:
+	case <-t.C:
+		m.log.WithField("staging", staging).Warn("the FUSE file system is still mounted in another mount namespace; serving it until that mount goes")
+	}
+	return nil
+}
+
+// unmountStaging unmounts staging and forgets its server, which it
+// returns: nil when this process did not serve it.
+func (m *fuseMounter) unmountStaging(staging string) (*fuseServer, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.servers[staging]
 	if s == nil {
 		if err := m.refuseDead(staging); err != nil {
-			return err
+			return nil, err
 		}
-		return m.bind.unmountAll(staging)
+		return nil, m.bind.unmountAll(staging)
 	}
 	if err := m.bind.unmountAll(staging); err != nil {
-		return err
+		return nil, err
 	}
 	delete(m.servers, staging)
-	// The kernel drops the connection, and the server's loop returns, when
-	// the last mount of it goes: now, unless a target still binds it (the
-	// loop then ends with that target's unpublish).
-	if n, err := devMounts(m.bind.mountinfo, s.dev); err == nil && n == 0 {
-		<-s.done
-	}
-	return nil
+	return s, nil
 }
 
 func (m *fuseMounter) publish(volDir, staging, target string, flags uintptr) error {
