@@ -180,15 +180,8 @@ func TestFUSE_KilledPluginLeavesDeadMountsANewProcessHeals(t *testing.T) {
 	wantDead(t, "after SIGKILL", target)
 	wantDead(t, "after SIGKILL", staging)
 
-	// The repair a CO runs: unpublish, unstage, stage, publish.
 	p2 := startPluginProcess(t, stateDir, sockDir, "-fuse")
-	_, err := p2.node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target})
-	mustOK(t, "NodeUnpublishVolume on a dead mount", err)
-	_, err = p2.node.NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
-	mustOK(t, "NodeUnstageVolume on a dead mount", err)
-	wantMounts(t, "after unpublish and unstage of dead mounts", 0, staging, target)
-	p2.attach(ctx, base, id, false)
-	wantReadable(t, "after the repair", target)
+	p2.repair(ctx, base, id, staging, target)
 
 	// Stage and publish again over dead mounts, without unpublishing or
 	// unstaging first: they unmount the dead ones and mount anew.
@@ -205,12 +198,50 @@ func TestFUSE_KilledPluginLeavesDeadMountsANewProcessHeals(t *testing.T) {
 	}
 }
 
+// repair runs the repair a CO runs on a volume whose mounts are dead:
+// unpublish and unstage, which must succeed and leave nothing mounted,
+// then stage and publish, after which the file the heal tests wrote is
+// readable through the target.
+func (tp *testPlugin) repair(ctx context.Context, base, id, staging, target string) {
+	tp.t.Helper()
+	_, err := tp.node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target})
+	mustOK(tp.t, "NodeUnpublishVolume on a dead mount", err)
+	_, err = tp.node.NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
+	mustOK(tp.t, "NodeUnstageVolume on a dead mount", err)
+	wantMounts(tp.t, "after unpublish and unstage of dead mounts", 0, staging, target)
+	tp.attach(ctx, base, id, false)
+	wantReadable(tp.t, "after the repair", target)
+}
+
 // wantReadable checks that the file the heal test wrote is readable
 // through target with its data.
 func wantReadable(t *testing.T, what, target string) {
 	t.Helper()
 	if b, err := os.ReadFile(filepath.Join(target, "data")); err != nil || string(b) != "survives" {
 		t.Errorf("%s: read through the target = %q, %v; want %q", what, b, err, "survives")
+	}
+}
+
+// TestFUSE_StopLeavesDeadMounts stops an in-process plugin with a volume
+// published: Stop ends its FUSE server (no goroutine outlives the test)
+// and leaves its mounts in the mount table, dead, as a killed plugin
+// process does; a new plugin on the same state repairs them.
+func TestFUSE_StopLeavesDeadMounts(t *testing.T) {
+	testbin.RequireFUSE(t)
+	ctx := context.Background()
+	a := startAttachedWith(t, csiplugin.Config{FUSE: true}, "fuse-stopped", false)
+	if err := os.WriteFile(filepath.Join(a.target, "data"), []byte("survives"), 0o600); err != nil {
+		t.Fatalf("write through the target: %v", err)
+	}
+	a.stop()
+	wantDead(t, "after Stop", a.target)
+	wantDead(t, "after Stop", a.staging)
+
+	p2 := startPlugin(t, csiplugin.Config{FUSE: true, StateDir: a.cfg.StateDir})
+	p2.repair(ctx, a.base, a.id, a.staging, a.target)
+	p2.detach(ctx, a.id, a.staging, a.target)
+	if left := mountsUnder(t, a.base); len(left) > 0 {
+		t.Errorf("mounts left after the final unpublish and unstage: %v", left)
 	}
 }
 
