@@ -213,12 +213,26 @@ func (tp *testPlugin) repair(ctx context.Context, base, id, staging, target stri
 	wantReadable(tp.t, "after the repair", target)
 }
 
-// wantReadable checks that the file the heal test wrote is readable
-// through target with its data.
+// startFUSEWithData is startAttachedWith with an in-process FUSE plugin
+// (skipping t where FUSE cannot run), and the file wantReadable checks
+// written through the target.
+func startFUSEWithData(t *testing.T, name string) attachedVolume {
+	t.Helper()
+	testbin.RequireFUSE(t)
+	a := startAttachedWith(t, csiplugin.Config{FUSE: true}, name, false)
+	if err := os.WriteFile(filepath.Join(a.target, "data"), []byte("survives"), 0o600); err != nil {
+		t.Fatalf("write through the target: %v", err)
+	}
+	return a
+}
+
+// wantReadable checks that the file the heal tests wrote is readable
+// through target (a target, or any directory that shows the volume) with
+// its data.
 func wantReadable(t *testing.T, what, target string) {
 	t.Helper()
 	if b, err := os.ReadFile(filepath.Join(target, "data")); err != nil || string(b) != "survives" {
-		t.Errorf("%s: read through the target = %q, %v; want %q", what, b, err, "survives")
+		t.Errorf("%s: read %s = %q, %v; want %q", what, target, b, err, "survives")
 	}
 }
 
@@ -227,12 +241,8 @@ func wantReadable(t *testing.T, what, target string) {
 // and leaves its mounts in the mount table, dead, as a killed plugin
 // process does; a new plugin on the same state repairs them.
 func TestFUSE_StopLeavesDeadMounts(t *testing.T) {
-	testbin.RequireFUSE(t)
 	ctx := context.Background()
-	a := startAttachedWith(t, csiplugin.Config{FUSE: true}, "fuse-stopped", false)
-	if err := os.WriteFile(filepath.Join(a.target, "data"), []byte("survives"), 0o600); err != nil {
-		t.Fatalf("write through the target: %v", err)
-	}
+	a := startFUSEWithData(t, "fuse-stopped")
 	a.stop()
 	wantDead(t, "after Stop", a.target)
 	wantDead(t, "after Stop", a.staging)
@@ -293,12 +303,8 @@ func TestFUSE_FailDeadUnmount(t *testing.T) {
 // here; the copy is still served to that process, as a FUSE driver serves
 // it, and once the process is gone the server ends (checkLeaks).
 func TestFUSE_UnstageWhileAnotherNamespaceHoldsTheMount(t *testing.T) {
-	testbin.RequireFUSE(t)
 	ctx := context.Background()
-	a := startAttachedWith(t, csiplugin.Config{FUSE: true}, "fuse-held", false)
-	if err := os.WriteFile(filepath.Join(a.target, "f"), []byte("held"), 0o600); err != nil {
-		t.Fatalf("write through the target: %v", err)
-	}
+	a := startFUSEWithData(t, "fuse-held")
 	holder := exec.Command("sleep", "infinity")
 	// Pdeathsig: the holder must not outlive a test binary that dies.
 	holder.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
@@ -317,10 +323,7 @@ func TestFUSE_UnstageWhileAnotherNamespaceHoldsTheMount(t *testing.T) {
 
 	a.detach(ctx, a.id, a.staging, a.target)
 	wantMounts(t, "after unpublish and unstage", 0, a.staging, a.target)
-	held := filepath.Join(fmt.Sprintf("/proc/%d/root", holder.Process.Pid), a.staging, "f")
-	if b, err := os.ReadFile(held); err != nil || string(b) != "held" {
-		t.Errorf("read through the other namespace's copy of the staging = %q, %v; want %q", b, err, "held")
-	}
+	wantReadable(t, "through the other namespace's copy of the staging", filepath.Join(fmt.Sprintf("/proc/%d/root", holder.Process.Pid), a.staging))
 	if !strings.Contains(a.logs.String(), "still mounted in another mount namespace") {
 		t.Errorf("unstage did not log that another namespace holds the mount:\n%s", a.logs.String())
 	}
