@@ -84,6 +84,10 @@ type fuseMounter struct {
 	// returned when unstage stopped waiting (another mount namespace holds
 	// a copy of the mount). Guarded by mu.
 	lingering []*fuseServer
+	// closed is set by close: a stage still running after Stop (an RPC
+	// that outlived the graceful stop) must not start a server. Guarded by
+	// mu.
+	closed bool
 }
 
 // fuseServer is one FUSE mount served by this process.
@@ -108,6 +112,9 @@ func newFUSEMounter(mountinfo string, log *logrus.Entry, failDeadUnmount bool) *
 func (m *fuseMounter) stage(volDir, staging string, flags uintptr) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.closed {
+		return ErrStopped
+	}
 	if s := m.servers[staging]; s != nil {
 		n, err := mountCount(m.bind.mountinfo, staging)
 		if err != nil {
@@ -198,7 +205,7 @@ func (m *fuseMounter) close() {
 	for _, s := range m.servers {
 		servers = append(servers, s)
 	}
-	m.servers, m.lingering = map[string]*fuseServer{}, nil
+	m.servers, m.lingering, m.closed = map[string]*fuseServer{}, nil, true
 	if len(servers) == 0 {
 		return
 	}
