@@ -426,30 +426,21 @@ func (p *Process) Detach() {
 	<-p.done
 }
 
-// signalPlugin sends sig to the plugin alone (through its pidfd), only
-// while it has not been seen to exit. A graceful stop uses it: the plugin
-// is the group's leader, so signalling the group too would deliver the
-// signal twice, and drivers that take a second SIGTERM as "exit now" would
-// skip their graceful stop. The rest of the group gets SIGKILL once the
-// plugin has exited (see run).
-func (p *Process) signalPlugin(sig syscall.Signal) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	if p.plugin.pidfd >= 0 {
-		_ = unix.PidfdSendSignal(p.plugin.pidfd, sig, nil, 0)
-	}
-}
+// signalPlugin sends sig to the plugin alone (through its pidfd). A
+// graceful stop uses it: the plugin is the group's leader, so signalling
+// the group too would deliver the signal twice, and drivers that take a
+// second SIGTERM as "exit now" would skip their graceful stop. The rest of
+// the group gets SIGKILL once the plugin has exited (see run).
+func (p *Process) signalPlugin(sig syscall.Signal) { p.signal(sig, false) }
 
-// signalGroup signals the plugin and its process group, only while the
-// plugin has not been seen to exit: until then its PID, which is the
-// group's ID, is not reused. Only SIGKILL goes to the group: a signal that
-// can be caught would reach the plugin twice.
-func (p *Process) signalGroup(sig syscall.Signal) {
+// signalGroup signals the plugin and its process group. Only SIGKILL goes
+// to the group: a signal that can be caught would reach the plugin twice.
+func (p *Process) signalGroup(sig syscall.Signal) { p.signal(sig, true) }
+
+// signal sends sig to the plugin (and with group, to its process group),
+// only while the plugin has not been seen to exit: until then its PID,
+// which is the group's ID, is not reused.
+func (p *Process) signal(sig syscall.Signal, group bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
@@ -457,8 +448,11 @@ func (p *Process) signalGroup(sig syscall.Signal) {
 		return
 	default:
 	}
-	if p.plugin.pidfd >= 0 {
-		_ = unix.PidfdSendSignal(p.plugin.pidfd, sig, nil, 0)
+	if p.plugin.pidfd < 0 {
+		return
+	}
+	_ = unix.PidfdSendSignal(p.plugin.pidfd, sig, nil, 0)
+	if group {
 		_ = syscall.Kill(-p.plugin.pid, sig)
 	}
 }
