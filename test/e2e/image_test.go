@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -196,7 +197,8 @@ func (h *host) checkLogsOnce(id, when string) {
 // deregistered → the container gone, nothing mounted, the driver's
 // bookkeeping empty (hostpath.Diff).
 func TestImage_Lifecycle(t *testing.T) {
-	defer leakcheck.Check(t)()
+	// Registered first, so it runs after the engines' cleanups.
+	t.Cleanup(leakcheck.Check(t))
 	forEachEngine(t, func(t *testing.T, e imageEngine) {
 		h := newHost(t)
 		h.useEngine(e)
@@ -284,7 +286,8 @@ func TestImage_Lifecycle(t *testing.T) {
 // naming the field, and nothing registered or started. The same in the
 // config file stops the agent before it starts anything.
 func TestImage_BadInput(t *testing.T) {
-	defer leakcheck.Check(t)()
+	// Registered first, so it runs after the engines' cleanups.
+	t.Cleanup(leakcheck.Check(t))
 	e := startImageEngine(t, container.Docker)
 	h := newHost(t)
 	h.useEngine(e)
@@ -360,7 +363,8 @@ func TestImage_BadInput(t *testing.T) {
 // of several). It asserts no speed: it measures the cost of running a
 // plugin in a container beside running it as a process.
 func TestImage_RegisterToHealthy(t *testing.T) {
-	defer leakcheck.Check(t)()
+	// Registered first, so it runs after the engines' cleanups.
+	t.Cleanup(leakcheck.Check(t))
 	e := startImageEngine(t, container.Docker)
 	h := newHost(t)
 	h.useEngine(e)
@@ -422,4 +426,42 @@ func TestImage_RegisterToHealthy(t *testing.T) {
 	})
 	a.stop()
 	a.checkNoRace()
+}
+
+// randomImageKills is how many kills TestImage_RandomKills makes.
+const randomImageKills = 20
+
+// TestImage_RandomKills is TestAgent_RandomKills with the hostpath driver
+// run from its image under dockerd, and two kinds of kill mixed at random:
+// the agent SIGKILLed (the next one adopts the container), or the plugin's
+// container killed through the engine (`docker kill`; the agent starts a
+// new one). After the last kill every claim must settle, the driver's
+// bookkeeping and the mount table holding exactly what the claims own.
+func TestImage_RandomKills(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	seed := randomSeed(t)
+	e := startImageEngine(t, container.Docker)
+	h := newHost(t)
+	h.useEngine(e)
+	d := imageDriver(e)
+	ds := []driver{d}
+	var agents, containers int
+	randomKillsRun(t, h, ds, seed, randomImageKills, func(_ int, rng *rand.Rand, a *agent) *agent {
+		if rng.IntN(2) == 0 {
+			agents++
+			return h.killAgent(a, ds)
+		}
+		containers++
+		al, _ := h.allocation(d.alloc)
+		if _, err := e.client("kill", al.ContainerID); err != nil {
+			t.Fatalf("kill the plugin's container %s: %v", short(al.ContainerID), err)
+		}
+		h.waitContainer(d.alloc, al.ContainerID)
+		h.waitPluginHealthy(d)
+		return a
+	})
+	t.Logf("kills: %d of the agent, %d of the plugin's container", agents, containers)
+	if got := h.pluginContainers(e); len(got) != 1 {
+		t.Errorf("containers at the end: %v, want one", got)
+	}
 }
