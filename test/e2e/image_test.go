@@ -87,29 +87,33 @@ func imageDriver(e imageEngine) driver {
 }
 
 // hostpathImageAllocation is the config entry of an image allocation id of
-// the hostpath driver under e, its state dir (which must exist before
-// Podman binds it) bound into the container at the same path.
+// the hostpath driver under e (hostpathImageSpec; its image object in JSON,
+// which is YAML too).
 func (h *host) hostpathImageAllocation(e imageEngine, id string) string {
+	h.t.Helper()
+	spec := h.hostpathImageSpec(e)
+	b, err := json.Marshal(spec.Image)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return fmt.Sprintf("  - id: %s\n    plugin: %s\n    type: %s\n    image: %s\n", id, spec.Plugin, spec.Type, b)
+}
+
+// hostpathImageSpec is the registration of the hostpath driver from
+// hostpathImage under e, as a monolith with its state dir (which must
+// exist before Podman binds it) bound into the container at the same
+// path.
+func (h *host) hostpathImageSpec(e imageEngine) runtime.AllocationSpec {
 	h.t.Helper()
 	dir := h.hostpathDir()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		h.t.Fatal(err)
 	}
-	args := hostpath.Command("", "e2e-node", dir)[1:]
-	for i, a := range args {
-		args[i] = fmt.Sprintf("%q", a)
-	}
-	return fmt.Sprintf(`  - id: %s
-    plugin: %s
-    type: monolith
-    image:
-      image: %s
-      engine: %s
-      pull: never
-      args: [%s]
-      mounts:
-        - {source: %q, target: %q}
-`, id, hostpath.PluginName, hostpathImage, e.name, strings.Join(args, ", "), dir, dir)
+	return runtime.AllocationSpec{Plugin: hostpath.PluginName, Type: "monolith", Image: &container.Image{
+		Image: hostpathImage, Engine: e.name, Pull: container.PullNever,
+		Args:   hostpath.Command("", "e2e-node", dir)[1:],
+		Mounts: []container.Mount{{Source: dir, Target: dir}},
+	}}
 }
 
 // allocation returns the allocation id as `csiactor alloc list -json`
@@ -339,13 +343,18 @@ func TestImage_BadInput(t *testing.T) {
 		})
 	}
 	// The CLI names its flags.
-	h.fails(2, "-engine", "alloc", "register", "-plugin", hostpath.PluginName, "-type", "monolith", "-image", hostpathImage, "-engine", "rkt", "bad")
-	h.fails(2, "-image", "alloc", "register", "-plugin", hostpath.PluginName, "-type", "monolith", "-image", hostpathImage, "-command", "/bin/true", "bad")
+	r := h.cli("alloc", "register", "-plugin", hostpath.PluginName, "-type", "monolith", "-image", hostpathImage, "-command", "/bin/true", "bad")
+	if r.code != 2 || !strings.Contains(r.stderr, "-image") || !strings.Contains(r.stderr, "-command") || strings.Contains(r.stderr, "not defined") {
+		t.Errorf("want exit 2 and an error naming -image and -command; got %s", r)
+	}
+	if _, ok := h.allocation("bad"); ok {
+		t.Errorf("alloc register -image -command registered the allocation")
+	}
 	a.stop()
 	a.checkNoRace()
 
 	// The config file: the agent refuses to start, naming the key.
-	h.writeConfig(strings.Replace(h.hostpathImageAllocation(e, "bad"), "engine: docker", "engine: rkt", 1))
+	h.writeConfig(strings.Replace(h.hostpathImageAllocation(e, "bad"), `"engine":"docker"`, `"engine":"rkt"`, 1))
 	cmd := exec.Command(h.bin, "agent", "-config", h.config)
 	cmd.Env = cleanEnv()
 	out, err := cmd.CombinedOutput()
@@ -375,14 +384,9 @@ func TestImage_RegisterToHealthy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if err := os.MkdirAll(h.hostpathDir(), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	args := hostpath.Command(hostpath.Binary(t), "e2e-node", h.hostpathDir())
 	specs := map[string]runtime.AllocationSpec{
-		"exec": {Plugin: hostpath.PluginName, Type: "monolith", Command: args},
-		"image": {Plugin: hostpath.PluginName, Type: "monolith", Image: &container.Image{Image: hostpathImage, Engine: e.name,
-			Pull: container.PullNever, Args: args[1:], Mounts: []container.Mount{{Source: h.hostpathDir(), Target: h.hostpathDir()}}}},
+		"exec":  {Plugin: hostpath.PluginName, Type: "monolith", Command: hostpath.Command(hostpath.Binary(t), "e2e-node", h.hostpathDir())},
+		"image": h.hostpathImageSpec(e),
 	}
 	const rounds = 5
 	took := map[string][]time.Duration{}
@@ -490,4 +494,68 @@ func (h *host) killWholeState(e imageEngine, id string) {
 	if _, err := e.client("kill", id); err != nil {
 		h.t.Fatalf("kill the plugin's container %s: %v", short(id), err)
 	}
+}
+
+// TestImage_EngineDown: dockerd down when an image allocation is
+// registered → the allocation is unhealthy, its health_description naming
+// the engine and its socket, and it comes up once dockerd does; dockerd
+// killed under a running plugin with a published claim, and started again
+// (which ends the containers it left, as it runs without live-restore) →
+// the agent starts a new container, and the claim is unharmed.
+func TestImage_EngineDown(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	hostpath.Binary(t)
+	dk := engines.StartDocker(t, engines.DockerOptions{})
+	dk.ImportPlugin(t, hostpathImage, hostpath.Binary(t))
+	e := imageEngine{name: container.Docker, socket: dk.Socket(), client: dk.Run}
+	h := newHost(t)
+	h.useEngine(e)
+	d := imageDriver(e)
+	h.writeConfig("")
+	a := h.startAgent()
+
+	// Down at registration.
+	dk.Kill()
+	c, err := api.NewClient(h.address())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	if _, err := c.RegisterAllocation(ctx, d.alloc, h.hostpathImageSpec(e)); err != nil {
+		t.Fatalf("register with dockerd down: %v", err)
+	}
+	h.eventually("the allocation unhealthy, naming the engine and its socket", readyDeadline, func() (bool, string) {
+		al, ok := h.allocation(d.alloc)
+		return ok && !al.Healthy && strings.Contains(al.HealthDescription, "docker") && strings.Contains(al.HealthDescription, dk.Socket()),
+			fmt.Sprintf("%+v", al)
+	})
+	dk.Start()
+	al := h.waitContainer(d.alloc, "")
+	h.waitPluginHealthy(d)
+
+	// Down under a running plugin with a claim.
+	h.createVolume(d, "vol1", "single-node-writer")
+	target := strings.TrimSpace(h.ok("volume", "claim", "-alloc", "web1", "-mode", "write", "-access-mode", "single-node-writer", "vol1"))
+	if err := os.WriteFile(filepath.Join(target, "hello.txt"), []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dk.Kill()
+	dk.Start()
+	h.waitContainer(d.alloc, al.ContainerID)
+	h.waitPluginHealthy(d)
+	h.checkSettled(d, "after dockerd came back")
+	if b, err := os.ReadFile(filepath.Join(target, "hello.txt")); err != nil || string(b) != "hello\n" {
+		t.Errorf("after dockerd came back: hello.txt = %q, %v", b, err)
+	}
+	h.ok("volume", "release", "-alloc", "web1", "vol1")
+	h.settle(d, "after the release")
+	h.ok("alloc", "deregister", d.alloc)
+	h.eventually("the allocation's container removed", readyDeadline, func() (bool, string) {
+		got := h.pluginContainers(e)
+		return len(got) == 0, fmt.Sprint(got)
+	})
+	a.stop()
+	a.checkNoRace()
 }
