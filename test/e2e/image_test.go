@@ -217,9 +217,15 @@ func TestImage_Lifecycle(t *testing.T) {
 			t.Errorf("containers labelled with the data dir: %v, want %s alone", got, al.ContainerID)
 		}
 		list := h.ok("alloc", "list")
-		for _, want := range []string{hostpathImage, e.name, short(al.ContainerID)} {
+		status := h.ok("alloc", "status", d.alloc)
+		for _, want := range []string{hostpathImage, e.name, short(al.ContainerID), al.ImageDigest[:len("sha256:")+12]} {
 			if !strings.Contains(list, want) {
 				t.Errorf("alloc list does not show %q:\n%s", want, list)
+			}
+		}
+		for _, want := range []string{hostpathImage, e.name, al.ContainerID, al.ImageDigest} {
+			if !strings.Contains(status, want) {
+				t.Errorf("alloc status does not show %q:\n%s", want, status)
 			}
 		}
 
@@ -343,12 +349,14 @@ func TestImage_BadInput(t *testing.T) {
 		})
 	}
 	// The CLI names its flags.
-	r := h.cli("alloc", "register", "-plugin", hostpath.PluginName, "-type", "monolith", "-image", hostpathImage, "-command", "/bin/true", "bad")
-	if r.code != 2 || !strings.Contains(r.stderr, "-image") || !strings.Contains(r.stderr, "-command") || strings.Contains(r.stderr, "not defined") {
-		t.Errorf("want exit 2 and an error naming -image and -command; got %s", r)
-	}
+	h.fails(2, "-image: give one of socket", "alloc", "register", "-plugin", hostpath.PluginName, "-type", "monolith", "-image", hostpathImage, "-socket", "/run/csi.sock", "bad")
+	h.fails(2, `-engine: "rkt" is not an engine`, "alloc", "register", "-plugin", hostpath.PluginName, "-type", "monolith", "-image", hostpathImage, "-engine", "rkt", "bad")
+	h.fails(1, `"csiactor-e2e/missing:1"`, "alloc", "register", "-plugin", hostpath.PluginName, "-type", "monolith", "-image", "csiactor-e2e/missing:1", "-pull", "never", "bad")
 	if _, ok := h.allocation("bad"); ok {
-		t.Errorf("alloc register -image -command registered the allocation")
+		t.Errorf("a bad alloc register registered the allocation")
+	}
+	if got := h.pluginContainers(e); len(got) != 0 {
+		t.Errorf("containers %v started, want none", got)
 	}
 	a.stop()
 	a.checkNoRace()
