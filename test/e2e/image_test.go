@@ -211,7 +211,7 @@ func TestImage_Lifecycle(t *testing.T) {
 
 		al, _ := h.allocation(d.alloc)
 		if al.Image != hostpathImage || al.Engine != e.name || al.ContainerID == "" || !strings.HasPrefix(al.ImageDigest, "sha256:") || al.PID != 0 {
-			t.Errorf("alloc list: %+v; want the image, engine %s, a container ID, its image's sha256 digest, no PID", al, e.name)
+			t.Fatalf("alloc list: %+v; want the image, engine %s, a container ID, its image's sha256 digest, no PID", al, e.name)
 		}
 		if got := h.pluginContainers(e); !slices.Equal(got, []string{al.ContainerID}) {
 			t.Errorf("containers labelled with the data dir: %v, want %s alone", got, al.ContainerID)
