@@ -275,6 +275,22 @@ func TestImage_Lifecycle(t *testing.T) {
 		intact("after the agent's SIGKILL")
 		h.checkLogsOnce(d.alloc, "after the agent's SIGKILL")
 
+		// The container dies while no agent runs: the next agent finds the
+		// dead one by its labels, removes it and starts another.
+		a.signal(syscall.SIGKILL)
+		a.wait(shutdownDeadline)
+		a.checkNoRace()
+		if _, err := e.client("kill", al2.ContainerID); err != nil {
+			t.Fatal(err)
+		}
+		a = h.startAgent()
+		al4 := h.waitContainer(d.alloc, al2.ContainerID)
+		h.waitPluginHealthy(d)
+		if got := h.pluginContainers(e); !slices.Equal(got, []string{al4.ContainerID}) {
+			t.Errorf("after a container died with no agent: containers %v, want the new %s alone", got, al4.ContainerID)
+		}
+		intact("after the container died with no agent running")
+
 		// Released and deregistered: nothing left.
 		h.ok("volume", "release", "-alloc", "web1", "vol1")
 		h.settle(d, "after the release")
@@ -564,6 +580,29 @@ func TestImage_EngineDown(t *testing.T) {
 		got := h.pluginContainers(e)
 		return len(got) == 0, fmt.Sprint(got)
 	})
+	a.stop()
+	a.checkNoRace()
+}
+
+// TestImage_StopOnAgentExit: with plugins.stop_on_agent_exit, an agent's
+// orderly stop stops and removes its plugin's container; the next agent
+// starts a new one.
+func TestImage_StopOnAgentExit(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	e := startImageEngine(t, container.Docker)
+	h := newHost(t)
+	h.useEngine(e)
+	h.pluginsExtra += "  stop_on_agent_exit: true\n"
+	d := imageDriver(e)
+	a := h.startWith(d)
+	al, _ := h.allocation(d.alloc)
+	a.stop()
+	a.checkNoRace()
+	if got := h.pluginContainers(e); len(got) != 0 {
+		t.Errorf("after the agent stopped: containers %v, want none", got)
+	}
+	a = h.startAgent()
+	h.waitContainer(d.alloc, al.ContainerID)
 	a.stop()
 	a.checkNoRace()
 }
