@@ -391,69 +391,75 @@ func TestImage_BadInput(t *testing.T) {
 }
 
 // TestImage_RegisterToHealthy registers the hostpath driver through the
-// API, alternately exec-managed and from its image under dockerd, and
-// logs how long each took from the register call to healthy (the median
-// of several). It asserts no speed: it measures the cost of running a
-// plugin in a container beside running it as a process.
+// API, alternately exec-managed and from its image, under dockerd and
+// under Podman, and logs how long each took from the register call to
+// healthy (the median of several). It asserts no speed: it measures the
+// cost of running a plugin in a container beside running it as a process.
 func TestImage_RegisterToHealthy(t *testing.T) {
-	// Registered first, so it runs after the engines' cleanups.
 	t.Cleanup(leakcheck.Check(t))
-	e := startImageEngine(t, container.Docker)
-	h := newHost(t)
-	h.useEngine(e)
-	h.writeConfig("")
-	a := h.startAgent()
-	c, err := api.NewClient(h.address())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	specs := map[string]runtime.AllocationSpec{
-		"exec":  {Plugin: hostpath.PluginName, Type: "monolith", Command: hostpath.Command(hostpath.Binary(t), "e2e-node", h.hostpathDir())},
-		"image": h.hostpathImageSpec(e),
-	}
-	const rounds = 5
-	took := map[string][]time.Duration{}
-	for i := range rounds {
-		for _, kind := range []string{"exec", "image"} {
-			id := fmt.Sprintf("%s-%d", kind, i)
-			ctx, cancel := context.WithTimeout(context.Background(), readyDeadline)
-			began := time.Now()
-			if _, err := c.RegisterAllocation(ctx, id, specs[kind]); err != nil {
-				cancel()
-				t.Fatalf("register %s: %v", id, err)
-			}
-			for {
-				as, err := c.Allocations(ctx)
-				if err != nil {
-					cancel()
-					t.Fatalf("%s: %v", id, err)
-				}
-				if i := slices.IndexFunc(as, func(a runtime.Allocation) bool { return a.ID == id }); i >= 0 && as[i].Healthy {
-					break
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			took[kind] = append(took[kind], time.Since(began))
-			if err := c.DeregisterAllocation(ctx, id); err != nil {
-				t.Fatalf("deregister %s: %v", id, err)
-			}
-			cancel()
+	forEachEngine(t, func(t *testing.T, e imageEngine) {
+		h := newHost(t)
+		h.useEngine(e)
+		h.writeConfig("")
+		a := h.startAgent()
+		c, err := api.NewClient(h.address())
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	median := func(ds []time.Duration) time.Duration {
-		ds = slices.Clone(ds)
-		slices.Sort(ds)
-		return ds[len(ds)/2]
-	}
-	t.Logf("register to healthy, median of %d, hostpath driver: exec-managed %s, image under %s %s (all: exec %v, image %v)",
-		rounds, median(took["exec"]).Round(time.Millisecond), e.name, median(took["image"]).Round(time.Millisecond), took["exec"], took["image"])
-	h.eventually("every container removed", readyDeadline, func() (bool, string) {
-		got := h.pluginContainers(e)
-		return len(got) == 0, fmt.Sprint(got)
+		defer c.Close()
+		specs := map[string]runtime.AllocationSpec{
+			"exec":  {Plugin: hostpath.PluginName, Type: "monolith", Command: hostpath.Command(hostpath.Binary(t), "e2e-node", h.hostpathDir())},
+			"image": h.hostpathImageSpec(e),
+		}
+		const rounds = 5
+		took := map[string][]time.Duration{}
+		for i := range rounds {
+			for _, kind := range []string{"exec", "image"} {
+				id := fmt.Sprintf("%s-%d", kind, i)
+				took[kind] = append(took[kind], registerToHealthy(t, c, id, specs[kind]))
+			}
+		}
+		median := func(ds []time.Duration) time.Duration {
+			ds = slices.Clone(ds)
+			slices.Sort(ds)
+			return ds[len(ds)/2].Round(time.Millisecond)
+		}
+		t.Logf("register to healthy, median of %d, hostpath driver: exec-managed %s, image under %s %s (all: exec %v, image %v)",
+			rounds, median(took["exec"]), e.name, median(took["image"]), took["exec"], took["image"])
+		h.eventually("every container removed", readyDeadline, func() (bool, string) {
+			got := h.pluginContainers(e)
+			return len(got) == 0, fmt.Sprint(got)
+		})
+		a.stop()
+		a.checkNoRace()
 	})
-	a.stop()
-	a.checkNoRace()
+}
+
+// registerToHealthy registers the allocation id, returns how long it took
+// from the call to the allocation listed healthy, and deregisters it.
+func registerToHealthy(t *testing.T, c *api.Client, id string, spec runtime.AllocationSpec) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), readyDeadline)
+	defer cancel()
+	began := time.Now()
+	if _, err := c.RegisterAllocation(ctx, id, spec); err != nil {
+		t.Fatalf("register %s: %v", id, err)
+	}
+	for {
+		as, err := c.Allocations(ctx)
+		if err != nil {
+			t.Fatalf("%s not healthy within %s: %v", id, readyDeadline, err)
+		}
+		if i := slices.IndexFunc(as, func(a runtime.Allocation) bool { return a.ID == id }); i >= 0 && as[i].Healthy {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	took := time.Since(began)
+	if err := c.DeregisterAllocation(ctx, id); err != nil {
+		t.Fatalf("deregister %s: %v", id, err)
+	}
+	return took
 }
 
 // randomImageKills is how many kills TestImage_RandomKills makes.
