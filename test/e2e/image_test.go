@@ -71,15 +71,38 @@ func forEachEngine(t *testing.T, test func(t *testing.T, e imageEngine)) {
 	}
 }
 
-// useEngine points the agents of h at e's API socket
+// imageHost is newHost with its agents pointed at e's API socket
 // (plugins.engines.<name>).
-func (h *host) useEngine(e imageEngine) {
+func imageHost(t *testing.T, e imageEngine) *host {
+	h := newHost(t)
 	h.pluginsExtra += fmt.Sprintf("  engines:\n    %s: %s\n", e.name, e.socket)
+	return h
+}
+
+// waitNoContainers waits until no container labelled with h's data dir
+// is left on e.
+func (h *host) waitNoContainers(e imageEngine, why string) {
+	h.t.Helper()
+	h.eventually("no plugin container left "+why, readyDeadline, func() (bool, string) {
+		got := h.pluginContainers(e)
+		return len(got) == 0, fmt.Sprint(got)
+	})
+}
+
+// apiClient is a client of h's agent API, closed at the test's end.
+func (h *host) apiClient() *api.Client {
+	h.t.Helper()
+	c, err := api.NewClient(h.address())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(c.Close)
+	return c
 }
 
 // imageDriver is the hostpath driver run from hostpathImage with e: the
 // same plugin, allocation ID and bookkeeping as hostpathDriver, its
-// allocation an image one. h must useEngine(e).
+// allocation an image one. h must be an imageHost of e.
 func imageDriver(e imageEngine) driver {
 	d := hostpathDriver
 	d.allocation = func(h *host) string { return h.hostpathImageAllocation(e, "hostpath") }
@@ -204,8 +227,7 @@ func TestImage_Lifecycle(t *testing.T) {
 	// Registered first, so it runs after the engines' cleanups.
 	t.Cleanup(leakcheck.Check(t))
 	forEachEngine(t, func(t *testing.T, e imageEngine) {
-		h := newHost(t)
-		h.useEngine(e)
+		h := imageHost(t, e)
 		d := imageDriver(e)
 		a := h.startWith(d)
 
@@ -295,10 +317,7 @@ func TestImage_Lifecycle(t *testing.T) {
 		h.ok("volume", "release", "-alloc", "web1", "vol1")
 		h.settle(d, "after the release")
 		h.ok("alloc", "deregister", d.alloc)
-		h.eventually("the allocation's container removed", readyDeadline, func() (bool, string) {
-			got := h.pluginContainers(e)
-			return len(got) == 0, fmt.Sprint(got)
-		})
+		h.waitNoContainers(e, "after deregistration")
 		if diff := hostpath.Diff(h.hostpathDir(), filepath.Join(h.dataDir, "volumes", d.plugin), hostpath.Want{}); len(diff) > 0 {
 			t.Errorf("after deregistration:\n  %s", strings.Join(diff, "\n  "))
 		}
@@ -315,15 +334,10 @@ func TestImage_BadInput(t *testing.T) {
 	// Registered first, so it runs after the engines' cleanups.
 	t.Cleanup(leakcheck.Check(t))
 	e := startImageEngine(t, container.Docker)
-	h := newHost(t)
-	h.useEngine(e)
+	h := imageHost(t, e)
 	h.writeConfig("")
 	a := h.startAgent()
-	c, err := api.NewClient(h.address())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := h.apiClient()
 
 	good := func() *container.Image {
 		return &container.Image{Image: hostpathImage, Engine: e.name, Pull: container.PullNever, Args: []string{"-endpoint={endpoint}"}}
@@ -398,15 +412,10 @@ func TestImage_BadInput(t *testing.T) {
 func TestImage_RegisterToHealthy(t *testing.T) {
 	t.Cleanup(leakcheck.Check(t))
 	forEachEngine(t, func(t *testing.T, e imageEngine) {
-		h := newHost(t)
-		h.useEngine(e)
+		h := imageHost(t, e)
 		h.writeConfig("")
 		a := h.startAgent()
-		c, err := api.NewClient(h.address())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
+		c := h.apiClient()
 		specs := map[string]runtime.AllocationSpec{
 			"exec":  {Plugin: hostpath.PluginName, Type: "monolith", Command: hostpath.Command(hostpath.Binary(t), "e2e-node", h.hostpathDir())},
 			"image": h.hostpathImageSpec(e),
@@ -426,10 +435,7 @@ func TestImage_RegisterToHealthy(t *testing.T) {
 		}
 		t.Logf("register to healthy, median of %d, hostpath driver: exec-managed %s, image under %s %s (all: exec %v, image %v)",
 			rounds, median(took["exec"]), e.name, median(took["image"]), took["exec"], took["image"])
-		h.eventually("every container removed", readyDeadline, func() (bool, string) {
-			got := h.pluginContainers(e)
-			return len(got) == 0, fmt.Sprint(got)
-		})
+		h.waitNoContainers(e, "after every deregistration")
 		a.stop()
 		a.checkNoRace()
 	})
@@ -475,8 +481,7 @@ func TestImage_RandomKills(t *testing.T) {
 	t.Cleanup(leakcheck.Check(t))
 	seed := randomSeed(t)
 	e := startImageEngine(t, container.Docker)
-	h := newHost(t)
-	h.useEngine(e)
+	h := imageHost(t, e)
 	d := imageDriver(e)
 	ds := []driver{d}
 	var agents, containers int
@@ -538,19 +543,14 @@ func TestImage_EngineDown(t *testing.T) {
 	dk := engines.StartDocker(t, engines.DockerOptions{})
 	dk.ImportPlugin(t, hostpathImage, hostpath.Binary(t))
 	e := imageEngine{name: container.Docker, socket: dk.Socket(), client: dk.Run}
-	h := newHost(t)
-	h.useEngine(e)
+	h := imageHost(t, e)
 	d := imageDriver(e)
 	h.writeConfig("")
 	a := h.startAgent()
 
 	// Down at registration.
 	dk.Kill()
-	c, err := api.NewClient(h.address())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := h.apiClient()
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	defer cancel()
 	if _, err := c.RegisterAllocation(ctx, d.alloc, h.hostpathImageSpec(e)); err != nil {
@@ -582,10 +582,7 @@ func TestImage_EngineDown(t *testing.T) {
 	h.ok("volume", "release", "-alloc", "web1", "vol1")
 	h.settle(d, "after the release")
 	h.ok("alloc", "deregister", d.alloc)
-	h.eventually("the allocation's container removed", readyDeadline, func() (bool, string) {
-		got := h.pluginContainers(e)
-		return len(got) == 0, fmt.Sprint(got)
-	})
+	h.waitNoContainers(e, "after deregistration")
 	a.stop()
 	a.checkNoRace()
 }
@@ -596,8 +593,7 @@ func TestImage_EngineDown(t *testing.T) {
 func TestImage_StopOnAgentExit(t *testing.T) {
 	t.Cleanup(leakcheck.Check(t))
 	e := startImageEngine(t, container.Docker)
-	h := newHost(t)
-	h.useEngine(e)
+	h := imageHost(t, e)
 	h.pluginsExtra += "  stop_on_agent_exit: true\n"
 	d := imageDriver(e)
 	a := h.startWith(d)
