@@ -534,9 +534,11 @@ func (h *host) killWholeState(e imageEngine, id string) {
 // TestImage_EngineDown: dockerd down when an image allocation is
 // registered → the allocation is unhealthy, its health_description naming
 // the engine and its socket, and it comes up once dockerd does; dockerd
-// killed under a running plugin with a published claim, and started again
-// (which ends the containers it left, as it runs without live-restore) →
-// the agent starts a new container, and the claim is unharmed.
+// killed under a running plugin with a published claim → still healthy
+// (the plugin answers), the description naming the engine and its socket;
+// dockerd started again (which ends the containers it left, as it runs
+// without live-restore) → the agent starts a new container, and the claim
+// is unharmed.
 func TestImage_EngineDown(t *testing.T) {
 	t.Cleanup(leakcheck.Check(t))
 	hostpath.Binary(t)
@@ -572,6 +574,12 @@ func TestImage_EngineDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	dk.Kill()
+	// The plugin still answers: healthy, its engine's absence told.
+	h.eventually("the allocation healthy, naming the engine gone and its socket", readyDeadline, func() (bool, string) {
+		al, ok := h.allocation(d.alloc)
+		return ok && al.Healthy && strings.Contains(al.HealthDescription, "not watched") && strings.Contains(al.HealthDescription, dk.Socket()),
+			fmt.Sprintf("%+v", al)
+	})
 	dk.Start()
 	h.waitContainer(d.alloc, al.ContainerID)
 	h.waitPluginHealthy(d)
