@@ -616,3 +616,32 @@ func TestImage_StopOnAgentExit(t *testing.T) {
 	a.stop()
 	a.checkNoRace()
 }
+
+// TestImage_HealthTimeout: a plugin container that stops answering (frozen
+// with pause: it runs, but answers nothing) is killed after
+// plugins.health_timeout and replaced by a new container, healthy, with a
+// published claim unharmed.
+func TestImage_HealthTimeout(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	e := startImageEngine(t, container.Docker)
+	h := imageHost(t, e)
+	h.pluginsExtra += "  health_timeout: 3s\n"
+	d := imageDriver(e)
+	a := h.startWith(d)
+	h.createVolume(d, "vol1", "single-node-writer")
+	h.ok("volume", "claim", "-alloc", "web1", "-mode", "write", "-access-mode", "single-node-writer", "vol1")
+	al, _ := h.allocation(d.alloc)
+	if _, err := e.client("pause", al.ContainerID); err != nil {
+		t.Fatal(err)
+	}
+	h.waitContainer(d.alloc, al.ContainerID)
+	h.waitPluginHealthy(d)
+	h.checkSettled(d, "after the frozen container was replaced")
+	if got := h.pluginContainers(e); len(got) != 1 {
+		t.Errorf("containers %v, want the new one alone", got)
+	}
+	h.ok("volume", "release", "-alloc", "web1", "vol1")
+	h.settle(d, "after the release")
+	a.stop()
+	a.checkNoRace()
+}
