@@ -21,8 +21,9 @@ const (
 )
 
 // TestSampleConfig_Load loads the sample as the agent does and checks what
-// it says: the defaults it claims to show are the defaults, and its two
-// allocations are an attached node and an exec-managed monolith.
+// it says: the defaults it claims to show are the defaults, and its
+// allocations are an attached node, an exec-managed monolith and an image
+// monolith.
 func TestSampleConfig_Load(t *testing.T) {
 	cfg, err := runtime.LoadConfigFile(sampleConfig)
 	if err != nil {
@@ -41,8 +42,11 @@ func TestSampleConfig_Load(t *testing.T) {
 		t.Errorf("api.socket = %s, want the default path %s", cfg.APISocketPath(), runtime.DefaultConfig().APISocketPath())
 	}
 
-	if len(cfg.Allocations) != 2 {
-		t.Fatalf("allocations: got %d, want 2", len(cfg.Allocations))
+	if len(cfg.Allocations) != 3 {
+		t.Fatalf("allocations: got %d, want 3", len(cfg.Allocations))
+	}
+	if im := cfg.Allocations[2]; im.Image == nil || im.Image.PullPolicy() != "never" || im.Socket != "" || len(im.Command) != 0 {
+		t.Errorf("allocations[2] = %+v, want an image allocation that pulls nothing", im)
 	}
 	attached, exec := cfg.Allocations[0], cfg.Allocations[1]
 	if attached.Socket == "" || len(attached.Command) != 0 || attached.Type != runtime.TypeNode {
