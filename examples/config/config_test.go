@@ -21,9 +21,8 @@ const (
 )
 
 // TestSampleConfig_Load loads the sample as the agent does and checks what
-// it says: the defaults it claims to show are the defaults, and its
-// allocations are an attached node, an exec-managed monolith and an image
-// monolith.
+// it says: the defaults it claims to show are the defaults, and its two
+// allocations are an attached node and an exec-managed monolith.
 func TestSampleConfig_Load(t *testing.T) {
 	cfg, err := runtime.LoadConfigFile(sampleConfig)
 	if err != nil {
@@ -45,10 +44,10 @@ func TestSampleConfig_Load(t *testing.T) {
 	if len(cfg.Allocations) != 3 {
 		t.Fatalf("allocations: got %d, want 3", len(cfg.Allocations))
 	}
-	if im := cfg.Allocations[2]; im.Image == nil || im.Image.PullPolicy() != "never" || im.Socket != "" || len(im.Command) != 0 {
-		t.Errorf("allocations[2] = %+v, want an image allocation that pulls nothing", im)
+	attached, exec, image := cfg.Allocations[0], cfg.Allocations[1], cfg.Allocations[2]
+	if image.Image == nil || image.Socket != "" || len(image.Command) != 0 || image.Image.Engine != "docker" {
+		t.Errorf("allocations[2] = %+v, want a monolith run from its image by docker", image)
 	}
-	attached, exec := cfg.Allocations[0], cfg.Allocations[1]
 	if attached.Socket == "" || len(attached.Command) != 0 || attached.Type != runtime.TypeNode {
 		t.Errorf("allocations[0] = %+v, want an attached node allocation", attached)
 	}
