@@ -235,7 +235,7 @@ func (a *Actor) onFingerprinted(ctx actor.Context, m *fingerprinted) {
 		a.failures = 0
 		a.status.Fingerprint = m.fp
 		if !a.hungFingerprint() {
-			a.setHealth(true, "healthy")
+			a.setHealth(true, a.healthyDescription())
 		}
 	default:
 		a.hungCheck = false

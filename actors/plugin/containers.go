@@ -199,3 +199,16 @@ func (s Spec) containerEnv() []string {
 	}
 	return append(env, "CSI_ENDPOINT="+s.Endpoint())
 }
+
+// healthyDescription describes a healthy allocation: "healthy", and for a
+// container-managed one whose engine does not answer, that too (naming the
+// engine and its socket): the plugin answers, but its container's exit is
+// not seen until the engine answers again.
+func (a *Actor) healthyDescription() string {
+	if a.ctr != nil {
+		if down := a.ctr.EngineDown(); down != "" {
+			return "healthy, but its container is not watched: " + down
+		}
+	}
+	return "healthy"
+}

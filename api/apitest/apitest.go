@@ -151,6 +151,27 @@ func (b *Backend) SetHealth(id string, healthy bool, description string) {
 	}
 }
 
+// SetContainer sets the image digest and container ID the image
+// allocation id shows, as the agent does once its container runs.
+func (b *Backend) SetContainer(id, digest, containerID string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if a, ok := b.allocs[id]; ok {
+		a.a.ImageDigest, a.a.ContainerID = digest, containerID
+	}
+}
+
+// AllocationSpec returns the spec allocation id was registered with.
+func (b *Backend) AllocationSpec(id string) (runtime.AllocationSpec, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	a, ok := b.allocs[id]
+	if !ok {
+		return runtime.AllocationSpec{}, false
+	}
+	return a.spec, true
+}
+
 // SetCapacity sets what PluginCapacity answers for plugin: available
 // bytes, whatever the topology. A plugin without one set has no
 // GET_CAPACITY capability (ErrInvalid).
@@ -315,6 +336,9 @@ func (b *Backend) RegisterAllocation(_ context.Context, id string, spec runtime.
 	}}
 	if spec.Socket == "" {
 		a.a.Socket = filepath.Join(b.DataDir, "plugins", id, "csi.sock")
+	}
+	if spec.Image != nil {
+		a.a.Image, a.a.Engine = spec.Image.Image, spec.Image.EngineName()
 	}
 	if spec.Type != runtime.TypeController {
 		a.a.NodeID = b.NodeID

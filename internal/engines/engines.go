@@ -130,7 +130,7 @@ const Idle = "trap 'exit 0' TERM; sleep 1000000 & wait"
 // Applets are the busybox applets the image's /bin links to busybox.
 var Applets = []string{
 	"sh", "cat", "echo", "ls", "sleep", "touch", "test", "[", "mkdir", "rm", "cp", "mv",
-	"stat", "df", "mount", "grep", "head", "tail", "wc", "true", "false", "sync", "dd",
+	"stat", "df", "mount", "umount", "grep", "head", "tail", "wc", "true", "false", "sync", "dd",
 	"id", "env", "printf", "ps", "kill", "sed", "find", "chmod", "ln",
 }
 

@@ -59,6 +59,21 @@ const (
 // moments and each worker's choices, not how they interleave.
 func TestAgent_RandomKills(t *testing.T) {
 	defer leakcheck.Check(t)()
+	seed := randomSeed(t)
+	h := newHost(t)
+	ds := []driver{exampleDriver}
+	if os.Getenv(hostpath.Env) != "" {
+		ds = append(ds, hostpathDriver)
+	} else {
+		t.Logf("the hostpath driver is not available: set $%s to a build of it; running with the example plugin alone", hostpath.Env)
+	}
+	randomKillsRun(t, h, ds, seed, randomKills, func(_ int, _ *rand.Rand, a *agent) *agent { return h.killAgent(a, ds) })
+}
+
+// randomSeed is the seed of a randomized test: $CSIACTOR_E2E_SEED, else
+// the time; it is logged.
+func randomSeed(t *testing.T) int64 {
+	t.Helper()
 	seed := time.Now().UnixNano()
 	if s := os.Getenv(SeedEnv); s != "" {
 		var err error
@@ -67,18 +82,34 @@ func TestAgent_RandomKills(t *testing.T) {
 		}
 	}
 	t.Logf("seed %d (run again with %s=%d)", seed, SeedEnv, seed)
+	return seed
+}
 
-	h := newHost(t)
+// killAgent SIGKILLs the agent a, starts the next one and waits until
+// the plugins of ds are healthy again.
+func (h *host) killAgent(a *agent, ds []driver) *agent {
+	h.t.Helper()
+	a.signal(syscall.SIGKILL)
+	if st := a.wait(shutdownDeadline); st.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		h.t.Fatalf("agent ended with %s, want killed by SIGKILL", st)
+	}
+	a.checkNoRace()
+	a = h.startAgent()
+	for _, d := range ds {
+		h.waitPluginHealthy(d)
+	}
+	return a
+}
+
+// randomKillsRun is the body of TestAgent_RandomKills on host h with the
+// drivers ds: kills times, kill (given the kill's number, the kills' own
+// random source and the running agent) kills something and waits until
+// ds are healthy again, and returns the agent running then.
+func randomKillsRun(t *testing.T, h *host, ds []driver, seed int64, kills int, kill func(k int, rng *rand.Rand, a *agent) *agent) {
 	// Steps the restarted agent finds its plugins not yet healthy for
 	// are retried sooner than elsewhere, so that claims and releases keep
 	// going between kills.
 	h.retryInitial, h.retryMax = "100ms", "1s"
-	ds := []driver{exampleDriver}
-	if os.Getenv(hostpath.Env) != "" {
-		ds = append(ds, hostpathDriver)
-	} else {
-		t.Logf("the hostpath driver is not available: set $%s to a build of it; running with the example plugin alone", hostpath.Env)
-	}
 	var cfg strings.Builder
 	for _, d := range ds {
 		cfg.WriteString(d.allocation(h))
@@ -118,17 +149,9 @@ func TestAgent_RandomKills(t *testing.T) {
 
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 	began := time.Now()
-	for k := range randomKills {
+	for k := range kills {
 		time.Sleep(randomMinGap + time.Duration(rng.Int64N(int64(randomMaxGap-randomMinGap)+1)))
-		a.signal(syscall.SIGKILL)
-		if st := a.wait(shutdownDeadline); st.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-			t.Fatalf("kill %d: agent ended with %s, want killed by SIGKILL", k+1, st)
-		}
-		a.checkNoRace()
-		a = h.startAgent()
-		for _, d := range ds {
-			h.waitPluginHealthy(d)
-		}
+		a = kill(k, rng, a)
 	}
 	close(stop)
 	wg.Wait()
@@ -138,7 +161,7 @@ func TestAgent_RandomKills(t *testing.T) {
 		sum.add(tl)
 	}
 	t.Logf("%d kills in %s; %d workers made %d claims (%d answered 409, %d left to the agent after %s) and %d releases; %d calls retried while the agent was down or starting",
-		randomKills, restarted.Sub(began).Round(time.Millisecond), randomWorkers, sum.claims, sum.conflicts, sum.pending, randomCallTimeout, sum.releases, sum.retries)
+		kills, restarted.Sub(began).Round(time.Millisecond), randomWorkers, sum.claims, sum.conflicts, sum.pending, randomCallTimeout, sum.releases, sum.retries)
 	for _, e := range sum.errors {
 		t.Errorf("answered an error: %s", e)
 	}

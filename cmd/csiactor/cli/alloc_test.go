@@ -65,7 +65,7 @@ func TestAllocRegister_Errors(t *testing.T) {
 		{"no id", []string{"-plugin", "p", "-type", "node", "-socket", "/s"}, 2, "missing ID"},
 		{"no plugin", []string{"-type", "node", "-socket", "/s", "a"}, 2, "-plugin is required"},
 		{"no type", []string{"-plugin", "p", "-socket", "/s", "a"}, 2, "-type is required"},
-		{"no socket or command", []string{"-plugin", "p", "-type", "node", "a"}, 2, "give -socket, or the command after --"},
+		{"no socket or command", []string{"-plugin", "p", "-type", "node", "a"}, 2, "give -socket, -image, or the command after --"},
 		{"bad env", []string{"-plugin", "p", "-type", "node", "-env", "NOVALUE", "a", "--", "x"}, 2, "-env: want KEY=VALUE (value not shown)"},
 		{"env twice", []string{"-plugin", "p", "-type", "node", "-env", "K=NOVALUE", "-env", "K=x", "a", "--", "x"}, 2, `-env: key "K" given twice`},
 		{"bad type", []string{"-plugin", "p", "-type", "worker", "-socket", "/s", "a"}, 2, `csiactor alloc register: -type: "worker": want controller, node or monolith`},

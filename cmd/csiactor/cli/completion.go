@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/csiactor/csiactor/actors/plugin/container"
 	"github.com/csiactor/csiactor/csi"
 )
 
@@ -118,9 +119,11 @@ func flagValues() []completionNode {
 		{path: "access-mode", subs: access},
 		{path: "attachment-mode", subs: []string{"block-device", "file-system"}},
 		{path: "capability", subs: access},
+		{path: "engine", subs: []string{container.Docker, container.Podman}},
 		{path: "log-format", subs: []string{"json", "text"}},
 		{path: "log-level", subs: []string{"debug", "error", "info", "trace", "warn"}},
 		{path: "mode", subs: []string{"read", "write"}},
+		{path: "pull", subs: []string{container.PullAlways, container.PullMissing, container.PullNever}},
 		{path: "type", subs: []string{"controller", "monolith", "node"}},
 	}
 }

@@ -39,6 +39,9 @@ var (
 	allocFlagNames = flagNames{
 		"plugin": "-plugin", "type": "-type", "socket": "-socket",
 		"command": "COMMAND", "env": "-env",
+		"image": "-image", "image.image": "-image", "image.engine": "-engine", "image.pull": "-pull",
+		"image.args": "ARG", "image.env": "-env", "image.capabilities": "-cap", "image.devices": "-device",
+		"image.mounts": "-mount",
 	}
 )
 
