@@ -1,0 +1,265 @@
+package volume
+
+import (
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+
+	"github.com/csiactor/csiactor/actors/claim"
+	"github.com/csiactor/csiactor/internal/fakeplugin"
+	"github.com/csiactor/csiactor/internal/mountprobe"
+)
+
+// deadMounts is the stat of a mountprobe.Prober in these tests: a path
+// answers the error the test set for it (nil when none), or, when hung,
+// does not answer until the test ends.
+type deadMounts struct {
+	mu    sync.Mutex
+	errs  map[string]error // guarded by mu
+	hung  map[string]bool  // guarded by mu
+	stats map[string]int   // guarded by mu
+	end   chan struct{}
+}
+
+func newDeadMounts(t *testing.T) *deadMounts {
+	d := &deadMounts{errs: map[string]error{}, hung: map[string]bool{}, stats: map[string]int{}, end: make(chan struct{})}
+	t.Cleanup(func() { close(d.end) })
+	return d
+}
+
+func (d *deadMounts) stat(path string) error {
+	d.mu.Lock()
+	d.stats[path]++
+	err, hung := d.errs[path], d.hung[path]
+	d.mu.Unlock()
+	if hung {
+		<-d.end
+		return syscall.ENOTCONN
+	}
+	return err
+}
+
+func (d *deadMounts) set(path string, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.errs[path] = err
+}
+
+func (d *deadMounts) hang(path string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.hung[path] = true
+}
+
+func (d *deadMounts) count(path string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.stats[path]
+}
+
+// probedEnv is hostEnv with a mount probe whose stat is dead's, waiting
+// timeout for an answer.
+func probedEnv(t *testing.T, timeout time.Duration) (*env, *deadMounts, *eventLog, Claim) {
+	t.Helper()
+	dead := newDeadMounts(t)
+	probe := mountprobe.New(mountprobe.Config{Timeout: timeout, Budget: 4, Stat: dead.stat})
+	e, _, events, c := hostEnv(t, withConfig(func(c *Config) { c.MountProbe = probe }))
+	return e, dead, events, c
+}
+
+// brokenExposition is the exposition of the dead-mount metrics of the test
+// plugin: the total by cause (none when empty) and the gauge.
+func brokenExposition(causes map[string]string, gauge string) string {
+	s := "# HELP csiactor_mounts_broken Claims whose mount was found dead and is not healed yet, by plugin.\n" +
+		"# TYPE csiactor_mounts_broken gauge\n" +
+		`csiactor_mounts_broken{plugin="fake"} ` + gauge + "\n"
+	if len(causes) == 0 {
+		return s
+	}
+	s += "# HELP csiactor_mounts_broken_total Mounts of published claims found dead (in the mount table, but a stat fails with ENOTCONN, EIO or ESTALE, or does not answer: cause timeout), by plugin and cause. Each is healed by publishing the claim again.\n" +
+		"# TYPE csiactor_mounts_broken_total counter\n"
+	for _, cause := range []string{mountprobe.CauseEIO, mountprobe.CauseENOTCONN, mountprobe.CauseESTALE, mountprobe.CauseTimeout} {
+		if n, ok := causes[cause]; ok {
+			s += `csiactor_mounts_broken_total{cause="` + cause + `",plugin="fake"} ` + n + "\n"
+		}
+	}
+	return s
+}
+
+func (e *env) waitBrokenMetrics(causes map[string]string, gauge string) {
+	e.t.Helper()
+	var err error
+	waitFor(e.t, "the dead-mount metrics at "+brokenExposition(causes, gauge), func() bool {
+		err = testutil.GatherAndCompare(e.reg, strings.NewReader(brokenExposition(causes, gauge)), "csiactor_mounts_broken", "csiactor_mounts_broken_total")
+		return err == nil
+	})
+}
+
+// rpcCalls returns the fake plugin's call counts of the node RPCs a heal
+// makes: NodeUnpublish, NodeUnstage, NodeStage, NodePublish.
+func rpcCalls(p *fakeplugin.Plugin) [4]int {
+	return [4]int{p.Calls("NodeUnpublishVolume"), p.Calls("NodeUnstageVolume"), p.Calls("NodeStageVolume"), p.Calls("NodePublishVolume")}
+}
+
+// TestManager_Reconcile_DeadMount_Healed: a target or staging that is in
+// the mount table but whose stat fails with ENOTCONN, EIO or ESTALE, or
+// does not answer, sends its claim through the heal: condition broken, the
+// repair naming what and why, event mount-broken, the gauge at 1 while the
+// plugin keeps failing; then unpublished (and unstaged) and published
+// again, event mount-healed with the heal time, the gauge at 0 and the
+// total counted by cause.
+func TestManager_Reconcile_DeadMount_Healed(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		staging bool
+		err     error  // the stat's error; nil: it hangs
+		cause   string // the cause reported
+		repair  string
+		rpcs    [4]int // more calls of NodeUnpublish, NodeUnstage, NodeStage, NodePublish
+	}{
+		{"target ENOTCONN", false, syscall.ENOTCONN, mountprobe.CauseENOTCONN, "target path broken (ENOTCONN)", [4]int{1, 0, 0, 1}},
+		{"target hangs", false, nil, mountprobe.CauseTimeout, "target path broken (timeout)", [4]int{1, 0, 0, 1}},
+		{"staging EIO", true, syscall.EIO, mountprobe.CauseEIO, "staging path broken (EIO)", [4]int{1, 1, 1, 1}},
+		{"staging ESTALE", true, syscall.ESTALE, mountprobe.CauseESTALE, "staging path broken (ESTALE)", [4]int{1, 1, 1, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// A hung stat is given up after the probe's timeout: short
+			// here, and long enough for any other stat to answer.
+			timeout := time.Minute
+			if tc.err == nil {
+				timeout = 50 * time.Millisecond
+			}
+			e, dead, events, c := probedEnv(t, timeout)
+			ctx := ctxT(t)
+			path := c.TargetPath
+			if tc.staging {
+				path = c.StagingPath
+			}
+			if tc.err != nil {
+				dead.set(path, tc.err)
+			} else {
+				dead.hang(path)
+			}
+			before := rpcCalls(e.plugin)
+			// The repair's NodePublishVolume fails until the test
+			// clears it: the broken claim can be looked at.
+			e.plugin.SetFault("NodePublishVolume", fakeplugin.Fault{Code: codes.Unavailable, Message: "plugin restarting"})
+			res, err := e.m.Reconcile(ctx, ReconcileOptions{Plugin: testPlugin})
+			if err != nil || res.Volumes != 1 || res.Claims != 1 {
+				t.Fatalf("Reconcile = %+v, %v; want one claim of one volume", res, err)
+			}
+			waitFor(t, "a failed NodePublishVolume of the heal", func() bool { return e.plugin.Calls("NodePublishVolume") > before[3] })
+			v, err := e.m.Get(ctx, "vol1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := v.Claims[0]; got.State == claim.StatePublished || got.Condition != ConditionBroken || got.Repair != tc.repair {
+				t.Errorf("claim while healing = state %s, condition %q, repair %q; want not published, broken, %q", got.State, got.Condition, got.Repair, tc.repair)
+			}
+			e.waitBrokenMetrics(map[string]string{tc.cause: "1"}, "1")
+			broken := events.find(EventMountBroken, "a")
+			if len(broken) != 1 || broken[0].Plugin != testPlugin || broken[0].Volume != "vol1" ||
+				!strings.Contains(broken[0].Message, path+" is dead ("+tc.cause+")") {
+				t.Errorf("mount-broken events = %+v; want one naming %s and %s", broken, path, tc.cause)
+			}
+
+			dead.set(path, nil) // the heal's new mount answers
+			e.plugin.ClearFaults()
+			got := e.waitPublished("vol1", "a")
+			if got.Repair != "" || got.Condition != "" || got.TargetPath != c.TargetPath {
+				t.Errorf("claim after the heal = %+v", got)
+			}
+			waitFor(t, "a mount-healed event", func() bool { return len(events.find(EventMountHealed, "a")) > 0 })
+			healed := events.find(EventMountHealed, "a")
+			if len(healed) != 1 || !strings.Contains(healed[0].Message, "dead mount "+path+" ("+tc.cause+") healed in ") ||
+				strings.Contains(healed[0].Message, "agent unmounted") {
+				t.Errorf("mount-healed events = %+v; want one with the path, the cause and the time", healed)
+			}
+			after := rpcCalls(e.plugin)
+			for i, n := range tc.rpcs {
+				if i == 3 {
+					continue // NodePublishVolume: its failures count too
+				}
+				if after[i]-before[i] != n {
+					t.Errorf("calls of NodeUnpublish, NodeUnstage, NodeStage, NodePublish: %v → %v; want %v more", before, after, tc.rpcs)
+					break
+				}
+			}
+			e.waitBrokenMetrics(map[string]string{tc.cause: "1"}, "0")
+			e.checkAgree()
+		})
+	}
+}
+
+// TestManager_Reconcile_ProbeFindsNothingDead: a stat that answers, or
+// fails otherwise than a dead mount does (ENOENT, EACCES), sends nothing
+// back; a check of another plugin probes nothing.
+func TestManager_Reconcile_ProbeFindsNothingDead(t *testing.T) {
+	e, dead, events, c := probedEnv(t, time.Minute)
+	ctx := ctxT(t)
+	dead.set(c.TargetPath, syscall.ENOENT)
+	dead.set(c.StagingPath, syscall.EACCES)
+	before := rpcCalls(e.plugin)
+	if res, err := e.m.Reconcile(ctx, ReconcileOptions{Plugin: testPlugin}); err != nil || res.Claims != 0 {
+		t.Errorf("Reconcile = %+v, %v; want nothing sent back", res, err)
+	}
+	if dead.count(c.TargetPath) != 1 || dead.count(c.StagingPath) != 1 {
+		t.Errorf("stats of the target and the staging: %d, %d; want one each", dead.count(c.TargetPath), dead.count(c.StagingPath))
+	}
+	e.waitBrokenMetrics(nil, "0")
+	dead.set(c.TargetPath, syscall.ENOTCONN)
+	if res, err := e.m.Reconcile(ctx, ReconcileOptions{Plugin: "other"}); err != nil || res.Claims != 0 {
+		t.Errorf("Reconcile of another plugin = %+v, %v; want nothing sent back", res, err)
+	}
+	if dead.count(c.TargetPath) != 1 {
+		t.Errorf("a check of another plugin stat'ed this plugin's target")
+	}
+	if got := rpcCalls(e.plugin); got != before {
+		t.Errorf("node RPCs %v → %v; want none", before, got)
+	}
+	if evs := events.find(EventMountBroken, "a"); len(evs) != 0 {
+		t.Errorf("mount-broken events = %+v; want none", evs)
+	}
+}
+
+// TestManager_Reconcile_HungProbeDoesNotHoldTheVolume: while the stat of a
+// target hangs, Reconcile returns after the probe's timeout, the volume
+// answers, and a second check does not stat the path again: it is still
+// dead (timeout) and counted once more.
+func TestManager_Reconcile_HungProbeDoesNotHoldTheVolume(t *testing.T) {
+	e, dead, _, c := probedEnv(t, 50*time.Millisecond)
+	ctx := ctxT(t)
+	dead.hang(c.TargetPath)
+	e.plugin.SetFault("NodePublishVolume", fakeplugin.Fault{Code: codes.Unavailable})
+	if res, err := e.m.Reconcile(ctx, ReconcileOptions{}); err != nil || res.Claims != 1 {
+		t.Fatalf("Reconcile = %+v, %v; want the claim sent back", res, err)
+	}
+	if _, err := e.m.Get(ctx, "vol1"); err != nil {
+		t.Fatalf("Get while the stat hangs: %v", err)
+	}
+	if res, err := e.m.Reconcile(ctx, ReconcileOptions{}); err != nil || res.Claims != 0 {
+		t.Errorf("second Reconcile = %+v, %v; want nothing more sent back (the claim is healing)", res, err)
+	}
+	if n := dead.count(c.TargetPath); n != 1 {
+		t.Errorf("the hung target was stat'ed %d times, want once", n)
+	}
+	e.plugin.ClearFaults()
+	// The heal's new mount is at the same path, whose first stat still
+	// hangs: the claim is published, then found dead again (timeout) by
+	// the next check, without a second stat.
+	e.waitPublished("vol1", "a")
+	if res, err := e.m.Reconcile(ctx, ReconcileOptions{}); err != nil || res.Claims != 1 {
+		t.Errorf("Reconcile after the heal = %+v, %v; want the claim still dead (its stat hangs)", res, err)
+	}
+	if n := dead.count(c.TargetPath); n != 1 {
+		t.Errorf("the hung target was stat'ed %d times, want once", n)
+	}
+	e.waitBrokenMetrics(map[string]string{mountprobe.CauseTimeout: "2"}, "1")
+	e.waitPublished("vol1", "a")
+	e.waitBrokenMetrics(map[string]string{mountprobe.CauseTimeout: "2"}, "0")
+}
