@@ -31,24 +31,37 @@ func TestCause(t *testing.T) {
 }
 
 // hangingStat answers each path's stat with errs[path], but blocks the
-// paths in hang until release is closed.
+// paths in hang until release is closed (then ENOTCONN, as a hung FUSE
+// mount answers once its server is killed).
 type hangingStat struct {
-	errs    map[string]error
-	hang    map[string]bool
+	errs    map[string]error // guarded by mu once stats run
+	hang    map[string]bool  // guarded by mu once stats run
 	release chan struct{}
 	mu      sync.Mutex
-	calls   map[string]int
+	calls   map[string]int // guarded by mu
 }
 
 func (h *hangingStat) stat(p string) error {
 	h.mu.Lock()
 	h.calls[p]++
+	hang, err := h.hang[p], h.errs[p]
 	h.mu.Unlock()
-	if h.hang[p] {
+	if hang {
 		<-h.release
 		return syscall.ENOTCONN
 	}
-	return h.errs[p]
+	return err
+}
+
+// set makes p's stats answer err at once.
+func (h *hangingStat) set(p string, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.hang, p)
+	if h.errs == nil {
+		h.errs = map[string]error{}
+	}
+	h.errs[p] = err
 }
 
 func (h *hangingStat) count(p string) int {
@@ -57,20 +70,30 @@ func (h *hangingStat) count(p string) int {
 	return h.calls[p]
 }
 
-func TestProber_Probe(t *testing.T) {
+// waitOutstanding waits until p has n stats outstanding.
+func waitOutstanding(t *testing.T, p *Prober, n int) {
+	t.Helper()
+	for end := time.Now().Add(time.Minute); p.Outstanding() != n; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("Outstanding = %d after a minute, want %d", p.Outstanding(), n)
+		}
+	}
+}
+
+// TestProber_Probe_Causes: each stat error gives its cause; a path given
+// twice is stat'ed once. The timeout is far off: every stat answers.
+func TestProber_Probe_Causes(t *testing.T) {
 	h := &hangingStat{
 		errs: map[string]error{
 			"/ok": nil, "/gone": os.ErrNotExist, "/fuse": syscall.ENOTCONN, "/nfs": syscall.ESTALE, "/io": syscall.EIO,
+			"/denied": &fs.PathError{Op: "stat", Path: "/denied", Err: syscall.EACCES},
 		},
-		hang:    map[string]bool{"/hung": true},
-		release: make(chan struct{}),
-		calls:   map[string]int{},
+		calls: map[string]int{},
 	}
-	p := New(Config{Timeout: 50 * time.Millisecond, Budget: 4, Stat: h.stat})
-	got := p.Probe(context.Background(), []string{"/ok", "/gone", "/fuse", "/nfs", "/io", "/hung", "/ok"})
+	p := New(Config{Timeout: time.Hour, Budget: 2, Stat: h.stat})
+	got := p.Probe(context.Background(), []string{"/ok", "/gone", "/fuse", "/nfs", "/io", "/denied", "/ok"})
 	want := map[string]Result{
-		"/ok": {}, "/gone": {}, "/fuse": {Cause: CauseENOTCONN}, "/nfs": {Cause: CauseESTALE}, "/io": {Cause: CauseEIO},
-		"/hung": {Cause: CauseTimeout},
+		"/ok": {}, "/gone": {}, "/fuse": {Cause: CauseENOTCONN}, "/nfs": {Cause: CauseESTALE}, "/io": {Cause: CauseEIO}, "/denied": {},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("Probe = %v, want %v", got, want)
@@ -78,10 +101,24 @@ func TestProber_Probe(t *testing.T) {
 	if h.count("/ok") != 1 {
 		t.Errorf("a path given twice was stat'ed %d times, want once", h.count("/ok"))
 	}
-	// The hung stat is still outstanding: the path is not stat'ed again,
-	// and stays broken.
-	if r := p.One(context.Background(), "/hung"); r.Cause != CauseTimeout {
-		t.Errorf("second probe of a hung path = %+v, want timeout", r)
+	if n := p.Outstanding(); n != 0 {
+		t.Errorf("Outstanding = %d after every stat answered, want 0", n)
+	}
+}
+
+// TestProber_Probe_Hung: a stat that does not answer within the timeout
+// is a dead mount (timeout). While it hangs, the path is not stat'ed
+// again and stays dead; once it returns, the path is probed anew.
+func TestProber_Probe_Hung(t *testing.T) {
+	h := &hangingStat{hang: map[string]bool{"/hung": true}, release: make(chan struct{}), calls: map[string]int{}}
+	p := New(Config{Timeout: 20 * time.Millisecond, Budget: 4, Stat: h.stat})
+	if got := p.Probe(context.Background(), []string{"/hung"}); got["/hung"] != (Result{Cause: CauseTimeout}) {
+		t.Errorf("Probe of a hung path = %v, want timeout", got)
+	}
+	for range 3 {
+		if r := p.One(context.Background(), "/hung"); r.Cause != CauseTimeout {
+			t.Errorf("probe of a path whose stat hangs = %+v, want timeout", r)
+		}
 	}
 	if n := h.count("/hung"); n != 1 {
 		t.Errorf("hung path stat'ed %d times, want 1 while the first hangs", n)
@@ -89,12 +126,15 @@ func TestProber_Probe(t *testing.T) {
 	if n := p.Outstanding(); n != 1 {
 		t.Errorf("Outstanding = %d, want 1", n)
 	}
-	close(h.release)
-	for p.Outstanding() != 0 {
-		time.Sleep(time.Millisecond)
-	}
+	close(h.release) // the stat returns ENOTCONN, as a FUSE mount whose server is killed
+	waitOutstanding(t, p, 0)
+	h.set("/hung", syscall.ENOTCONN)
+	p.timeout = time.Hour // read by the next probe only, on this goroutine
 	if r := p.One(context.Background(), "/hung"); r.Cause != CauseENOTCONN {
 		t.Errorf("probe after the hang ended = %+v, want ENOTCONN", r)
+	}
+	if n := h.count("/hung"); n != 2 {
+		t.Errorf("path stat'ed %d times, want 2", n)
 	}
 }
 
@@ -125,10 +165,43 @@ func TestProber_Budget(t *testing.T) {
 	if n := p.Outstanding(); n != 2 {
 		t.Errorf("Outstanding = %d, want the budget, 2", n)
 	}
-	close(h.release)
-	for p.Outstanding() != 0 {
-		time.Sleep(time.Millisecond)
+	// A path without a place is not stat'ed: only the budget's were.
+	stated := 0
+	for _, path := range paths {
+		stated += h.count(path)
 	}
+	if stated != 2 {
+		t.Errorf("%d stats started, want the budget, 2", stated)
+	}
+	close(h.release)
+	waitOutstanding(t, p, 0)
+}
+
+// TestProber_Probe_ReturnsWithinTwoTimeouts: however many paths hang, with
+// a budget of one, Probe waits one timeout for places and one for the
+// stats, not one per path. The bound checked is far above the two
+// timeouts (2 s) and far below what a wait per path would take (10 s).
+func TestProber_Probe_ReturnsWithinTwoTimeouts(t *testing.T) {
+	h := &hangingStat{hang: map[string]bool{}, release: make(chan struct{}), calls: map[string]int{}}
+	var paths []string
+	for i := range 10 {
+		p := fmt.Sprintf("/hung%d", i)
+		h.hang[p] = true
+		paths = append(paths, p)
+	}
+	p := New(Config{Timeout: time.Second, Budget: 1, Stat: h.stat})
+	start := time.Now()
+	got := p.Probe(context.Background(), paths)
+	took := time.Since(start)
+	t.Logf("Probe of %d hung paths with a budget of 1 and a timeout of 1s took %s", len(paths), took)
+	if took > 6*time.Second {
+		t.Errorf("Probe took %s, want about two timeouts (2s)", took)
+	}
+	if len(got) != len(paths) {
+		t.Errorf("Probe answered %d paths, want %d", len(got), len(paths))
+	}
+	close(h.release)
+	waitOutstanding(t, p, 0)
 }
 
 func TestProber_ContextEnds(t *testing.T) {
