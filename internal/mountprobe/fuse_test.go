@@ -129,6 +129,7 @@ func TestProber_RealFUSEMount(t *testing.T) {
 	defer open.Close()
 
 	srv.signal(t, syscall.SIGSTOP)
+	waitUntil(t, "the server stopped", func() bool { return testbin.Stopped(srv.cmd.Process.Pid) })
 	for i := range 3 {
 		if r := hasty.One(ctx, mnt); r.Cause != CauseTimeout {
 			t.Errorf("probe %d of the stopped server's mount = %+v, want timeout", i+1, r)
