@@ -100,6 +100,22 @@ func (e *env) waitBrokenMetrics(causes map[string]string, gauge string) {
 	})
 }
 
+// probesExposition is csiactor_mount_probes_total of the test plugin.
+func probesExposition(alive, dead, unknown string) string {
+	return "# HELP csiactor_mount_probes_total Mount points of published claims probed by the host checks, by plugin and result: alive (the stat answered), dead (found broken), unknown (no place among the probes still outstanding).\n" +
+		"# TYPE csiactor_mount_probes_total counter\n" +
+		`csiactor_mount_probes_total{plugin="fake",result="alive"} ` + alive + "\n" +
+		`csiactor_mount_probes_total{plugin="fake",result="dead"} ` + dead + "\n" +
+		`csiactor_mount_probes_total{plugin="fake",result="unknown"} ` + unknown + "\n"
+}
+
+func (e *env) checkProbes(alive, dead, unknown string) {
+	e.t.Helper()
+	if err := testutil.GatherAndCompare(e.reg, strings.NewReader(probesExposition(alive, dead, unknown)), "csiactor_mount_probes_total"); err != nil {
+		e.t.Error(err)
+	}
+}
+
 // rpcCalls returns the fake plugin's call counts of the node RPCs a heal
 // makes: NodeUnpublish, NodeUnstage, NodeStage, NodePublish.
 func rpcCalls(p *fakeplugin.Plugin) [4]int {
@@ -162,6 +178,7 @@ func TestManager_Reconcile_DeadMount_Healed(t *testing.T) {
 				t.Errorf("claim while healing = state %s, condition %q, repair %q; want not published, broken, %q", got.State, got.Condition, got.Repair, tc.repair)
 			}
 			e.waitBrokenMetrics(map[string]string{tc.cause: "1"}, "1")
+			e.checkProbes("1", "1", "0")
 			broken := events.find(EventMountBroken, "a")
 			if len(broken) != 1 || broken[0].Plugin != testPlugin || broken[0].Volume != "vol1" ||
 				!strings.Contains(broken[0].Message, path+" is dead ("+tc.cause+")") {
@@ -212,6 +229,7 @@ func TestManager_Reconcile_ProbeFindsNothingDead(t *testing.T) {
 		t.Errorf("stats of the target and the staging: %d, %d; want one each", dead.count(c.TargetPath), dead.count(c.StagingPath))
 	}
 	e.waitBrokenMetrics(nil, "0")
+	e.checkProbes("2", "0", "0")
 	dead.set(c.TargetPath, syscall.ENOTCONN)
 	if res, err := e.m.Reconcile(ctx, ReconcileOptions{Plugin: "other"}); err != nil || res.Claims != 0 {
 		t.Errorf("Reconcile of another plugin = %+v, %v; want nothing sent back", res, err)
@@ -260,6 +278,9 @@ func TestManager_Reconcile_HungProbeDoesNotHoldTheVolume(t *testing.T) {
 		t.Errorf("the hung target was stat'ed %d times, want once", n)
 	}
 	e.waitBrokenMetrics(map[string]string{mountprobe.CauseTimeout: "2"}, "1")
+	// Probed: the target and the staging; then the staging alone (the
+	// claim was healing); then both again.
+	e.checkProbes("3", "2", "0")
 	e.waitPublished("vol1", "a")
 	e.waitBrokenMetrics(map[string]string{mountprobe.CauseTimeout: "2"}, "0")
 }

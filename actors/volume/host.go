@@ -211,6 +211,7 @@ func (v probedView) Broken(path string) string { return v.broken[path] }
 // being repaired for one.
 func (m *Manager) probeMounts(ctx context.Context, view claim.HostView, vols []*persistence.Volume, plugin string) claim.HostView {
 	var paths []string
+	pluginOf := map[string]string{} // path → plugin
 	still := map[brokenKey]struct{}{}
 	for _, v := range vols {
 		m.broken.seen(v.Plugin)
@@ -221,11 +222,13 @@ func (m *Manager) probeMounts(ctx context.Context, view claim.HostView, vols []*
 			}
 			if c.State == claim.StatePublished && view.Mounted(c.TargetPath) {
 				paths = append(paths, c.TargetPath)
+				pluginOf[c.TargetPath] = v.Plugin
 			}
 		}
 		for i := range v.Stagings {
 			if st := &v.Stagings[i]; st.Staged && st.Mounted && view.Mounted(st.Path) {
 				paths = append(paths, st.Path)
+				pluginOf[st.Path] = v.Plugin
 			}
 		}
 	}
@@ -235,6 +238,7 @@ func (m *Manager) probeMounts(ctx context.Context, view claim.HostView, vols []*
 	}
 	broken := map[string]string{}
 	for path, r := range m.cfg.MountProbe.Probe(ctx, paths) {
+		m.broken.probed(pluginOf[path], r)
 		if r.Broken() {
 			broken[path] = r.Cause
 		}
