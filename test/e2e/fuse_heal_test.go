@@ -118,6 +118,34 @@ func (h *host) checkHealEvents(claims []published) (broken, healed int) {
 	return broken, healed
 }
 
+// healBreakdown splits a heal that began after since by the agent's
+// events: from since to the first mount-broken event (the probe found
+// the mounts dead), and from there to the last mount-healed one (the
+// claims published again).
+func (h *host) healBreakdown(since time.Time) (detect, repair time.Duration) {
+	h.t.Helper()
+	var first, last time.Time
+	for _, e := range h.events() {
+		if e.Time.Before(since) {
+			continue
+		}
+		switch e.Type {
+		case runtime.EventMountBroken:
+			if first.IsZero() || e.Time.Before(first) {
+				first = e.Time
+			}
+		case runtime.EventMountHealed:
+			if e.Time.After(last) {
+				last = e.Time
+			}
+		}
+	}
+	if first.IsZero() || last.IsZero() {
+		return 0, 0
+	}
+	return first.Sub(since), last.Sub(first)
+}
+
 func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
@@ -143,20 +171,24 @@ func TestAgent_FUSEPluginKilled_MountsHealed(t *testing.T) {
 
 	var heals []time.Duration
 	for round := range rounds {
+		killed := time.Now()
 		old := h.killPlugin(fuseDriver)
 		h.waitDead(claims)
 		h.waitNewPlugin(fuseDriver, old)
 		h.waitPluginHealthy(fuseDriver)
-		heal := h.healTime(claims, time.Now())
+		healthy := time.Now()
+		heal := h.healTime(claims, healthy)
 		heals = append(heals, heal)
-		t.Logf("round %d: every target readable %s after the new allocation was seen healthy", round+1, heal)
+		detect, repair := h.healBreakdown(killed)
+		t.Logf("round %d: every target readable %s after the new allocation was seen healthy (%s after the kill); the agent's events: dead mounts found %s after the kill, the last healed %s later",
+			round+1, heal, time.Since(killed).Round(time.Millisecond), detect.Round(time.Millisecond), repair.Round(time.Millisecond))
 		h.checkSettled(fuseDriver, fmt.Sprintf("after round %d", round+1))
 		h.checkPublished(fmt.Sprintf("after round %d", round+1), claims)
 	}
 	t.Logf("heal times over %d kills of a FUSE plugin with %d claims: median %s, worst %s",
 		rounds, len(claims), median(heals), slices.Max(heals))
 	broken, healed := h.checkHealEvents(claims)
-	t.Logf("events: %d mount-broken, %d mount-healed", broken, healed)
+	t.Logf("events of the last round still in the agent's event buffer: %d mount-broken, %d mount-healed", broken, healed)
 	samples := a.metrics()
 	if v, _ := value(samples, "csiactor_mounts_broken_total", map[string]string{"plugin": "example", "cause": "ENOTCONN"}); v < float64(rounds*len(claims)) {
 		t.Errorf("csiactor_mounts_broken_total{cause=ENOTCONN} = %g, want at least %d", v, rounds*len(claims))
