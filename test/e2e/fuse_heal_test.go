@@ -1,16 +1,19 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/csiactor/csiactor/api"
 	"github.com/csiactor/csiactor/internal/engines"
 	"github.com/csiactor/csiactor/internal/leakcheck"
 	"github.com/csiactor/csiactor/internal/testbin"
@@ -97,11 +100,55 @@ func (h *host) healTime(claims []published, since time.Time) time.Duration {
 	return time.Since(since)
 }
 
-// checkHealEvents checks a mount-broken and a mount-healed event for
-// every claim, and returns how many of each there were.
-func (h *host) checkHealEvents(claims []published) (broken, healed int) {
+// eventRecorder keeps every event of the agent from when it was started:
+// the agent keeps only its 256 most recent, too few for heals of 50
+// claims one after another.
+type eventRecorder struct {
+	mu   sync.Mutex
+	evs  []runtime.Event // guarded by mu
+	lost bool            // guarded by mu: the agent dropped some for us
+}
+
+// recordEvents follows the agent's events until the test ends, from the
+// recent ones on.
+func (h *host) recordEvents() *eventRecorder {
 	h.t.Helper()
-	evs := h.events()
+	c, err := api.NewClient(h.address())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	r := &eventRecorder{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.FollowEvents(ctx, func(ev runtime.Event) error {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.evs = append(r.evs, ev)
+			r.lost = r.lost || ev.Type == runtime.EventsDropped
+			return nil
+		})
+	}()
+	h.t.Cleanup(func() { cancel(); <-done })
+	h.eventually("the event stream", settleDeadline, func() (bool, string) { return len(r.events()) > 0, "no event yet" })
+	return r
+}
+
+func (r *eventRecorder) events() []runtime.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.evs)
+}
+
+// checkHealEvents checks a mount-broken and a mount-healed event for
+// every claim among evs (the agent's recent ones when nil), and returns
+// how many of each there were.
+func (h *host) checkHealEvents(claims []published, evs []runtime.Event) (broken, healed int) {
+	h.t.Helper()
+	if evs == nil {
+		evs = h.events()
+	}
 	for _, e := range evs {
 		switch e.Type {
 		case runtime.EventMountBroken:
@@ -122,10 +169,9 @@ func (h *host) checkHealEvents(claims []published) (broken, healed int) {
 // events: from since to the first mount-broken event (the probe found
 // the mounts dead), and from there to the last mount-healed one (the
 // claims published again).
-func (h *host) healBreakdown(since time.Time) (detect, repair time.Duration) {
-	h.t.Helper()
+func healBreakdown(evs []runtime.Event, since time.Time) (detect, repair time.Duration) {
 	var first, last time.Time
-	for _, e := range h.events() {
+	for _, e := range evs {
 		if e.Time.Before(since) {
 			continue
 		}
@@ -168,6 +214,7 @@ func TestAgent_FUSEPluginKilled_MountsHealed(t *testing.T) {
 	a := h.startWith(fuseDriver)
 	claims := h.claimMany(fuseDriver, 10, 5)
 	h.checkPublished("after the claims", claims)
+	rec := h.recordEvents()
 
 	var heals []time.Duration
 	for round := range rounds {
@@ -179,7 +226,7 @@ func TestAgent_FUSEPluginKilled_MountsHealed(t *testing.T) {
 		healthy := time.Now()
 		heal := h.healTime(claims, healthy)
 		heals = append(heals, heal)
-		detect, repair := h.healBreakdown(killed)
+		detect, repair := healBreakdown(rec.events(), killed)
 		t.Logf("round %d: every target readable %s after the new allocation was seen healthy (%s after the kill); the agent's events: dead mounts found %s after the kill, the last healed %s later",
 			round+1, heal, time.Since(killed).Round(time.Millisecond), detect.Round(time.Millisecond), repair.Round(time.Millisecond))
 		h.checkSettled(fuseDriver, fmt.Sprintf("after round %d", round+1))
@@ -187,8 +234,14 @@ func TestAgent_FUSEPluginKilled_MountsHealed(t *testing.T) {
 	}
 	t.Logf("heal times over %d kills of a FUSE plugin with %d claims: median %s, worst %s",
 		rounds, len(claims), median(heals), slices.Max(heals))
-	broken, healed := h.checkHealEvents(claims)
-	t.Logf("events of the last round still in the agent's event buffer: %d mount-broken, %d mount-healed", broken, healed)
+	broken, healed := h.checkHealEvents(claims, rec.events())
+	t.Logf("events: %d mount-broken, %d mount-healed", broken, healed)
+	rec.mu.Lock()
+	lost := rec.lost
+	rec.mu.Unlock()
+	if want := rounds * len(claims); !lost && (broken != want || healed != want) {
+		t.Errorf("%d mount-broken and %d mount-healed events, want %d of each (one per claim and kill)", broken, healed, want)
+	}
 	samples := a.metrics()
 	if v, _ := value(samples, "csiactor_mounts_broken_total", map[string]string{"plugin": "example", "cause": "ENOTCONN"}); v < float64(rounds*len(claims)) {
 		t.Errorf("csiactor_mounts_broken_total{cause=ENOTCONN} = %g, want at least %d", v, rounds*len(claims))
@@ -233,7 +286,7 @@ func TestAgent_FUSEPluginKilledWithAgent_MountsHealed(t *testing.T) {
 			t.Logf("every target readable %s after the new allocation was seen healthy", h.healTime(claims, time.Now()))
 			h.checkSettled(fuseDriver, "after the heal")
 			h.checkPublished("after the heal", claims)
-			h.checkHealEvents(claims)
+			h.checkHealEvents(claims, nil)
 			h.releaseAll(fuseDriver, claims)
 			a.stop()
 		})
@@ -259,7 +312,7 @@ func TestAgent_FUSEPluginFailsOnDeadMount_AgentUnmounts(t *testing.T) {
 	t.Logf("every target readable %s after the new allocation was seen healthy", h.healTime(claims, time.Now()))
 	h.checkSettled(d, "after the heal")
 	h.checkPublished("after the heal", claims)
-	h.checkHealEvents(claims)
+	h.checkHealEvents(claims, nil)
 	agentUnmounted := 0
 	for _, e := range h.events() {
 		if e.Type == runtime.EventMountHealed && strings.Contains(e.Message, "the agent unmounted it") {
@@ -317,7 +370,7 @@ func TestAgent_FUSEPluginStopped_HungMount(t *testing.T) {
 	h.healTime(claims, time.Now())
 	h.checkSettled(fuseDriver, "after the heal")
 	h.checkPublished("after the heal", claims)
-	h.checkHealEvents(claims)
+	h.checkHealEvents(claims, nil)
 	h.releaseAll(fuseDriver, claims)
 	a.stop()
 }
@@ -353,7 +406,7 @@ func TestDocker_FUSEPluginKilled_Containers(t *testing.T) {
 	h.waitNewPlugin(fuseDriver, old)
 	h.waitPluginHealthy(fuseDriver)
 	t.Logf("the host's target readable %s after the new allocation was seen healthy", h.healTime(claims, time.Now()))
-	h.checkHealEvents(claims)
+	h.checkHealEvents(claims, nil)
 
 	running, err := dk.Run("exec", "c1", "cat", "/data/f")
 	t.Logf("the running container after the heal: %q, %v", running, err)
