@@ -150,15 +150,19 @@ func (b *brokenBook) probed(plugin string, r mountprobe.Result) {
 	b.probes.WithLabelValues(plugin, result).Inc()
 }
 
-// seen makes plugin's csiactor_mounts_broken and
-// csiactor_mount_probes_total series exist, at 0 until a mount of it is
-// probed or found dead ("" does nothing).
+// seen makes plugin's csiactor_mounts_broken, csiactor_mounts_broken_total
+// and csiactor_mount_probes_total series exist, at 0 until a mount of it
+// is probed or found dead ("" does nothing).
 func (b *brokenBook) seen(plugin string) {
 	if plugin == "" {
 		return
 	}
 	for _, r := range []string{probeAlive, probeDead, probeUnknown} {
 		b.probes.WithLabelValues(plugin, r)
+	}
+	// A zero series per cause, so that increase() sees the first one.
+	for _, c := range []string{mountprobe.CauseENOTCONN, mountprobe.CauseEIO, mountprobe.CauseESTALE, mountprobe.CauseTimeout} {
+		b.total.WithLabelValues(plugin, c)
 	}
 	b.mu.Lock()
 	b.plugins[plugin] = struct{}{}

@@ -73,20 +73,19 @@ func probedEnv(t *testing.T, timeout time.Duration) (*env, *deadMounts, *eventLo
 }
 
 // brokenExposition is the exposition of the dead-mount metrics of the test
-// plugin: the total by cause (none when empty) and the gauge.
+// plugin: the total by cause (0 for a cause not in causes) and the gauge.
 func brokenExposition(causes map[string]string, gauge string) string {
 	s := "# HELP csiactor_mounts_broken Claims whose mount was found dead and is not healed yet, by plugin.\n" +
 		"# TYPE csiactor_mounts_broken gauge\n" +
-		`csiactor_mounts_broken{plugin="fake"} ` + gauge + "\n"
-	if len(causes) == 0 {
-		return s
-	}
-	s += "# HELP csiactor_mounts_broken_total Mounts of published claims found dead (in the mount table, but a stat fails with ENOTCONN, EIO or ESTALE, or does not answer: cause timeout), by plugin and cause. Each is healed by publishing the claim again.\n" +
+		`csiactor_mounts_broken{plugin="fake"} ` + gauge + "\n" +
+		"# HELP csiactor_mounts_broken_total Mounts of published claims found dead (in the mount table, but a stat fails with ENOTCONN, EIO or ESTALE, or does not answer: cause timeout), by plugin and cause. Each is healed by publishing the claim again.\n" +
 		"# TYPE csiactor_mounts_broken_total counter\n"
 	for _, cause := range []string{mountprobe.CauseEIO, mountprobe.CauseENOTCONN, mountprobe.CauseESTALE, mountprobe.CauseTimeout} {
-		if n, ok := causes[cause]; ok {
-			s += `csiactor_mounts_broken_total{cause="` + cause + `",plugin="fake"} ` + n + "\n"
+		n, ok := causes[cause]
+		if !ok {
+			n = "0"
 		}
+		s += `csiactor_mounts_broken_total{cause="` + cause + `",plugin="fake"} ` + n + "\n"
 	}
 	return s
 }
