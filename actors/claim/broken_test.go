@@ -16,6 +16,7 @@ import (
 	"github.com/csiactor/csiactor/internal/fakeplugin"
 	"github.com/csiactor/csiactor/internal/mountinfo"
 	"github.com/csiactor/csiactor/internal/mountprobe"
+	"github.com/csiactor/csiactor/internal/mountprobe/mountprobetest"
 )
 
 // probed is a BrokenView: view, with the paths of broken dead (their
@@ -130,13 +131,8 @@ func TestRunner_Run_UnmountsDeadMount(t *testing.T) {
 			dir := t.TempDir()
 			s := tt.step(dir)
 			path := s.TargetPath + s.StagingPath
-			dead := map[string]bool{}
-			probe := mountprobe.New(mountprobe.Config{Timeout: time.Minute, Stat: func(p string) error {
-				if dead[p] {
-					return syscall.ENOTCONN
-				}
-				return nil
-			}})
+			stat := mountprobetest.New()
+			probe := mountprobe.New(mountprobe.Config{Timeout: time.Minute, Stat: stat.Stat})
 			r := NewRunner(plugins, RunnerConfig{MountProbe: probe})
 			mount := func() {
 				t.Helper()
@@ -158,7 +154,7 @@ func TestRunner_Run_UnmountsDeadMount(t *testing.T) {
 			}
 
 			// Dead: unmounted by the agent, the call sent again.
-			dead[path] = true
+			stat.Set(path, syscall.ENOTCONN)
 			before := plugin.Calls(tt.method)
 			plugin.SetFault(tt.method, fakeplugin.Fault{Code: codes.Internal, Message: "cannot unmount", Times: 1})
 			res := r.Run(ctx, s)

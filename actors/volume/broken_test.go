@@ -2,7 +2,6 @@ package volume
 
 import (
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -13,61 +12,16 @@ import (
 	"github.com/csiactor/csiactor/actors/claim"
 	"github.com/csiactor/csiactor/internal/fakeplugin"
 	"github.com/csiactor/csiactor/internal/mountprobe"
+	"github.com/csiactor/csiactor/internal/mountprobe/mountprobetest"
 )
 
-// deadMounts is the stat of a mountprobe.Prober in these tests: a path
-// answers the error the test set for it (nil when none), or, when hung,
-// does not answer until the test ends.
-type deadMounts struct {
-	mu    sync.Mutex
-	errs  map[string]error // guarded by mu
-	hung  map[string]bool  // guarded by mu
-	stats map[string]int   // guarded by mu
-	end   chan struct{}
-}
-
-func newDeadMounts(t *testing.T) *deadMounts {
-	d := &deadMounts{errs: map[string]error{}, hung: map[string]bool{}, stats: map[string]int{}, end: make(chan struct{})}
-	t.Cleanup(func() { close(d.end) })
-	return d
-}
-
-func (d *deadMounts) stat(path string) error {
-	d.mu.Lock()
-	d.stats[path]++
-	err, hung := d.errs[path], d.hung[path]
-	d.mu.Unlock()
-	if hung {
-		<-d.end
-		return syscall.ENOTCONN
-	}
-	return err
-}
-
-func (d *deadMounts) set(path string, err error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.errs[path] = err
-}
-
-func (d *deadMounts) hang(path string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.hung[path] = true
-}
-
-func (d *deadMounts) count(path string) int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.stats[path]
-}
-
-// probedEnv is hostEnv with a mount probe whose stat is dead's, waiting
-// timeout for an answer.
-func probedEnv(t *testing.T, timeout time.Duration) (*env, *deadMounts, *eventLog, Claim) {
+// probedEnv is hostEnv with a mount probe whose stat is a fake one,
+// waiting timeout for an answer.
+func probedEnv(t *testing.T, timeout time.Duration) (*env, *mountprobetest.Stat, *eventLog, Claim) {
 	t.Helper()
-	dead := newDeadMounts(t)
-	probe := mountprobe.New(mountprobe.Config{Timeout: timeout, Budget: 4, Stat: dead.stat})
+	dead := mountprobetest.New()
+	t.Cleanup(dead.Release)
+	probe := mountprobe.New(mountprobe.Config{Timeout: timeout, Budget: 4, Stat: dead.Stat})
 	e, _, events, c := hostEnv(t, withConfig(func(c *Config) { c.MountProbe = probe }))
 	return e, dead, events, c
 }
@@ -156,9 +110,9 @@ func TestManager_Reconcile_DeadMount_Healed(t *testing.T) {
 				path = c.StagingPath
 			}
 			if tc.err != nil {
-				dead.set(path, tc.err)
+				dead.Set(path, tc.err)
 			} else {
-				dead.hang(path)
+				dead.Hang(path)
 			}
 			before := rpcCalls(e.plugin)
 			// The repair's NodePublishVolume fails until the test
@@ -184,7 +138,7 @@ func TestManager_Reconcile_DeadMount_Healed(t *testing.T) {
 				t.Errorf("mount-broken events = %+v; want one naming %s and %s", broken, path, tc.cause)
 			}
 
-			dead.set(path, nil) // the heal's new mount answers
+			dead.Set(path, nil) // the heal's new mount answers
 			e.plugin.ClearFaults()
 			got := e.waitPublished("vol1", "a")
 			if got.Repair != "" || got.Condition != "" || got.TargetPath != c.TargetPath {
@@ -218,22 +172,22 @@ func TestManager_Reconcile_DeadMount_Healed(t *testing.T) {
 func TestManager_Reconcile_ProbeFindsNothingDead(t *testing.T) {
 	e, dead, events, c := probedEnv(t, time.Minute)
 	ctx := ctxT(t)
-	dead.set(c.TargetPath, syscall.ENOENT)
-	dead.set(c.StagingPath, syscall.EACCES)
+	dead.Set(c.TargetPath, syscall.ENOENT)
+	dead.Set(c.StagingPath, syscall.EACCES)
 	before := rpcCalls(e.plugin)
 	if res, err := e.m.Reconcile(ctx, ReconcileOptions{Plugin: testPlugin}); err != nil || res.Claims != 0 {
 		t.Errorf("Reconcile = %+v, %v; want nothing sent back", res, err)
 	}
-	if dead.count(c.TargetPath) != 1 || dead.count(c.StagingPath) != 1 {
-		t.Errorf("stats of the target and the staging: %d, %d; want one each", dead.count(c.TargetPath), dead.count(c.StagingPath))
+	if dead.Calls(c.TargetPath) != 1 || dead.Calls(c.StagingPath) != 1 {
+		t.Errorf("stats of the target and the staging: %d, %d; want one each", dead.Calls(c.TargetPath), dead.Calls(c.StagingPath))
 	}
 	e.waitBrokenMetrics(nil, "0")
 	e.checkProbes("2", "0", "0")
-	dead.set(c.TargetPath, syscall.ENOTCONN)
+	dead.Set(c.TargetPath, syscall.ENOTCONN)
 	if res, err := e.m.Reconcile(ctx, ReconcileOptions{Plugin: "other"}); err != nil || res.Claims != 0 {
 		t.Errorf("Reconcile of another plugin = %+v, %v; want nothing sent back", res, err)
 	}
-	if dead.count(c.TargetPath) != 1 {
+	if dead.Calls(c.TargetPath) != 1 {
 		t.Errorf("a check of another plugin stat'ed this plugin's target")
 	}
 	if got := rpcCalls(e.plugin); got != before {
@@ -251,7 +205,7 @@ func TestManager_Reconcile_ProbeFindsNothingDead(t *testing.T) {
 func TestManager_Reconcile_HungProbeDoesNotHoldTheVolume(t *testing.T) {
 	e, dead, _, c := probedEnv(t, 50*time.Millisecond)
 	ctx := ctxT(t)
-	dead.hang(c.TargetPath)
+	dead.Hang(c.TargetPath)
 	e.plugin.SetFault("NodePublishVolume", fakeplugin.Fault{Code: codes.Unavailable})
 	if res, err := e.m.Reconcile(ctx, ReconcileOptions{}); err != nil || res.Claims != 1 {
 		t.Fatalf("Reconcile = %+v, %v; want the claim sent back", res, err)
@@ -262,7 +216,7 @@ func TestManager_Reconcile_HungProbeDoesNotHoldTheVolume(t *testing.T) {
 	if res, err := e.m.Reconcile(ctx, ReconcileOptions{}); err != nil || res.Claims != 0 {
 		t.Errorf("second Reconcile = %+v, %v; want nothing more sent back (the claim is healing)", res, err)
 	}
-	if n := dead.count(c.TargetPath); n != 1 {
+	if n := dead.Calls(c.TargetPath); n != 1 {
 		t.Errorf("the hung target was stat'ed %d times, want once", n)
 	}
 	e.plugin.ClearFaults()
@@ -273,7 +227,7 @@ func TestManager_Reconcile_HungProbeDoesNotHoldTheVolume(t *testing.T) {
 	if res, err := e.m.Reconcile(ctx, ReconcileOptions{}); err != nil || res.Claims != 1 {
 		t.Errorf("Reconcile after the heal = %+v, %v; want the claim still dead (its stat hangs)", res, err)
 	}
-	if n := dead.count(c.TargetPath); n != 1 {
+	if n := dead.Calls(c.TargetPath); n != 1 {
 		t.Errorf("the hung target was stat'ed %d times, want once", n)
 	}
 	e.waitBrokenMetrics(map[string]string{mountprobe.CauseTimeout: "2"}, "1")

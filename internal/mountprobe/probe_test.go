@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/csiactor/csiactor/internal/mountprobe/mountprobetest"
 )
 
 func TestCause(t *testing.T) {
@@ -30,44 +31,17 @@ func TestCause(t *testing.T) {
 	}
 }
 
-// hangingStat answers each path's stat with errs[path], but blocks the
-// paths in hang until release is closed (then ENOTCONN, as a hung FUSE
-// mount answers once its server is killed).
-type hangingStat struct {
-	errs    map[string]error // guarded by mu once stats run
-	hang    map[string]bool  // guarded by mu once stats run
-	release chan struct{}
-	mu      sync.Mutex
-	calls   map[string]int // guarded by mu
-}
-
-func (h *hangingStat) stat(p string) error {
-	h.mu.Lock()
-	h.calls[p]++
-	hang, err := h.hang[p], h.errs[p]
-	h.mu.Unlock()
-	if hang {
-		<-h.release
-		return syscall.ENOTCONN
+// hungStat is a fake stat under which each of n paths hangs; it returns
+// them.
+func hungStat(n int) (*mountprobetest.Stat, []string) {
+	st := mountprobetest.New()
+	var paths []string
+	for i := range n {
+		p := fmt.Sprintf("/hung%d", i)
+		st.Hang(p)
+		paths = append(paths, p)
 	}
-	return err
-}
-
-// set makes p's stats answer err at once.
-func (h *hangingStat) set(p string, err error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.hang, p)
-	if h.errs == nil {
-		h.errs = map[string]error{}
-	}
-	h.errs[p] = err
-}
-
-func (h *hangingStat) count(p string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.calls[p]
+	return st, paths
 }
 
 // waitOutstanding waits until p has n stats outstanding.
@@ -83,14 +57,14 @@ func waitOutstanding(t *testing.T, p *Prober, n int) {
 // TestProber_Probe_Causes: each stat error gives its cause; a path given
 // twice is stat'ed once. The timeout is far off: every stat answers.
 func TestProber_Probe_Causes(t *testing.T) {
-	h := &hangingStat{
-		errs: map[string]error{
-			"/ok": nil, "/gone": os.ErrNotExist, "/fuse": syscall.ENOTCONN, "/nfs": syscall.ESTALE, "/io": syscall.EIO,
-			"/denied": &fs.PathError{Op: "stat", Path: "/denied", Err: syscall.EACCES},
-		},
-		calls: map[string]int{},
+	h := mountprobetest.New()
+	for path, err := range map[string]error{
+		"/ok": nil, "/gone": os.ErrNotExist, "/fuse": syscall.ENOTCONN, "/nfs": syscall.ESTALE, "/io": syscall.EIO,
+		"/denied": &fs.PathError{Op: "stat", Path: "/denied", Err: syscall.EACCES},
+	} {
+		h.Set(path, err)
 	}
-	p := New(Config{Timeout: time.Hour, Budget: 2, Stat: h.stat})
+	p := New(Config{Timeout: time.Hour, Budget: 2, Stat: h.Stat})
 	got := p.Probe(context.Background(), []string{"/ok", "/gone", "/fuse", "/nfs", "/io", "/denied", "/ok"})
 	want := map[string]Result{
 		"/ok": {}, "/gone": {}, "/fuse": {Cause: CauseENOTCONN}, "/nfs": {Cause: CauseESTALE}, "/io": {Cause: CauseEIO}, "/denied": {},
@@ -98,8 +72,8 @@ func TestProber_Probe_Causes(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("Probe = %v, want %v", got, want)
 	}
-	if h.count("/ok") != 1 {
-		t.Errorf("a path given twice was stat'ed %d times, want once", h.count("/ok"))
+	if h.Calls("/ok") != 1 {
+		t.Errorf("a path given twice was stat'ed %d times, want once", h.Calls("/ok"))
 	}
 	if n := p.Outstanding(); n != 0 {
 		t.Errorf("Outstanding = %d after every stat answered, want 0", n)
@@ -110,8 +84,9 @@ func TestProber_Probe_Causes(t *testing.T) {
 // is a dead mount (timeout). While it hangs, the path is not stat'ed
 // again and stays dead; once it returns, the path is probed anew.
 func TestProber_Probe_Hung(t *testing.T) {
-	h := &hangingStat{hang: map[string]bool{"/hung": true}, release: make(chan struct{}), calls: map[string]int{}}
-	p := New(Config{Timeout: 20 * time.Millisecond, Budget: 4, Stat: h.stat})
+	h := mountprobetest.New()
+	h.Hang("/hung")
+	p := New(Config{Timeout: 20 * time.Millisecond, Budget: 4, Stat: h.Stat})
 	if got := p.Probe(context.Background(), []string{"/hung"}); got["/hung"] != (Result{Cause: CauseTimeout}) {
 		t.Errorf("Probe of a hung path = %v, want timeout", got)
 	}
@@ -120,20 +95,20 @@ func TestProber_Probe_Hung(t *testing.T) {
 			t.Errorf("probe of a path whose stat hangs = %+v, want timeout", r)
 		}
 	}
-	if n := h.count("/hung"); n != 1 {
+	if n := h.Calls("/hung"); n != 1 {
 		t.Errorf("hung path stat'ed %d times, want 1 while the first hangs", n)
 	}
 	if n := p.Outstanding(); n != 1 {
 		t.Errorf("Outstanding = %d, want 1", n)
 	}
-	close(h.release) // the stat returns ENOTCONN, as a FUSE mount whose server is killed
+	h.Release() // the stat returns ENOTCONN, as a FUSE mount whose server is killed
 	waitOutstanding(t, p, 0)
-	h.set("/hung", syscall.ENOTCONN)
+	h.Set("/hung", syscall.ENOTCONN)
 	p.timeout = time.Hour // read by the next probe only, on this goroutine
 	if r := p.One(context.Background(), "/hung"); r.Cause != CauseENOTCONN {
 		t.Errorf("probe after the hang ended = %+v, want ENOTCONN", r)
 	}
-	if n := h.count("/hung"); n != 2 {
+	if n := h.Calls("/hung"); n != 2 {
 		t.Errorf("path stat'ed %d times, want 2", n)
 	}
 }
@@ -141,14 +116,8 @@ func TestProber_Probe_Hung(t *testing.T) {
 // TestProber_Budget: hung stats never take more than the budget; a path
 // that cannot get a place is unknown, not broken.
 func TestProber_Budget(t *testing.T) {
-	h := &hangingStat{hang: map[string]bool{}, release: make(chan struct{}), calls: map[string]int{}}
-	var paths []string
-	for i := range 5 {
-		p := fmt.Sprintf("/hung%d", i)
-		h.hang[p] = true
-		paths = append(paths, p)
-	}
-	p := New(Config{Timeout: 20 * time.Millisecond, Budget: 2, Stat: h.stat})
+	h, paths := hungStat(5)
+	p := New(Config{Timeout: 20 * time.Millisecond, Budget: 2, Stat: h.Stat})
 	got := p.Probe(context.Background(), paths)
 	timeouts, unknown := 0, 0
 	for _, r := range got {
@@ -168,12 +137,12 @@ func TestProber_Budget(t *testing.T) {
 	// A path without a place is not stat'ed: only the budget's were.
 	stated := 0
 	for _, path := range paths {
-		stated += h.count(path)
+		stated += h.Calls(path)
 	}
 	if stated != 2 {
 		t.Errorf("%d stats started, want the budget, 2", stated)
 	}
-	close(h.release)
+	h.Release()
 	waitOutstanding(t, p, 0)
 }
 
@@ -182,14 +151,8 @@ func TestProber_Budget(t *testing.T) {
 // stats, not one per path. The bound checked is far above the two
 // timeouts (2 s) and far below what a wait per path would take (10 s).
 func TestProber_Probe_ReturnsWithinTwoTimeouts(t *testing.T) {
-	h := &hangingStat{hang: map[string]bool{}, release: make(chan struct{}), calls: map[string]int{}}
-	var paths []string
-	for i := range 10 {
-		p := fmt.Sprintf("/hung%d", i)
-		h.hang[p] = true
-		paths = append(paths, p)
-	}
-	p := New(Config{Timeout: time.Second, Budget: 1, Stat: h.stat})
+	h, paths := hungStat(10)
+	p := New(Config{Timeout: time.Second, Budget: 1, Stat: h.Stat})
 	start := time.Now()
 	got := p.Probe(context.Background(), paths)
 	took := time.Since(start)
@@ -200,16 +163,15 @@ func TestProber_Probe_ReturnsWithinTwoTimeouts(t *testing.T) {
 	if len(got) != len(paths) {
 		t.Errorf("Probe answered %d paths, want %d", len(got), len(paths))
 	}
-	close(h.release)
+	h.Release()
 	waitOutstanding(t, p, 0)
 }
 
 func TestProber_ContextEnds(t *testing.T) {
-	h := &hangingStat{hang: map[string]bool{"/hung": true}, release: make(chan struct{}), calls: map[string]int{}}
-	defer func() {
-		close(h.release)
-	}()
-	p := New(Config{Timeout: time.Hour, Stat: h.stat})
+	h := mountprobetest.New()
+	h.Hang("/hung")
+	defer h.Release()
+	p := New(Config{Timeout: time.Hour, Stat: h.Stat})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if r := p.One(ctx, "/hung"); !r.Unknown || r.Broken() {
