@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/csiactor/csiactor/actors/claim"
+	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/fakeplugin"
 	"github.com/csiactor/csiactor/internal/mountprobe"
 	"github.com/csiactor/csiactor/internal/mountprobe/mountprobetest"
@@ -236,4 +237,61 @@ func TestManager_Reconcile_HungProbeDoesNotHoldTheVolume(t *testing.T) {
 	e.checkProbes("3", "2", "0")
 	e.waitPublished("vol1", "a")
 	e.waitBrokenMetrics(map[string]string{mountprobe.CauseTimeout: "2"}, "0")
+}
+
+// TestManager_Claim_RepeatedClaimProbesTheMount: a claim repeated while
+// its target is in the mount table but dead is healed before it is
+// answered. While the stat of a hung target waits, the volume still
+// answers: the stat waits in a job, not on the volume actor.
+func TestManager_Claim_RepeatedClaimProbesTheMount(t *testing.T) {
+	e, dead, events, c := probedEnv(t, time.Minute)
+	ctx := ctxT(t)
+	req := claimReq("vol1", "a", claim.ModeWrite, csi.AccessModeSingleNodeWriter)
+	before := rpcCalls(e.plugin)
+	if again, err := e.m.Claim(ctx, req); err != nil || again.State != claim.StatePublished {
+		t.Fatalf("repeated claim of a live mount = %+v, %v", again, err)
+	}
+	if got := rpcCalls(e.plugin); got != before || dead.Calls(c.TargetPath) != 1 {
+		t.Errorf("repeated claim of a live mount: RPCs %v → %v, target stat'ed %d times; want no RPC, one stat", before, got, dead.Calls(c.TargetPath))
+	}
+
+	// Dead: healed, then answered.
+	dead.Set(c.TargetPath, syscall.ENOTCONN)
+	answered := make(chan error, 1)
+	go func() {
+		_, err := e.m.Claim(ctx, req)
+		answered <- err
+	}()
+	waitFor(t, "the dead target unpublished", func() bool { return e.plugin.Calls("NodeUnpublishVolume") > before[0] })
+	dead.Set(c.TargetPath, nil) // the heal's new mount answers
+	if err := <-answered; err != nil {
+		t.Fatalf("repeated claim of a dead mount: %v", err)
+	}
+	if got := rpcCalls(e.plugin); got[0] != before[0]+1 || got[3] != before[3]+1 {
+		t.Errorf("RPCs %v → %v; want NodeUnpublishVolume and NodePublishVolume once more", before, got)
+	}
+	waitFor(t, "a mount-healed event", func() bool { return len(events.find(EventMountHealed, "a")) == 1 })
+	if evs := events.find(EventMountBroken, "a"); len(evs) != 1 || !strings.Contains(evs[0].Message, "(ENOTCONN)") {
+		t.Errorf("mount-broken events = %+v, want one with ENOTCONN", evs)
+	}
+
+	// Hung: the volume answers while the stat waits.
+	dead.Hang(c.TargetPath)
+	stats := dead.Calls(c.TargetPath)
+	go func() {
+		_, err := e.m.Claim(ctx, req)
+		answered <- err
+	}()
+	waitFor(t, "the target's stat started", func() bool { return dead.Calls(c.TargetPath) > stats })
+	if v, err := e.m.Get(ctx, "vol1"); err != nil || v.Claims[0].State != claim.StatePublished {
+		t.Errorf("Get while the repeated claim's stat hangs = %+v, %v; want the published claim", v.Claims, err)
+	}
+	dead.Release() // the stat returns ENOTCONN: dead
+	if err := <-answered; err != nil {
+		t.Fatalf("repeated claim of a hung mount: %v", err)
+	}
+	if evs := events.find(EventMountBroken, "a"); len(evs) != 2 {
+		t.Errorf("mount-broken events = %d, want 2", len(evs))
+	}
+	e.checkAgree()
 }
