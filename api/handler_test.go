@@ -435,3 +435,26 @@ func TestHandler_Logging_ClientCanceled_Info(t *testing.T) {
 		t.Errorf("log line %s %q %v, want info \"request canceled\"", e.Level, e.Message, e.Data)
 	}
 }
+
+// A Csiactor-Timeout header that is not a positive duration is a 400
+// naming the header, and the request does nothing; a good one is served.
+func TestHandler_TimeoutHeader_Cases(t *testing.T) {
+	b := apitest.NewBackend()
+	c := newRawClient(t, apitest.Serve(t, b, api.Options{}))
+	runSteps(t, c, []step{
+		{name: "register alloc", method: "PUT", path: "/v1/allocations/hp1", body: attachedAlloc, status: 200},
+		{name: "register volume", method: "PUT", path: "/v1/volumes/vol1", body: volumeBody, status: 200},
+	})
+	for _, h := range []string{"soon", "0s", "-5s", "30"} {
+		r := c.do("POST", "/v1/volumes/vol1/claims", writeClaim, api.TimeoutHeader, h)
+		if r.status != http.StatusBadRequest || !strings.Contains(r.body, api.TimeoutHeader) || !strings.Contains(r.body, `\"`+h+`\"`) {
+			t.Errorf("claim with %s: %q = %d %s, want 400 naming the header and its value", api.TimeoutHeader, h, r.status, r.body)
+		}
+	}
+	if r := c.do("GET", "/v1/volumes/vol1", ""); r.status != 200 || strings.Contains(r.body, `"alloc":"w1"`) {
+		t.Errorf("after the refused claims: %d %s, want the volume without a claim", r.status, r.body)
+	}
+	if r := c.do("POST", "/v1/volumes/vol1/claims", writeClaim, api.TimeoutHeader, "30s"); r.status != 200 || !strings.Contains(r.body, `"alloc":"w1"`) {
+		t.Errorf("claim with %s: 30s = %d %s, want 200 with the claim", api.TimeoutHeader, r.status, r.body)
+	}
+}

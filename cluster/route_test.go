@@ -527,3 +527,60 @@ func TestCluster_RoutedSecretsFrom(t *testing.T) {
 		}
 	}
 }
+
+// TestCluster_RoutedWaitsOutControllerRestart: a host with only a node
+// allocation creates a volume while the one controller of the cluster is
+// not ready (restarting), so no host leads it: the create waits for a
+// leader (event plugin-wait) instead of failing, and completes once the
+// controller is ready again.
+func TestCluster_RoutedWaitsOutControllerRestart(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	srv := etcdtest.Start(t)
+	ctrl := startWithPlugin(t, "n1", srv.Endpoint(), fullController, runtime.TypeMonolith)
+	node := startWithPlugin(t, "n3", srv.Endpoint(), fakeplugin.Config{ControllerPublish: true, StageUnstage: true}, runtime.TypeNode)
+	leaderOf(t, ctrl)
+	if err := untilAvailable(t, "create r1", func(ctx context.Context) error {
+		_, err := node.rt.CreateVolume(ctx, createSpec("r1"))
+		return err
+	}); err != nil {
+		t.Fatalf("create r1 with a controller leader: %v", err)
+	}
+
+	ctrl.plugin.SetReady(false)
+	// Gone from etcd, not only from n1's gauge: a request sent while n1
+	// still resigns waits in etcd for the next leader instead.
+	eventually(t, "no host leads the controller", func() (bool, error) {
+		return etcdKeys(t, srv.Endpoint(), runtime.DefaultClusterPrefix+"/leaders/"+testPlugin+"/") == 0, nil
+	})
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*waitLimit)
+		defer cancel()
+		_, err := node.rt.CreateVolume(ctx, createSpec("r2"))
+		done <- err
+	}()
+	eventually(t, "n3's create waiting for the controller", func() (bool, error) {
+		select {
+		case err := <-done:
+			t.Fatalf("create r2 while no host leads the controller ended without a wait: %v", err)
+		default:
+		}
+		evs, err := node.rt.Events(context.Background())
+		for _, e := range evs {
+			if e.Type == runtime.EventPluginWait && e.Volume == "r2" && e.Plugin == testPlugin {
+				return true, nil
+			}
+		}
+		return false, err
+	})
+	ctrl.plugin.SetReady(true)
+	if err := <-done; err != nil {
+		t.Fatalf("create r2 once the controller is ready again: %v", err)
+	}
+	if _, ok := ctrl.plugin.Volumes()["vol-r2"]; !ok {
+		t.Fatalf("the controller's volumes = %v, want vol-r2", ctrl.plugin.Volumes())
+	}
+	if got := controllerRequests(t, srv.Endpoint()); len(got) != 0 {
+		t.Fatalf("controller requests left in etcd: %v", got)
+	}
+}

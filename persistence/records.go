@@ -1,6 +1,10 @@
 package persistence
 
-import "time"
+import (
+	"time"
+
+	"github.com/csiactor/csiactor/actors/plugin/container"
+)
 
 // Allocation is the persisted record of one plugin allocation.
 type Allocation struct {
@@ -14,6 +18,8 @@ type Allocation struct {
 	// Command and Env are set for exec-managed allocations.
 	Command []string          `json:"command,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
+	// Image is set for a container-managed allocation.
+	Image *container.Image `json:"image,omitempty"`
 	// Seq is the creation sequence. PutAllocation assigns it the first time
 	// an ID is stored and keeps it on every later put of the same ID, so the
 	// order of allocations survives restarts and re-registration.

@@ -42,6 +42,7 @@ func (s *Store) PutAllocation(ctx context.Context, a Allocation) (Allocation, er
 	}
 	a.Command = slices.Clone(a.Command)
 	a.Env = maps.Clone(a.Env)
+	a.Image = a.Image.Clone()
 	key := []byte(a.ID)
 	var stored Allocation
 	err := s.write(ctx, func(tx *bolt.Tx) error {

@@ -95,6 +95,7 @@ func allocationFromInfo(i registry.AllocationInfo) Allocation {
 		Command: i.Command, Healthy: i.Healthy, HealthDescription: i.HealthDescription,
 		Singleton: i.Singleton, NodeID: i.NodeID, Source: string(i.Source), PID: i.PID,
 		Capabilities: i.Capabilities,
+		Image:        i.Image, Engine: i.Engine, ImageDigest: i.ImageDigest, ContainerID: i.ContainerID,
 	}
 }
 

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/csiactor/csiactor/actors/plugin/container"
 )
 
 // Defaults of [DefaultConfig].
@@ -186,6 +188,26 @@ type PluginsConfig struct {
 	// allocation that operations go to now (see ProxySocket). Off by
 	// default.
 	Proxy bool `yaml:"proxy"`
+	// Engines are the API sockets of the container engines that run the
+	// plugins of image allocations.
+	Engines EnginesConfig `yaml:"engines"`
+}
+
+// EnginesConfig locates the container engines' API sockets. Podman is
+// reached through the Docker-compatible API of `podman system service`.
+type EnginesConfig struct {
+	// Docker is dockerd's API socket; default /var/run/docker.sock.
+	Docker string `yaml:"docker"`
+	// Podman is Podman's API socket; default /run/podman/podman.sock.
+	Podman string `yaml:"podman"`
+}
+
+// Socket returns the API socket of engine ("docker" or "podman").
+func (e EnginesConfig) Socket(engine string) string {
+	if engine == container.Podman {
+		return e.Podman
+	}
+	return e.Docker
 }
 
 // VolumesConfig tunes the claim and release steps.
@@ -310,6 +332,7 @@ func DefaultConfig() Config {
 			RestartBackoff:    DefaultBackoff(),
 			HealthTimeout:     DefaultHealthTimeout,
 			HungRPCRestart:    DefaultHungRPCRestart,
+			Engines:           EnginesConfig{Docker: container.DefaultDockerSocket, Podman: container.DefaultPodmanSocket},
 		},
 		Volumes: VolumesConfig{Retry: DefaultBackoff(), StatsInterval: DefaultStatsInterval, StallAfter: DefaultStallAfter,
 			MountCheckInterval: DefaultMountCheckInterval, PluginWait: DefaultPluginWait},
@@ -331,6 +354,8 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.Plugins.KillTimeout, d.Plugins.KillTimeout)
 	setDefault(&c.Plugins.HealthTimeout, d.Plugins.HealthTimeout)
 	setDefault(&c.Plugins.HungRPCRestart, d.Plugins.HungRPCRestart)
+	setDefault(&c.Plugins.Engines.Docker, d.Plugins.Engines.Docker)
+	setDefault(&c.Plugins.Engines.Podman, d.Plugins.Engines.Podman)
 	c.Plugins.RestartBackoff = c.Plugins.RestartBackoff.WithDefaults()
 	c.Volumes.Retry = c.Volumes.Retry.WithDefaults()
 	setDefault(&c.Volumes.StatsInterval, d.Volumes.StatsInterval)
@@ -442,6 +467,11 @@ func (c Config) Validate() error {
 	}
 	if p.MaxInFlight < 0 {
 		return fieldErr("plugins.max_in_flight", "must not be negative")
+	}
+	for _, e := range []struct{ key, path string }{{"plugins.engines.docker", p.Engines.Docker}, {"plugins.engines.podman", p.Engines.Podman}} {
+		if e.path != "" && !filepath.IsAbs(e.path) {
+			return fieldErr(e.key, fmt.Sprintf("%q is a relative path; give the absolute path of the engine's API socket", e.path))
+		}
 	}
 	switch n := p.HungRPCRestart; {
 	case n < 0 && n != HungRPCRestartOff:

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/csiactor/csiactor/actors/plugin/container"
 )
 
 const fullConfigYAML = `# a full config
@@ -70,6 +72,7 @@ func TestParseConfig_Full(t *testing.T) {
 		MaxInFlight: 4, KillTimeout: 10 * time.Second,
 		RestartBackoff: BackoffConfig{Initial: time.Second, Max: time.Minute, Multiplier: 3, Jitter: 0.5},
 		HealthTimeout:  5 * time.Minute, StopOnAgentExit: true, HungRPCRestart: 5,
+		Engines: EnginesConfig{Docker: container.DefaultDockerSocket, Podman: container.DefaultPodmanSocket},
 	}
 	// Keys left out of a nested block keep their defaults.
 	want.Volumes.Retry.Initial = 250 * time.Millisecond
@@ -121,7 +124,7 @@ func TestParseConfig_Errors(t *testing.T) {
 	}{
 		{"unknown top key", "data_dir: /d\nsocket: /x\n", `line 2: socket: unknown key (known here: allocations, api, cluster, data_dir, docker, log, plugins, secrets, store, volumes)`},
 		{"unknown nested key", "api:\n  socket: /x\n  sockett: /y\n", `line 3: api.sockett: unknown key (known here: http_addr, socket, token_file, ui)`},
-		{"unknown allocation key", "allocations:\n  - id: a\n    plugin: p\n    typ: node\n", `line 4: allocations[0].typ: unknown key (known here: command, env, id, plugin, socket, type)`},
+		{"unknown allocation key", "allocations:\n  - id: a\n    plugin: p\n    typ: node\n", `line 4: allocations[0].typ: unknown key (known here: command, env, id, image, plugin, socket, type)`},
 		{"duration as int", "plugins:\n  rpc_timeout: 30\n", `line 2: plugins.rpc_timeout: want a duration like "30s" or "500ms"`},
 		{"duration without unit", "plugins:\n  rpc_timeout: \"30\"\n", `line 2: plugins.rpc_timeout: "30": want a duration like "30s" or "500ms"`},
 		{"int as string", "plugins:\n  max_in_flight: many\n", `line 2: plugins.max_in_flight: want an integer`},
@@ -161,6 +164,13 @@ func TestParseConfig_Errors(t *testing.T) {
 		{"stall after not a duration", "volumes:\n  stall_after: soon\n", `line 2: volumes.stall_after: "soon": want a duration like "30s" or "500ms"`},
 		{"backoff max", "volumes:\n  retry:\n    initial: 1m\n    max: 1s\n", `line 4: volumes.retry.max: 1s is shorter than initial (1m0s)`},
 		{"backoff jitter", "plugins:\n  restart_backoff:\n    jitter: 2\n", `line 3: plugins.restart_backoff.jitter: 2: want a fraction from 0 to 1`},
+		{"image unknown engine", "allocations:\n  - id: a\n    plugin: p\n    type: node\n    image:\n      image: csi/x:1\n      engine: rkt\n", `line 7: allocations[0].image.engine: "rkt" is not an engine: want docker or podman`},
+		{"image bad pull", "allocations:\n  - id: a\n    plugin: p\n    type: node\n    image:\n      image: csi/x:1\n      pull: sometimes\n", `line 7: allocations[0].image.pull: "sometimes" is not a pull policy: want missing, always or never`},
+		{"image relative mount", "allocations:\n  - id: a\n    plugin: p\n    type: node\n    image:\n      image: csi/x:1\n      mounts: [{source: data, target: /data}]\n", `allocations[0].image.mounts[0].source: "data" is a relative path; give an absolute path`},
+		{"image and command", "allocations:\n  - id: a\n    plugin: p\n    type: node\n    command: [/bin/p]\n    image: {image: csi/x:1}\n", `line 6: allocations[0].image: give one of socket (an attached plugin), command (an exec-managed plugin) or image (a plugin the agent runs in a container), not command and image`},
+		{"image and socket", "allocations:\n  - id: a\n    plugin: p\n    type: node\n    socket: /s\n    image: {image: csi/x:1}\n", `allocations[0].image: give one of socket`},
+		{"relative engine socket", "plugins:\n  engines:\n    docker: run/docker.sock\n", `line 3: plugins.engines.docker: "run/docker.sock" is a relative path; give the absolute path of the engine's API socket`},
+		{"unknown engine key", "plugins:\n  engines:\n    rkt: /run/rkt.sock\n", `line 3: plugins.engines.rkt: unknown key (known here: docker, podman)`},
 		{"relative data dir", "data_dir: var/lib\n", `line 1: data_dir: "var/lib" is not an absolute path`},
 		{"bad http addr", "api:\n  http_addr: localhost\n", `line 2: api.http_addr: "localhost" is not host:port`},
 		{"bad port", "api:\n  http_addr: localhost:http\n", `line 2: api.http_addr: "localhost:http": port must be a number from 0 to 65535`},
@@ -384,4 +394,48 @@ func normalize(c Config) Config {
 		}
 	}
 	return c
+}
+
+// TestParseConfig_Image: an image allocation and the engines' sockets as
+// the file gives them; capabilities left out are nil (the default by
+// type), an empty list is none.
+func TestParseConfig_Image(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`plugins:
+  engines:
+    podman: /run/user/podman.sock
+allocations:
+  - id: a
+    plugin: p
+    type: node
+    image:
+      image: csi/x:1
+      engine: podman
+      args: ["--endpoint={endpoint}"]
+      capabilities: []
+      mounts:
+        - {source: /srv, target: /data, read_only: true}
+      pull: never
+  - id: b
+    plugin: p
+    type: controller
+    image: {image: csi/x:1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = cfg.WithDefaults()
+	if got, want := cfg.Plugins.Engines, (EnginesConfig{Docker: "/var/run/docker.sock", Podman: "/run/user/podman.sock"}); got != want {
+		t.Errorf("engines %+v, want %+v", got, want)
+	}
+	a, b := cfg.Allocations[0].Image, cfg.Allocations[1].Image
+	if a == nil || b == nil {
+		t.Fatalf("images %v %v, want both set", a, b)
+	}
+	if a.Engine != "podman" || a.Pull != "never" || a.Capabilities == nil || len(a.Capabilities) != 0 ||
+		len(a.Mounts) != 1 || a.Mounts[0] != (container.Mount{Source: "/srv", Target: "/data", ReadOnly: true}) || a.Args[0] != "--endpoint={endpoint}" {
+		t.Errorf("image a = %+v", *a)
+	}
+	if b.Capabilities != nil || b.EngineName() != "docker" || b.PullPolicy() != "missing" {
+		t.Errorf("image b = %+v: want default capabilities (nil), engine docker, pull missing", *b)
+	}
 }

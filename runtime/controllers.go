@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/csiactor/csiactor/actors/claim"
+	"github.com/csiactor/csiactor/actors/plugin"
 	"github.com/csiactor/csiactor/actors/registry"
 	"github.com/csiactor/csiactor/cluster"
 	"github.com/csiactor/csiactor/csi"
@@ -116,10 +117,19 @@ func (p *clusterPlugins) Client(ctx context.Context, name string, typ claim.Plug
 // host without a usable controller of plugin (localErr says why): a
 // client that sends the call to the plugin's controller leader, with the
 // controller facts the cluster recorded. With no leader, or no record
-// yet, it fails as unavailable, naming the plugin.
+// yet, it fails as unavailable, naming the plugin: with no leader while
+// the cluster has a record (the controller of some host is restarting,
+// say), as a *registry.UnhealthyError, which a volume request waits out
+// (volumes.plugin_wait).
 func (p *clusterPlugins) routed(ctx context.Context, name string, localErr error) (csi.Client, claim.Facts, error) {
 	if _, err := p.s.ControllerLeader(ctx, name); err != nil {
-		return nil, claim.Facts{}, fmt.Errorf("%w; %w", localErr, err)
+		err = fmt.Errorf("%w; %w", localErr, err)
+		if errors.Is(err, cluster.ErrNoController) {
+			if _, known, ierr := p.info(ctx, name); ierr == nil && known {
+				return nil, claim.Facts{}, &registry.UnhealthyError{Plugin: name, Role: plugin.Controller, Msg: err.Error()}
+			}
+		}
+		return nil, claim.Facts{}, err
 	}
 	info, ok, err := p.info(ctx, name)
 	if err != nil {

@@ -39,9 +39,7 @@ func TestMain(m *testing.M) {
 func runFakePlugin() int {
 	path := strings.TrimPrefix(os.Getenv("CSI_ENDPOINT"), "unix://")
 	p := fakeplugin.New(fullPlugin)
-	for _, m := range strings.Fields(os.Getenv("FAKE_HANG")) { // methods that hang until the call's deadline
-		p.SetFault(m, fakeplugin.Fault{Hang: true})
-	}
+	p.SetHangs(os.Getenv("FAKE_HANG")) // methods (or Method@volume) that hang until the call's deadline
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM)
 	if err := p.Serve(path); err != nil {

@@ -12,13 +12,12 @@ import (
 	"github.com/csiactor/csiactor/runtime"
 )
 
-// TestRuntime_HungNodePublish_RestartsPlugin: an exec-managed plugin that
-// answers Probe but hangs NodePublishVolume is restarted once a claim's
-// publishes have timed out plugins.hung_rpc_restart times in a row; the
-// event plugin-hung and csiactor_plugin_hung_restarts_total say so, and
-// the claim, released, is torn down by the new process.
-func TestRuntime_HungNodePublish_RestartsPlugin(t *testing.T) {
-	defer leakcheck.Check(t)()
+// startHung starts a runtime whose node RPCs time out after 200 ms, with
+// an exec-managed fake plugin (allocation h1) whose calls in hang
+// (FAKE_HANG: "Method" or "Method@volume") hang, and returns it healthy
+// with its PID.
+func startHung(t *testing.T, hang string, mod func(*runtime.Config)) (*testEnv, int) {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -26,16 +25,29 @@ func TestRuntime_HungNodePublish_RestartsPlugin(t *testing.T) {
 	e := &testEnv{t: t, dataDir: shortDir(t, "csiactor-rt-")}
 	e.cfg = testConfig(e.dataDir)
 	e.cfg.Plugins.RPCTimeout = 200 * time.Millisecond
+	if mod != nil {
+		mod(&e.cfg)
+	}
 	e.start()
-	ctx := context.Background()
-	if _, err := e.rt.RegisterAllocation(ctx, "h1", runtime.AllocationSpec{
+	if _, err := e.rt.RegisterAllocation(context.Background(), "h1", runtime.AllocationSpec{
 		Plugin: testPlugin, Type: runtime.TypeMonolith, Command: []string{self, "-test.run=^$"},
-		Env: map[string]string{fakePluginEnv: "1", "FAKE_HANG": "NodePublishVolume"},
+		Env: map[string]string{fakePluginEnv: "1", "FAKE_HANG": hang},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	e.waitAllocHealthy("h1")
-	first := e.alloc("h1").PID
+	return e, e.alloc("h1").PID
+}
+
+// TestRuntime_HungNodePublish_RestartsPlugin: an exec-managed plugin that
+// answers Probe but hangs NodePublishVolume is restarted once a claim's
+// publishes have timed out plugins.hung_rpc_restart times in a row; the
+// event plugin-hung and csiactor_plugin_hung_restarts_total say so, and
+// the claim, released, is torn down by the new process.
+func TestRuntime_HungNodePublish_RestartsPlugin(t *testing.T) {
+	defer leakcheck.Check(t)()
+	e, first := startHung(t, "NodePublishVolume", nil)
+	ctx := context.Background()
 	if _, err := e.rt.RegisterVolume(ctx, "vol-1", volSpec("single-node-writer")); err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +81,62 @@ func TestRuntime_HungNodePublish_RestartsPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitFreed("vol-1", "a1")
+	if err := e.rt.DeregisterAllocation(ctx, "h1"); err != nil {
+		t.Fatal(err)
+	}
+	e.stop()
+}
+
+// TestRuntime_HungOneVolume_NoRestart: a plugin that hangs
+// NodePublishVolume on one volume but answers every other node RPC is not
+// restarted, though more of that volume's publishes time out in all than
+// plugins.hung_rpc_restart: the answers between them start the count over.
+// The slow volume's claims fail (volumes.max_claim_attempts); the other
+// volume's claim is published by the same process.
+func TestRuntime_HungOneVolume_NoRestart(t *testing.T) {
+	defer leakcheck.Check(t)()
+	e, first := startHung(t, "NodePublishVolume@ext-slow", func(c *runtime.Config) {
+		c.Volumes.MaxClaimAttempts = 2 // two timeouts in a row per claim; the count is 3
+		// Room for the answered calls on a loaded machine: one of them
+		// timing out too would make three in a row.
+		c.Plugins.RPCTimeout = time.Second
+	})
+	ctx := context.Background()
+	for _, v := range []string{"slow", "fast"} {
+		if _, err := e.rt.RegisterVolume(ctx, v, volSpecFor(v, "single-node-writer")); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	slowClaim := func(alloc string) {
+		t.Helper()
+		_, err := e.rt.Claim(ctx, "slow", claimReq(alloc, runtime.ModeWrite, "single-node-writer"))
+		t.Logf("claim %s of the slow volume: %v", alloc, err)
+		if err == nil {
+			t.Fatalf("claim %s of the slow volume succeeded", alloc)
+		}
+		e.waitFreed("slow", alloc)
+	}
+	slowClaim("a1")
+	if _, err := e.rt.Claim(ctx, "fast", claimReq("b1", runtime.ModeWrite, "single-node-writer")); err != nil {
+		t.Fatalf("claim of the other volume: %v", err)
+	}
+	slowClaim("a2") // four timeouts in all, never three in a row
+
+	if a := e.alloc("h1"); a.PID != first || !a.Healthy {
+		t.Errorf("allocation PID %d (was %d) healthy %v: want the same healthy process", a.PID, first, a.Healthy)
+	}
+	if evs := e.eventsOf(runtime.EventPluginHung); len(evs) != 0 {
+		t.Errorf("plugin-hung events %+v for one slow volume", evs)
+	}
+	if n, _ := metrictest.Value(t, e.reg, "csiactor_plugin_hung_restarts_total", map[string]string{"plugin": testPlugin}); n != 0 {
+		t.Errorf("csiactor_plugin_hung_restarts_total = %v, want 0", n)
+	}
+
+	if _, err := e.rt.Release(ctx, "fast", "b1"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFreed("fast", "b1")
 	if err := e.rt.DeregisterAllocation(ctx, "h1"); err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func (r *Runtime) AllocationLogs(ctx context.Context, id string, q LogsQuery, fn
 	if err != nil {
 		return mapErr(err)
 	}
-	if len(a.Command) == 0 {
+	if len(a.Command) == 0 && a.Image == "" {
 		return &kindError{kind: ErrNotFound, err: fmt.Errorf("allocation %q has no logs: it is attached (socket %s), so its plugin runs outside the agent", id, a.Socket)}
 	}
 	dir := filepath.Dir(plugin.SocketPath(r.cfg.DataDir, id))

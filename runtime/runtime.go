@@ -18,6 +18,7 @@ import (
 
 	"github.com/csiactor/csiactor/actors/claim"
 	"github.com/csiactor/csiactor/actors/plugin"
+	"github.com/csiactor/csiactor/actors/plugin/container"
 	"github.com/csiactor/csiactor/actors/registry"
 	"github.com/csiactor/csiactor/actors/snapshot"
 	"github.com/csiactor/csiactor/actors/volume"
@@ -55,10 +56,12 @@ type Options struct {
 // first; they return errors that wrap [ErrInvalid], [ErrNotFound],
 // [ErrConflict], [ErrPluginUnavailable] or [ErrShutdown] where one applies.
 type Runtime struct {
-	cfg  Config
-	log  *logrus.Entry
-	reg  prometheus.Registerer
-	life sync.Mutex // serializes Start and Shutdown
+	// containers runs the plugins of image allocations; set in Start.
+	containers *container.Launcher
+	cfg        Config
+	log        *logrus.Entry
+	reg        prometheus.Registerer
+	life       sync.Mutex // serializes Start and Shutdown
 
 	// Set by Start, read-only afterwards until Shutdown.
 	started  bool
@@ -207,9 +210,16 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 	configured := make([]plugin.Spec, 0, len(r.cfg.Allocations))
 	for _, a := range r.cfg.Allocations {
 		configured = append(configured, plugin.Spec{ID: a.ID, Plugin: a.Plugin, Type: plugin.Type(a.Type),
-			Socket: a.Socket, Command: a.Command, Env: a.Env})
+			Socket: a.Socket, Command: a.Command, Env: a.Env, Image: a.Image.Clone()})
 	}
 	pc := r.cfg.Plugins
+	r.containers, err = container.NewLauncher(container.Config{
+		DockerSocket: pc.Engines.Docker, PodmanSocket: pc.Engines.Podman,
+		DataDir: r.cfg.DataDir, VolumesDir: filepath.Join(r.cfg.DataDir, "volumes"),
+	})
+	if err != nil {
+		return err
+	}
 	// Subscribed before the registry actor starts: the events of the
 	// allocations it registers and restores as it starts are the first.
 	r.registry, r.regSub, err = registry.StartSubscribed(ctx, r.system, registry.Config{
@@ -226,6 +236,7 @@ func (r *Runtime) Start(ctx context.Context) (err error) {
 			HungRPCRestart:    pc.HungRPCRestart,
 			RestartBackoff:    actorBackoff(pc.RestartBackoff),
 			Metrics:           metrics,
+			Containers:        r.containers,
 		},
 		Registerer:        r.reg,
 		Restarts:          r.restarts,
@@ -407,6 +418,9 @@ func (r *Runtime) teardownLocked(ctx context.Context) error {
 	if r.system != nil {
 		r.system.Shutdown()
 	}
+	if r.containers != nil {
+		r.containers.Close()
+	}
 	if r.restarts != nil && r.reg != nil {
 		r.reg.Unregister(r.restarts)
 	}
@@ -453,7 +467,18 @@ func (r *Runtime) RegisterAllocation(ctx context.Context, id string, spec Alloca
 // registerAllocation registers a validated allocation; Start uses it for
 // the configured ones before the runtime counts as started.
 func (r *Runtime) registerAllocation(ctx context.Context, id string, spec AllocationSpec) (Allocation, error) {
-	ps := plugin.Spec{ID: id, Plugin: spec.Plugin, Type: plugin.Type(spec.Type), Socket: spec.Socket, Command: spec.Command, Env: spec.Env}
+	if spec.Image != nil {
+		// An image the engine says it lacks, with pull never, is refused
+		// before anything starts; an engine that does not answer is
+		// retried by the allocation.
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := r.containers.HasImage(cctx, *spec.Image)
+		cancel()
+		if err != nil {
+			return Allocation{}, fieldErr("image.image", err.Error())
+		}
+	}
+	ps := plugin.Spec{ID: id, Plugin: spec.Plugin, Type: plugin.Type(spec.Type), Socket: spec.Socket, Command: spec.Command, Env: spec.Env, Image: spec.Image.Clone()}
 	info, err := r.registry.Register(ctx, ps)
 	r.plugins.invalidate()
 	if err != nil {

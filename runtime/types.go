@@ -5,6 +5,7 @@ package runtime
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -12,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/csiactor/csiactor/actors/plugin/container"
 	"github.com/csiactor/csiactor/actors/registry"
 	"github.com/csiactor/csiactor/actors/volume"
 	"github.com/csiactor/csiactor/csi"
@@ -188,6 +190,14 @@ type Allocation struct {
 	// PID is the plugin process of an exec-managed allocation, started or
 	// adopted by this agent; 0 while none runs.
 	PID int `json:"pid,omitempty"`
+	// Image, Engine, ImageDigest and ContainerID describe a
+	// container-managed allocation: the image reference, the engine that
+	// runs it, the digest (image ID) of the image its container runs and
+	// the running container's ID (empty while none runs).
+	Image       string `json:"image,omitempty"`
+	Engine      string `json:"engine,omitempty"`
+	ImageDigest string `json:"image_digest,omitempty"`
+	ContainerID string `json:"container_id,omitempty"`
 	// Capabilities is what the plugin announced at the allocation's last
 	// fingerprint; nil until it was fingerprinted since the agent started.
 	Capabilities *Capabilities `json:"capabilities,omitempty"`
@@ -211,6 +221,9 @@ type AllocationSpec struct {
 	Socket  string            `json:"socket,omitempty" yaml:"socket,omitempty"`
 	Command []string          `json:"command,omitempty" yaml:"command,omitempty"`
 	Env     map[string]string `json:"env,omitempty" yaml:"env,omitempty"`
+	// Image makes the allocation container-managed: the agent runs the
+	// plugin in a container of this image, with the engine it names.
+	Image *container.Image `json:"image,omitempty" yaml:"image,omitempty"`
 }
 
 // Validate checks s; the error is a *FieldError naming the bad field.
@@ -221,11 +234,26 @@ func (s AllocationSpec) Validate() error {
 	if err := ValidateAllocationType("type", s.Type); err != nil {
 		return err
 	}
+	if s.Image != nil {
+		switch {
+		case s.Socket != "":
+			return fieldErr("image", "give one of socket (an attached plugin), command (an exec-managed plugin) or image (a plugin the agent runs in a container), not socket and image")
+		case len(s.Command) > 0:
+			return fieldErr("image", "give one of socket (an attached plugin), command (an exec-managed plugin) or image (a plugin the agent runs in a container), not command and image")
+		case len(s.Env) > 0:
+			return fieldErr("env", "only valid with command; give a container's environment as image.env")
+		}
+		var fe *container.FieldError
+		if err := s.Image.Validate(); errors.As(err, &fe) {
+			return fieldErr("image."+fe.Field, fe.Msg)
+		}
+		return nil
+	}
 	switch {
 	case s.Socket != "" && len(s.Command) > 0:
 		return fieldErr("socket", "give either socket (an attached plugin) or command (an exec-managed plugin), not both")
 	case s.Socket == "" && len(s.Command) == 0:
-		return fieldErr("socket", "give socket (an attached plugin) or command (an exec-managed plugin)")
+		return fieldErr("socket", "give socket (an attached plugin), command (an exec-managed plugin) or image (a plugin the agent runs in a container)")
 	case s.Socket != "":
 		if err := ValidateSocketPath("socket", s.Socket); err != nil {
 			return err

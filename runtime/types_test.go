@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/csiactor/csiactor/actors/plugin/container"
 	"github.com/csiactor/csiactor/csi"
 )
 
@@ -92,6 +93,19 @@ func TestAllocationSpec_Validate_Cases(t *testing.T) {
 		{"bad env name", AllocationSpec{Plugin: "p", Type: TypeNode, Command: []string{"x"}, Env: map[string]string{"A=B": "1"}}, "env", "must not contain '='"},
 		{"empty env name", AllocationSpec{Plugin: "p", Type: TypeNode, Command: []string{"x"}, Env: map[string]string{"": "1"}}, "env", "must not be empty"},
 		{"nul env value", AllocationSpec{Plugin: "p", Type: TypeNode, Command: []string{"x"}, Env: map[string]string{"TOKEN": "s3cret\x00"}}, "env.TOKEN", "NUL"},
+		{"image", AllocationSpec{Plugin: "p", Type: TypeNode, Image: &container.Image{Image: "csi/hostpath:v1", Engine: "podman", Args: []string{"--endpoint={endpoint}"},
+			Mounts: []container.Mount{{Source: "/srv", Target: "/srv"}}, Devices: []string{"/dev/fuse"}, Capabilities: []string{"SYS_ADMIN"}, Pull: "never"}}, "", ""},
+		{"image unknown engine", AllocationSpec{Plugin: "p", Type: TypeNode, Image: &container.Image{Image: "i", Engine: "rkt"}}, "image.engine", `"rkt" is not an engine: want docker or podman`},
+		{"image bad pull", AllocationSpec{Plugin: "p", Type: TypeNode, Image: &container.Image{Image: "i", Pull: "sometimes"}}, "image.pull", `"sometimes" is not a pull policy`},
+		{"image relative mount", AllocationSpec{Plugin: "p", Type: TypeNode, Image: &container.Image{Image: "i", Mounts: []container.Mount{{Source: "data", Target: "/data"}}}}, "image.mounts[0].source", `"data" is a relative path`},
+		{"image relative mount target", AllocationSpec{Plugin: "p", Type: TypeNode, Image: &container.Image{Image: "i", Mounts: []container.Mount{{Source: "/data", Target: "data"}}}}, "image.mounts[0].target", "relative path"},
+		{"image relative device", AllocationSpec{Plugin: "p", Type: TypeNode, Image: &container.Image{Image: "i", Devices: []string{"fuse"}}}, "image.devices[0]", "relative path"},
+		{"image bad capability", AllocationSpec{Plugin: "p", Type: TypeNode, Image: &container.Image{Image: "i", Capabilities: []string{"sys-admin"}}}, "image.capabilities[0]", "not a capability name"},
+		{"image without reference", AllocationSpec{Plugin: "p", Type: TypeNode, Image: &container.Image{Engine: "docker"}}, "image.image", "is required"},
+		{"image with command", AllocationSpec{Plugin: "p", Type: TypeNode, Command: []string{"/bin/p"}, Image: &container.Image{Image: "i"}}, "image", "not command and image"},
+		{"image with socket", AllocationSpec{Plugin: "p", Type: TypeNode, Socket: "/s", Image: &container.Image{Image: "i"}}, "image", "not socket and image"},
+		{"image with env", AllocationSpec{Plugin: "p", Type: TypeNode, Env: map[string]string{"A": "1"}, Image: &container.Image{Image: "i"}}, "env", "image.env"},
+		{"image endpoint env", AllocationSpec{Plugin: "p", Type: TypeNode, Image: &container.Image{Image: "i", Env: map[string]string{"CSI_ENDPOINT": "x"}}}, "image.env", "set by the agent"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.spec.Validate()

@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/sirupsen/logrus"
 
+	"github.com/csiactor/csiactor/actors/plugin/container"
 	"github.com/csiactor/csiactor/actors/plugin/proc"
 	"github.com/csiactor/csiactor/csi"
 )
@@ -39,6 +40,9 @@ func Props(cfg Config, spec Spec, stale StaleProcess, opts ...actor.PropsOption)
 	cfg = cfg.withDefaults()
 	if err := spec.validate(); err != nil {
 		return nil, err
+	}
+	if spec.ContainerManaged() && cfg.Containers == nil {
+		return nil, fmt.Errorf("%w: container launcher is required for image allocation %q", ErrInvalidConfig, spec.ID)
 	}
 	if spec.ExecManaged() && cfg.Launcher == nil {
 		return nil, fmt.Errorf("%w: launcher is required for exec-managed allocation %q", ErrInvalidConfig, spec.ID)
@@ -86,12 +90,13 @@ type Actor struct {
 	failures int  // fingerprints failed in a row
 
 	proc          *proc.Process
-	adopting      bool        // proc was adopted and has not answered yet
-	adoptTried    bool        // the first start looked for a process to adopt
-	killedFor     string      // why proc was killed to restart it ("" if it was not)
-	exits         []time.Time // exits within the restart window
-	startFailures int         // failed starts in a row
-	restartStep   int         // backoff step of the next restart
+	ctr           *container.Container // the running container of an image allocation
+	adopting      bool                 // proc was adopted and has not answered yet
+	adoptTried    bool                 // the first start looked for a process to adopt
+	killedFor     string               // why proc was killed to restart it ("" if it was not)
+	exits         []time.Time          // exits within the restart window
+	startFailures int                  // failed starts in a row
+	restartStep   int                  // backoff step of the next restart
 
 	hung           *timer    // fires HealthTimeout after unhealthySince
 	unhealthySince time.Time // zero while healthy
@@ -141,6 +146,10 @@ func (a *Actor) Receive(ctx actor.Context) {
 	case *procExited:
 		if m.owner == a {
 			a.onProcExited(ctx, m)
+		}
+	case *ctrExited:
+		if m.owner == a {
+			a.onCtrExited(ctx, m)
 		}
 	case *restartProcess:
 		if m.owner == a {

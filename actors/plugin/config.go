@@ -7,6 +7,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/csiactor/csiactor/actors/plugin/container"
 	"github.com/csiactor/csiactor/actors/plugin/proc"
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/actorkit"
@@ -46,6 +47,9 @@ type Config struct {
 	// Launcher starts exec-managed plugin processes. Required for
 	// exec-managed allocations.
 	Launcher *proc.Launcher
+	// Containers runs the containers of image allocations. Required for
+	// them.
+	Containers *container.Launcher
 	// RestartBackoff spaces the restarts of an exec-managed process that
 	// exits. MaxFailures is not used: the agent never gives up on a
 	// plugin it was told to run. Window is how long a process must run

@@ -187,7 +187,9 @@ func (a *Actor) onHeartbeat(ctx actor.Context) {
 // procDown reports whether this is an exec-managed allocation whose process
 // is not running; its status then describes the exit and is not replaced
 // by connection or fingerprint results.
-func (a *Actor) procDown() bool { return a.spec.ExecManaged() && a.proc == nil }
+func (a *Actor) procDown() bool {
+	return a.spec.ExecManaged() && a.proc == nil || a.spec.ContainerManaged() && a.ctr == nil
+}
 
 // fingerprintNow starts a fingerprint in a goroutine, or asks for another
 // one after the running one.

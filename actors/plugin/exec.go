@@ -156,6 +156,12 @@ func (a *Actor) answered(err error) bool {
 	if err == nil || !csi.Unanswered(err) {
 		return false
 	}
+	if a.ctr != nil {
+		a.log.WithError(err).WithField("container", shortID(a.ctr.ID())).Warn("the adopted plugin container does not answer on its socket: killing it to start a new one")
+		a.killedFor = "it did not answer when adopted"
+		a.killContainer()
+		return true
+	}
 	p := a.proc
 	a.log.WithError(err).WithField("pid", p.PID()).Warn("the adopted plugin process does not answer on its socket: killing it and starting a new one")
 	p.Kill()
@@ -271,11 +277,21 @@ func startErrorText(err error) string {
 	return err.Error()
 }
 
-func (a *Actor) onRestartProcess(ctx actor.Context) {
-	if a.done || a.proc != nil {
+// startPlugin starts the plugin process or container of a managed
+// allocation.
+func (a *Actor) startPlugin() {
+	if a.spec.ContainerManaged() {
+		a.startContainer()
 		return
 	}
 	a.startProcess()
+}
+
+func (a *Actor) onRestartProcess(ctx actor.Context) {
+	if a.done || a.proc != nil || a.ctr != nil {
+		return
+	}
+	a.startPlugin()
 	a.report(ctx)
 }
 
@@ -295,6 +311,16 @@ func (a *Actor) onHealthTimedOut(ctx actor.Context) {
 	}
 	if left := a.cfg.HealthTimeout - time.Since(a.unhealthySince); left > 0 {
 		a.hung.Reset(left)
+		return
+	}
+	if a.spec.ContainerManaged() {
+		if a.killedFor != "" {
+			return
+		}
+		a.log.WithField("container", shortID(a.ctr.ID())).WithField("reason", a.status.Description).
+			Warnf("plugin not healthy for %s: killing its container to restart it", a.cfg.HealthTimeout)
+		a.killedFor = fmt.Sprintf("it was not healthy for %s", a.cfg.HealthTimeout)
+		a.killContainer()
 		return
 	}
 	if a.spec.ExecManaged() {

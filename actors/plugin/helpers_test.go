@@ -44,9 +44,7 @@ func runFakePlugin() int {
 		NodeID:            os.Getenv("FAKE_NODE_ID"),
 		ControllerPublish: true,
 	})
-	for _, m := range strings.Fields(os.Getenv("FAKE_HANG")) {
-		p.SetFault(m, fakeplugin.Fault{Hang: true})
-	}
+	p.SetHangs(os.Getenv("FAKE_HANG")) // methods (or Method@volume) that hang until the call's deadline
 	// With FAKE_SIGNAL_LOG, every stop signal is recorded there (see
 	// fakeplugin.SignalRecorder); the first stops the plugin gracefully.
 	stopped := func() {}

@@ -65,6 +65,13 @@ func (a *Actor) hungFingerprint() bool {
 	a.status.Hung++
 	why := fmt.Sprintf("node RPCs hang: %d in a row ended in DeadlineExceeded while the plugin answers Probe", n)
 	log := a.log.WithField("timeouts", n)
+	if a.spec.ContainerManaged() {
+		log.WithField("container", shortID(a.ctr.ID())).Warn("plugin answers Probe but its node RPCs hang: killing its container to restart it")
+		a.killedFor = why
+		a.setHealth(false, why+"; restarting the plugin")
+		a.killContainer()
+		return true
+	}
 	if a.spec.ExecManaged() {
 		log.WithField("pid", a.proc.PID()).Warn("plugin answers Probe but its node RPCs hang: killing its process to restart it")
 		a.killedFor = why

@@ -27,9 +27,9 @@ func (a *Actor) onStarted(ctx actor.Context) {
 	a.heart.Reset(a.cfg.HeartbeatInterval)
 	a.hung = startTimer(a.ctx, &a.wg, func() { a.send(&healthTimedOut{a}) })
 	a.restartHealthClock()
-	if a.spec.ExecManaged() {
+	if a.spec.Managed() {
 		a.rerun = startTimer(a.ctx, &a.wg, func() { a.send(&restartProcess{a}) })
-		a.startProcess()
+		a.startPlugin()
 	}
 	a.dial()
 	a.log.WithField("socket", a.spec.Socket).Debug("allocation actor started")
@@ -100,6 +100,9 @@ func (a *Actor) teardown(reason string) {
 		a.proc = nil
 		a.status.PID, a.status.PIDStart = 0, 0
 	}
+	if a.spec.ContainerManaged() {
+		a.stopContainer(keep, reason == ReasonDeregistered)
+	}
 	a.wg.Wait()
 	if c := a.handoff.take(); c != nil {
 		if a.client == nil {
@@ -119,7 +122,7 @@ func (a *Actor) teardown(reason string) {
 	}
 	a.status.Client = nil
 	a.setHealth(false, reason)
-	if reason == ReasonDeregistered && a.spec.ExecManaged() {
+	if reason == ReasonDeregistered && a.spec.Managed() {
 		if err := os.RemoveAll(filepath.Dir(a.spec.Socket)); err != nil {
 			a.log.WithError(err).Warn("remove socket directory")
 		}

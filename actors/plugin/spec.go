@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/csiactor/csiactor/actors/plugin/container"
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/kinderr"
 )
@@ -77,10 +78,22 @@ type Spec struct {
 	Command []string
 	// Env is added to the exec-managed process's environment.
 	Env map[string]string
+	// Image makes the allocation container-managed: the agent runs the
+	// plugin in a container of this image (see package container). Its
+	// socket is chosen as for an exec-managed allocation.
+	Image *container.Image
 }
 
 // ExecManaged reports whether the agent runs the plugin process.
 func (s Spec) ExecManaged() bool { return len(s.Command) > 0 }
+
+// ContainerManaged reports whether the agent runs the plugin in a
+// container.
+func (s Spec) ContainerManaged() bool { return s.Image != nil }
+
+// Managed reports whether the agent runs the plugin, as a process or a
+// container, and chooses its socket.
+func (s Spec) Managed() bool { return s.ExecManaged() || s.ContainerManaged() }
 
 // Endpoint returns "unix://" + Socket.
 func (s Spec) Endpoint() string { return "unix://" + s.Socket }
@@ -88,7 +101,8 @@ func (s Spec) Endpoint() string { return "unix://" + s.Socket }
 // Equal reports whether s and o describe the same allocation.
 func (s Spec) Equal(o Spec) bool {
 	return s.ID == o.ID && s.Plugin == o.Plugin && s.Type == o.Type && s.Socket == o.Socket &&
-		slices.Equal(s.Command, o.Command) && maps.Equal(s.Env, o.Env)
+		slices.Equal(s.Command, o.Command) && maps.Equal(s.Env, o.Env) &&
+		(s.Image == nil) == (o.Image == nil) && (s.Image == nil || s.Image.Equal(*o.Image))
 }
 
 // SocketPath returns the socket path of an exec-managed allocation:
@@ -107,13 +121,13 @@ func (s Spec) WithSocket(dataDir string) (Spec, error) {
 	if err := s.validate(); err != nil {
 		return s, err
 	}
-	if s.ExecManaged() {
+	if s.Managed() {
 		if !filepath.IsAbs(dataDir) {
 			return s, kinderr.Errorf(ErrInvalidSpec, "data dir %q is not absolute", dataDir)
 		}
 		want := SocketPath(dataDir, s.ID)
 		if s.Socket != "" && s.Socket != want && s.Socket != "unix://"+want {
-			return s, kinderr.Errorf(ErrInvalidSpec, "socket and command are both set: give socket for an attached plugin, command for one the agent runs")
+			return s, kinderr.Errorf(ErrInvalidSpec, "socket and %s are both set: give socket for an attached plugin, command or image for one the agent runs", s.managedKey())
 		}
 		s.Socket = want
 	}
@@ -161,8 +175,10 @@ func (s Spec) validate() error {
 		return err
 	}
 	switch {
-	case s.Socket == "" && !s.ExecManaged():
-		return kinderr.Errorf(ErrInvalidSpec, "socket or command is required")
+	case s.ExecManaged() && s.ContainerManaged():
+		return kinderr.Errorf(ErrInvalidSpec, "image and command are both set: give one of socket, command or image")
+	case s.Socket == "" && !s.Managed():
+		return kinderr.Errorf(ErrInvalidSpec, "socket, command or image is required")
 	case s.Socket != "":
 		if _, err := csi.ParseEndpoint(s.Socket); err != nil {
 			return kinderr.Errorf(ErrInvalidSpec, "socket: %w", err)
@@ -183,7 +199,12 @@ func (s Spec) validate() error {
 		}
 	}
 	if len(s.Env) > 0 && !s.ExecManaged() {
-		return kinderr.Errorf(ErrInvalidSpec, "env is only for an allocation with a command")
+		return kinderr.Errorf(ErrInvalidSpec, "env is only for an allocation with a command (an image has its own image.env)")
+	}
+	if s.ContainerManaged() {
+		if err := s.Image.Validate(); err != nil {
+			return kinderr.Errorf(ErrInvalidSpec, "image.%w", err)
+		}
 	}
 	for k, v := range s.Env {
 		switch {
@@ -213,6 +234,14 @@ func validName(field, v string, max int) error {
 		}
 	}
 	return nil
+}
+
+// managedKey names the field that makes s managed: "command" or "image".
+func (s Spec) managedKey() string {
+	if s.ContainerManaged() {
+		return "image"
+	}
+	return "command"
 }
 
 // command returns the command with {endpoint} and {socket} substituted.

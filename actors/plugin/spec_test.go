@@ -9,6 +9,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/csiactor/csiactor/actors/plugin/container"
 	"github.com/csiactor/csiactor/internal/actorkit"
 )
 
@@ -39,7 +40,14 @@ func TestSpec_Validate(t *testing.T) {
 		{"no plugin", func(s *Spec) { s.Plugin = "" }, "plugin is required"},
 		{"plugin with space", func(s *Spec) { s.Plugin = "a b" }, "plugin"},
 		{"bad type", func(s *Spec) { s.Type = "Node" }, "type"},
-		{"neither", func(s *Spec) { s.Socket = "" }, "socket or command"},
+		{"neither", func(s *Spec) { s.Socket = "" }, "socket, command or image"},
+		{"image", func(s *Spec) { s.Socket = ""; s.Image = &container.Image{Image: "csi/x:1", Engine: "podman"} }, ""},
+		{"image and command", func(s *Spec) { s.Socket = ""; s.Command = []string{"/bin/p"}; s.Image = &container.Image{Image: "i"} }, "image and command are both set"},
+		{"image unknown engine", func(s *Spec) { s.Socket = ""; s.Image = &container.Image{Image: "i", Engine: "rkt"} }, `image.engine: "rkt" is not an engine`},
+		{"image relative mount", func(s *Spec) {
+			s.Socket = ""
+			s.Image = &container.Image{Image: "i", Mounts: []container.Mount{{Source: "/a", Target: "b"}}}
+		}, `image.mounts[0].target: "b" is a relative path`},
 		{"relative socket", func(s *Spec) { s.Socket = "run/csi.sock" }, "socket"},
 		{"tcp socket", func(s *Spec) { s.Socket = "tcp://host:1" }, "socket"},
 		{"long socket", func(s *Spec) { s.Socket = "/" + strings.Repeat("x", 107) }, "107"},

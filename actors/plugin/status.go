@@ -58,6 +58,11 @@ type Status struct {
 	// when none runs.
 	PID      int
 	PIDStart uint64
+	// ContainerID and ImageDigest identify the running container of a
+	// container-managed allocation and the image it runs (the engine's
+	// image ID); empty when none runs.
+	ContainerID string
+	ImageDigest string
 	// Exits counts the process exits seen by this actor.
 	Exits int
 	// Hung counts the times this actor found the plugin's node RPCs hung

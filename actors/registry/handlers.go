@@ -166,6 +166,8 @@ func specDiff(a, b plugin.Spec) string {
 		return "socket"
 	case !plugin.Spec{Command: a.Command}.Equal(plugin.Spec{Command: b.Command}):
 		return "command"
+	case !plugin.Spec{Image: a.Image}.Equal(plugin.Spec{Image: b.Image}):
+		return "image"
 	}
 	return "env"
 }
@@ -260,8 +262,8 @@ func (r *Actor) hungEvent(e *entry, old plugin.Status) {
 		return // the same, or a new incarnation of the actor counting anew
 	}
 	r.sh.hung[e.spec.Plugin] += uint64(e.status.Hung - old.Hung)
+	r.publish() // before the event: who sees the event sees the count
 	r.emit(Event{Type: EventPluginHung, Plugin: e.spec.Plugin, Alloc: e.spec.ID, Healthy: e.status.Healthy, Message: e.status.Description})
-	r.publish()
 }
 
 // nodeInfoEvent emits node_info_changed when the fingerprint's NodeGetInfo
@@ -479,6 +481,7 @@ func specFromRecord(rec persistence.Allocation) plugin.Spec {
 		Socket:  rec.Socket,
 		Command: rec.Command,
 		Env:     rec.Env,
+		Image:   rec.Image.Clone(),
 	}
 }
 
@@ -490,6 +493,7 @@ func recordFromSpec(s plugin.Spec) persistence.Allocation {
 		Socket:  s.Socket,
 		Command: s.Command,
 		Env:     s.Env,
+		Image:   s.Image.Clone(),
 	}
 }
 

@@ -116,7 +116,7 @@ func TestHandle_Register_Validation(t *testing.T) {
 		{"bad id", plugin.Spec{ID: "../x", Plugin: "p", Type: plugin.Node, Socket: "/x.sock"}, plugin.ErrInvalidSpec, "id"},
 		{"missing plugin", plugin.Spec{ID: "b", Type: plugin.Node, Socket: "/x.sock"}, plugin.ErrInvalidSpec, "plugin is required"},
 		{"bad type", plugin.Spec{ID: "b", Plugin: "p", Type: "both", Socket: "/x.sock"}, plugin.ErrInvalidSpec, "type"},
-		{"no socket nor command", plugin.Spec{ID: "b", Plugin: "p", Type: plugin.Node}, plugin.ErrInvalidSpec, "socket or command"},
+		{"no socket nor command", plugin.Spec{ID: "b", Plugin: "p", Type: plugin.Node}, plugin.ErrInvalidSpec, "socket, command or image"},
 		{"relative socket", plugin.Spec{ID: "b", Plugin: "p", Type: plugin.Node, Socket: "x.sock"}, plugin.ErrInvalidSpec, "socket"},
 		{"socket too long", plugin.Spec{ID: "b", Plugin: "p", Type: plugin.Node, Socket: "/" + strings.Repeat("s", 120)}, plugin.ErrInvalidSpec, "107"},
 		{"both socket and command", plugin.Spec{ID: "b", Plugin: "p", Type: plugin.Node, Socket: "/x.sock", Command: []string{"x"}}, plugin.ErrInvalidSpec, "both"},

@@ -184,6 +184,8 @@ func (r *Actor) info(e *entry) AllocationInfo {
 		Type:               e.spec.Type,
 		Socket:             e.spec.Socket,
 		Command:            slices.Clone(e.spec.Command),
+		ImageDigest:        e.status.ImageDigest,
+		ContainerID:        e.status.ContainerID,
 		Seq:                e.rec.Seq,
 		Source:             sourceOf(e.rec.Source),
 		Healthy:            e.status.Healthy,
@@ -198,6 +200,9 @@ func (r *Actor) info(e *entry) AllocationInfo {
 	}
 	if fp.NodeInfo != nil {
 		in.NodeID = fp.NodeInfo.NodeID
+	}
+	if im := e.spec.Image; im != nil {
+		in.Image, in.Engine = im.Image, im.EngineName()
 	}
 	if fp.At.IsZero() { // not fingerprinted since start: what was persisted
 		in.Provider, in.Version, in.NodeID = e.rec.Provider, e.rec.Version, e.rec.NodeID

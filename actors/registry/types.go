@@ -46,6 +46,13 @@ type AllocationInfo struct {
 	// Command is set for an exec-managed allocation. Its environment is
 	// never shown.
 	Command []string `json:"command,omitempty"`
+	// Image, Engine, ImageDigest and ContainerID are set for a
+	// container-managed allocation (ImageDigest and ContainerID while its
+	// container runs).
+	Image       string `json:"image,omitempty"`
+	Engine      string `json:"engine,omitempty"`
+	ImageDigest string `json:"image_digest,omitempty"`
+	ContainerID string `json:"container_id,omitempty"`
 	// Seq is the persisted creation sequence: higher is newer.
 	Seq uint64 `json:"seq"`
 	// Source is where the allocation was registered from.

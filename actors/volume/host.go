@@ -289,12 +289,11 @@ func (a *volumeActor) checkHost(view claim.HostView, asOf time.Time) (int, error
 	if err := a.persist(v, "repair"); err != nil {
 		return 0, err
 	}
+	evs := a.m.broken.found(v, allocs, now)
 	if emit := a.m.cfg.OnEvent; emit != nil {
-		for _, ev := range a.m.broken.found(v, allocs, now) {
+		for _, ev := range evs {
 			emit(ev)
 		}
-	} else {
-		a.m.broken.found(v, allocs, now)
 	}
 	for _, alloc := range allocs {
 		c := a.rec.Claims[claim.FindClaim(a.rec.Claims, alloc)]

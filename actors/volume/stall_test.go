@@ -54,13 +54,16 @@ func (l *eventLog) stalledEvents(alloc, state string) []Event {
 	return out
 }
 
-// stallEnv is an env whose claims stall after a few milliseconds, with
-// every step the fake plugin has.
+// stallEnv is an env whose claims stall after a second, with every step
+// the fake plugin has. The second is a generous bound on a step's first
+// attempt (it takes milliseconds), so that a stall is seen after the step
+// failed: with 20 ms, a loaded machine sometimes stalled the claim before
+// its first attempt, and the stall had no error to report.
 func stallEnv(t *testing.T) (*env, *eventLog) {
 	t.Helper()
 	events := &eventLog{}
 	e := newEnv(t, fullPlugin, withConfig(func(c *Config) {
-		c.StallAfter = 20 * time.Millisecond
+		c.StallAfter = time.Second
 		c.OnEvent = events.add
 	}))
 	return e, events

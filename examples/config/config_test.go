@@ -41,10 +41,13 @@ func TestSampleConfig_Load(t *testing.T) {
 		t.Errorf("api.socket = %s, want the default path %s", cfg.APISocketPath(), runtime.DefaultConfig().APISocketPath())
 	}
 
-	if len(cfg.Allocations) != 2 {
-		t.Fatalf("allocations: got %d, want 2", len(cfg.Allocations))
+	if len(cfg.Allocations) != 3 {
+		t.Fatalf("allocations: got %d, want 3", len(cfg.Allocations))
 	}
-	attached, exec := cfg.Allocations[0], cfg.Allocations[1]
+	attached, exec, image := cfg.Allocations[0], cfg.Allocations[1], cfg.Allocations[2]
+	if image.Image == nil || image.Socket != "" || len(image.Command) != 0 || image.Image.Engine != "docker" {
+		t.Errorf("allocations[2] = %+v, want a monolith run from its image by docker", image)
+	}
 	if attached.Socket == "" || len(attached.Command) != 0 || attached.Type != runtime.TypeNode {
 		t.Errorf("allocations[0] = %+v, want an attached node allocation", attached)
 	}

@@ -110,9 +110,10 @@ type Config struct {
 	// fails with ENOTCONN ("transport endpoint is not connected"), as with
 	// a real FUSE driver; a new process unmounts such dead mounts on
 	// NodeUnpublishVolume and NodeUnstageVolume, and mounts anew on
-	// NodeStageVolume. Plugin.Stop leaves the mounts: they are served
-	// until the process exits. Needs root and /dev/fuse (New says so);
-	// not with MountModeSymlink.
+	// NodeStageVolume. Plugin.Stop does to the mounts what the process's
+	// exit does: it aborts their FUSE connections (through the fusectl
+	// file system) and leaves them dead. Needs root and /dev/fuse (New
+	// says so); not with MountModeSymlink.
 	FUSE bool
 	// FUSEFailDeadUnmount makes NodeUnpublishVolume and NodeUnstageVolume
 	// fail with Internal on a path that holds a dead FUSE mount, instead of

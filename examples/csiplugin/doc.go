@@ -72,9 +72,17 @@
 // its directory is gone.
 //
 // Only the mount access type is supported (block is InvalidArgument), and
-// fs_type is ignored: a volume is a directory on StateDir's file system.
-// There are no snapshots, clones, expansion or topology. Staging and
-// target paths must lie outside StateDir.
+// fs_type is ignored: a volume is a directory on StateDir's file system,
+// its capacity a number it records (expansion changes the number). Staging
+// and target paths must lie outside StateDir.
+//
+// In FUSE mode [Plugin.Stop] leaves the mounts dead, as the process's exit
+// does: it aborts their connections through the fusectl file system
+// (mounting a private instance when /sys/fs/fuse/connections has none). A
+// process that unshared its mounts while a volume was staged holds a copy
+// of the FUSE mount: unstage unmounts the plugin's own and returns (after
+// waiting a few seconds for the server to end, and logging that it does
+// not), and the copy is served until it goes or the plugin stops.
 //
 // Logs name the method, volume, gRPC code and duration of each call; they
 // never contain a request, a secret or a mount flag, and neither do errors.

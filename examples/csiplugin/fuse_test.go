@@ -3,9 +3,12 @@ package csiplugin_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -177,15 +180,8 @@ func TestFUSE_KilledPluginLeavesDeadMountsANewProcessHeals(t *testing.T) {
 	wantDead(t, "after SIGKILL", target)
 	wantDead(t, "after SIGKILL", staging)
 
-	// The repair a CO runs: unpublish, unstage, stage, publish.
 	p2 := startPluginProcess(t, stateDir, sockDir, "-fuse")
-	_, err := p2.node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target})
-	mustOK(t, "NodeUnpublishVolume on a dead mount", err)
-	_, err = p2.node.NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
-	mustOK(t, "NodeUnstageVolume on a dead mount", err)
-	wantMounts(t, "after unpublish and unstage of dead mounts", 0, staging, target)
-	p2.attach(ctx, base, id, false)
-	wantReadable(t, "after the repair", target)
+	p2.repair(ctx, base, id, staging, target)
 
 	// Stage and publish again over dead mounts, without unpublishing or
 	// unstaging first: they unmount the dead ones and mount anew.
@@ -202,12 +198,60 @@ func TestFUSE_KilledPluginLeavesDeadMountsANewProcessHeals(t *testing.T) {
 	}
 }
 
-// wantReadable checks that the file the heal test wrote is readable
-// through target with its data.
+// repair runs the repair a CO runs on a volume whose mounts are dead:
+// unpublish and unstage, which must succeed and leave nothing mounted,
+// then stage and publish, after which the file the heal tests wrote is
+// readable through the target.
+func (tp *testPlugin) repair(ctx context.Context, base, id, staging, target string) {
+	tp.t.Helper()
+	_, err := tp.node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target})
+	mustOK(tp.t, "NodeUnpublishVolume on a dead mount", err)
+	_, err = tp.node.NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
+	mustOK(tp.t, "NodeUnstageVolume on a dead mount", err)
+	wantMounts(tp.t, "after unpublish and unstage of dead mounts", 0, staging, target)
+	tp.attach(ctx, base, id, false)
+	wantReadable(tp.t, "after the repair", target)
+}
+
+// startFUSEWithData is startAttachedWith with an in-process FUSE plugin
+// (skipping t where FUSE cannot run), and the file wantReadable checks
+// written through the target.
+func startFUSEWithData(t *testing.T, name string) attachedVolume {
+	t.Helper()
+	testbin.RequireFUSE(t)
+	a := startAttachedWith(t, csiplugin.Config{FUSE: true}, name, false)
+	if err := os.WriteFile(filepath.Join(a.target, "data"), []byte("survives"), 0o600); err != nil {
+		t.Fatalf("write through the target: %v", err)
+	}
+	return a
+}
+
+// wantReadable checks that the file the heal tests wrote is readable
+// through target (a target, or any directory that shows the volume) with
+// its data.
 func wantReadable(t *testing.T, what, target string) {
 	t.Helper()
 	if b, err := os.ReadFile(filepath.Join(target, "data")); err != nil || string(b) != "survives" {
-		t.Errorf("%s: read through the target = %q, %v; want %q", what, b, err, "survives")
+		t.Errorf("%s: read %s = %q, %v; want %q", what, target, b, err, "survives")
+	}
+}
+
+// TestFUSE_StopLeavesDeadMounts stops an in-process plugin with a volume
+// published: Stop ends its FUSE server (no goroutine outlives the test)
+// and leaves its mounts in the mount table, dead, as a killed plugin
+// process does; a new plugin on the same state repairs them.
+func TestFUSE_StopLeavesDeadMounts(t *testing.T) {
+	ctx := context.Background()
+	a := startFUSEWithData(t, "fuse-stopped")
+	a.stop()
+	wantDead(t, "after Stop", a.target)
+	wantDead(t, "after Stop", a.staging)
+
+	p2 := startPlugin(t, csiplugin.Config{FUSE: true, StateDir: a.cfg.StateDir})
+	p2.repair(ctx, a.base, a.id, a.staging, a.target)
+	p2.detach(ctx, a.id, a.staging, a.target)
+	if left := mountsUnder(t, a.base); len(left) > 0 {
+		t.Errorf("mounts left after the final unpublish and unstage: %v", left)
 	}
 }
 
@@ -249,5 +293,90 @@ func TestFUSE_FailDeadUnmount(t *testing.T) {
 	}
 	if left := mountsUnder(t, base); len(left) > 0 {
 		t.Errorf("mounts left: %v", left)
+	}
+}
+
+// TestFUSE_UnstageWhileAnotherNamespaceHoldsTheMount stages a volume, then
+// starts a process that unshares its mounts (as a container runtime or a
+// sandboxed service may), so that it holds a private copy of the FUSE
+// mount. Unpublish and unstage still succeed and leave nothing mounted
+// here; the copy is still served to that process, as a FUSE driver serves
+// it, and once the process is gone the server ends (checkLeaks).
+func TestFUSE_UnstageWhileAnotherNamespaceHoldsTheMount(t *testing.T) {
+	ctx := context.Background()
+	a := startFUSEWithData(t, "fuse-held")
+	holder := exec.Command("sleep", "infinity")
+	// Pdeathsig: the holder must not outlive a test binary that dies.
+	holder.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
+	exited, err := testbin.Start(t, holder, nil)
+	if err != nil {
+		t.Fatalf("start a process in a mount namespace of its own: %v", err)
+	}
+	defer func() {
+		_ = holder.Process.Kill()
+		<-exited
+	}()
+	own, _ := os.Readlink("/proc/self/ns/mnt")
+	if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", holder.Process.Pid)); err != nil || ns == own {
+		t.Fatalf("holder's mount namespace = %q (%v), want another than %q", ns, err, own)
+	}
+
+	a.detach(ctx, a.id, a.staging, a.target)
+	wantMounts(t, "after unpublish and unstage", 0, a.staging, a.target)
+	wantReadable(t, "through the other namespace's copy of the staging", filepath.Join(fmt.Sprintf("/proc/%d/root", holder.Process.Pid), a.staging))
+	if !strings.Contains(a.logs.String(), "still mounted in another mount namespace") {
+		t.Errorf("unstage did not log that another namespace holds the mount:\n%s", a.logs.String())
+	}
+}
+
+// TestFUSE_RefusedWithoutRoot runs the plugin with -fuse as an
+// unprivileged user: it exits at once saying that FUSE needs root, and
+// creates neither its state dir nor its socket.
+func TestFUSE_RefusedWithoutRoot(t *testing.T) {
+	requireRoot(t) // to run the plugin as another user
+	dir := shortDir(t)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The test binary's own directory is private to root: run a copy.
+	bin := filepath.Join(dir, "plugin.test")
+	copyFile(t, os.Args[0], bin, 0o755)
+	sock, stateDir := filepath.Join(dir, "csi.sock"), filepath.Join(dir, "state")
+	cmd := exec.Command(bin, "-endpoint", sock, "-state-dir", stateDir, "-node-id", "node-1", "-fuse")
+	cmd.Env = append(os.Environ(), pluginProcessEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("plugin with -fuse as uid 65534: %v, want exit status 1\n%s", err, out)
+	}
+	if want := "fuse needs root"; !strings.Contains(string(out), want) || !strings.Contains(string(out), "uid 65534") {
+		t.Errorf("output does not say %q and name uid 65534:\n%s", want, out)
+	}
+	for _, p := range []string{sock, stateDir} {
+		if _, err := os.Lstat(p); !isNotExist(err) {
+			t.Errorf("%s after the refusal: %v, want not exist", p, err)
+		}
+	}
+}
+
+// copyFile copies src to dst with mode perm.
+func copyFile(t *testing.T, src, dst string, perm os.FileMode) {
+	t.Helper()
+	in, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

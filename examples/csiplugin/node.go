@@ -216,7 +216,7 @@ func reply[R any](resp *R, err error) (*R, error) {
 func mountStatus(op string, err error) error {
 	code := codes.Internal
 	switch {
-	case errors.Is(err, syscall.EBUSY):
+	case errors.Is(err, syscall.EBUSY), errors.Is(err, ErrStopped):
 		code = codes.Unavailable
 	case errors.Is(err, syscall.EPERM), errors.Is(err, fs.ErrPermission):
 		err = fmt.Errorf("%w (bind mounts need root; use mount mode symlink)", err)

@@ -167,7 +167,9 @@ func (p *Plugin) Serve(l net.Listener) error {
 }
 
 // Stop stops serving, waiting up to 10 s for in-flight RPCs, and releases
-// the state dir lock. It is idempotent and returns when Serve has returned.
+// the state dir lock. In FUSE mode it then ends the FUSE servers as the
+// process's exit would: their mounts stay, dead (see Config.FUSE). It is
+// idempotent and returns when Serve has returned.
 func (p *Plugin) Stop() {
 	p.stopOnce.Do(func() {
 		close(p.stopped)
@@ -185,6 +187,9 @@ func (p *Plugin) Stop() {
 			<-done
 		}
 		t.Stop()
+		if f, ok := p.mnt.(*fuseMounter); ok {
+			f.close()
+		}
 		p.mu.Lock()
 		p.lock.Close()
 		if p.shared != nil {

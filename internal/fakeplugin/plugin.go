@@ -200,6 +200,11 @@ type Fault struct {
 	// Times is how many calls the fault applies to; 0 means every call
 	// until ClearFaults.
 	Times int
+	// VolumeID, when set, limits the fault to calls whose request names
+	// that volume (its volume_id): calls on other volumes answer normally
+	// and do not count towards Times. One slow volume of a plugin that
+	// answers everything else is such a fault.
+	VolumeID string
 }
 
 // Volume is a volume the plugin knows, created by CreateVolume or added by
@@ -657,7 +662,7 @@ func (p *Plugin) record(method string, req any) *Fault {
 		p.last[method] = m // never modified by the handlers
 	}
 	f := p.faults[method]
-	if f == nil {
+	if f == nil || (f.VolumeID != "" && volumeID(req) != f.VolumeID) {
 		return nil
 	}
 	c := *f
@@ -668,6 +673,25 @@ func (p *Plugin) record(method string, req any) *Fault {
 		}
 	}
 	return &c
+}
+
+// volumeID returns the volume a request names, or "".
+func volumeID(req any) string {
+	if r, ok := req.(interface{ GetVolumeId() string }); ok {
+		return r.GetVolumeId()
+	}
+	return ""
+}
+
+// SetHangs sets a Hang fault for each entry of spec, a space-separated
+// list of "Method" (every call of it hangs) or "Method@volume" (only its
+// calls on that volume hang), as test binaries read it from their
+// environment to run a fake plugin that hangs.
+func (p *Plugin) SetHangs(spec string) {
+	for _, e := range strings.Fields(spec) {
+		method, vol, _ := strings.Cut(e, "@")
+		p.SetFault(method, Fault{Hang: true, VolumeID: vol})
+	}
 }
 
 // garble breaks a successful answer in the way Fault.Garbage describes.

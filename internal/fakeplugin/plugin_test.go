@@ -225,6 +225,31 @@ func TestPlugin_SetFault_Garbage(t *testing.T) {
 	}
 }
 
+// TestPlugin_SetHangs_OneVolume: "Method@volume" hangs that method's
+// calls on that volume only, until the caller gives up; the same method
+// on another volume answers, and a bare "Method" hangs every call.
+func TestPlugin_SetHangs_OneVolume(t *testing.T) {
+	p, ep := fakeplugin.Start(t, fakeplugin.Config{})
+	c := dial(t, ep)
+	p.SetHangs("NodePublishVolume@slow NodeGetVolumeStats")
+	publish := func(vol string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_, err := c.node.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
+			VolumeId: vol, TargetPath: filepath.Join(t.TempDir(), vol), VolumeCapability: mountCap()})
+		return err
+	}
+	wantCode(t, "NodePublishVolume on the slow volume", publish("slow"), codes.DeadlineExceeded)
+	wantCode(t, "NodePublishVolume on another volume", publish("fast"), codes.OK)
+	if got := p.Published(); len(got["slow"]) != 0 || len(got["fast"]) != 1 {
+		t.Fatalf("Published = %v, want fast only", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := c.node.NodeGetVolumeStats(ctx, &csipb.NodeGetVolumeStatsRequest{VolumeId: "fast", VolumePath: "/unused"})
+	wantCode(t, "NodeGetVolumeStats (every call hangs)", err, codes.DeadlineExceeded)
+}
+
 func TestPlugin_SetFault_UnknownMethodPanics(t *testing.T) {
 	p := fakeplugin.New(fakeplugin.Config{})
 	defer func() {

@@ -95,33 +95,3 @@ func TestCPUHog_ExitsWhenItsParentDies(t *testing.T) {
 		return !alive, "hog " + strconv.Itoa(hog) + " still running"
 	})
 }
-
-func TestStopped(t *testing.T) {
-	cmd := exec.Command("sleep", "600")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	if Stopped(cmd.Process.Pid) {
-		t.Errorf("a running process reads as stopped")
-	}
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	for end := time.Now().Add(time.Minute); !Stopped(cmd.Process.Pid); time.Sleep(time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatal("a SIGSTOPped process never read as stopped")
-		}
-	}
-	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	for end := time.Now().Add(time.Minute); Stopped(cmd.Process.Pid); time.Sleep(time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatal("a continued process still reads as stopped")
-		}
-	}
-	if Stopped(1 << 30) {
-		t.Errorf("a process that does not exist reads as stopped")
-	}
-}

@@ -90,17 +90,42 @@ func ProcessesWith(marker string) []int {
 		if err != nil || !bytes.Contains(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}), []byte(marker)) {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// The state follows the ")" that ends the command name.
-		if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
+		if st, ok := procState(filepath.Join("/proc", e.Name(), "stat")); !ok || st == 'Z' || st == 'X' {
 			continue
 		}
 		pids = append(pids, pid)
 	}
 	return pids
+}
+
+// Stopped reports whether every thread of process pid is stopped (by
+// SIGSTOP, say). kill(2) returns before the stop takes effect: a test that
+// stops a process to look at what it wrote waits for Stopped first.
+func Stopped(pid int) bool {
+	tasks, err := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*", "stat"))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, t := range tasks {
+		if st, ok := procState(t); !ok || (st != 'T' && st != 't') {
+			return false
+		}
+	}
+	return true
+}
+
+// procState returns the one-letter state in the /proc stat file at path.
+func procState(path string) (byte, bool) {
+	stat, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	// The state follows the ")" that ends the command name.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 || i+2 >= len(stat) {
+		return 0, false
+	}
+	return stat[i+2], true
 }
 
 // Tail returns the last n lines of s.

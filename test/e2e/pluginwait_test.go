@@ -16,6 +16,7 @@ import (
 	"github.com/csiactor/csiactor/api"
 	"github.com/csiactor/csiactor/internal/hostpath"
 	"github.com/csiactor/csiactor/internal/leakcheck"
+	"github.com/csiactor/csiactor/internal/testbin"
 	"github.com/csiactor/csiactor/runtime"
 )
 
@@ -232,6 +233,11 @@ func (h *host) stopPluginAtWholeState(c *api.Client, d driver) int {
 		}
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			return false, err.Error()
+		}
+		// The stop takes effect after kill returns; until then the
+		// driver may still be writing.
+		if !testbin.Stopped(pid) {
+			return false, "stopping"
 		}
 		if d.alloc == hostpathDriver.alloc {
 			if _, err := hostpath.ReadState(h.hostpathDir()); err != nil {

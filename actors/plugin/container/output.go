@@ -1,0 +1,109 @@
+package container
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/client"
+
+	"github.com/csiactor/csiactor/actors/plugin/proc"
+)
+
+// copyOutput copies the container's output, as the engine keeps it, to
+// the output files in dir, from after the last line kept there: each line
+// once, across agents and engine restarts. It ends when the container's
+// output ends (it stopped) or ctx ends.
+func (ct *Container) copyOutput(ctx context.Context, dir string) {
+	defer ct.wg.Done()
+	defer close(ct.copied)
+	sink, err := proc.OpenSink(dir, ct.log)
+	if err != nil {
+		ct.log.WithError(err).Error("cannot keep the plugin container's output")
+		return
+	}
+	defer func() { _ = sink.Close() }()
+	last, err := proc.LastOutputTime(dir)
+	if err != nil {
+		ct.log.WithError(err).Warn("cannot read the plugin's kept output; copying the container's from its start")
+	}
+	delay := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		opts := client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Follow: true, Timestamps: true}
+		if !last.IsZero() {
+			opts.Since = fmt.Sprintf("%d.%09d", last.Unix(), last.Nanosecond())
+		}
+		r, err := ct.c.ContainerLogs(ctx, ct.id, opts)
+		if err == nil {
+			out := &lineWriter{stream: proc.Stdout, fn: func(l proc.Line) { ct.keep(sink, &last, l) }}
+			errw := &lineWriter{stream: proc.Stderr, fn: out.fn}
+			_, err = stdcopy.StdCopy(out, errw, r)
+			_ = r.Close()
+			out.flush()
+			errw.flush()
+			if err == nil {
+				return // the output ended: the container stopped
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		ct.log.WithError(err).WithField("container", short(ct.id)).Debug("copying the container's output broke off; retrying")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+// keep writes l unless it is not after *last (the engine's "since" is
+// inclusive, and a copy that broke off goes on from its last line).
+func (ct *Container) keep(sink *proc.Sink, last *time.Time, l proc.Line) {
+	if !l.Time.After(*last) {
+		return
+	}
+	*last = l.Time
+	if err := sink.Write(l); err != nil {
+		ct.log.WithError(err).Warn("cannot keep a line of the plugin container's output")
+	}
+}
+
+// lineWriter splits what the engine sends for one stream into lines, each
+// "<RFC 3339 time> <text>", and passes them to fn.
+type lineWriter struct {
+	stream string
+	buf    []byte
+	fn     func(proc.Line)
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		w.line(w.buf[:i])
+		w.buf = w.buf[i+1:]
+	}
+}
+
+func (w *lineWriter) flush() {
+	if len(w.buf) > 0 {
+		w.line(w.buf)
+		w.buf = nil
+	}
+}
+
+func (w *lineWriter) line(b []byte) {
+	ts, text, _ := bytes.Cut(b, []byte{' '})
+	t, err := time.Parse(time.RFC3339Nano, string(ts))
+	if err != nil {
+		t, text = time.Now(), b
+	}
+	w.fn(proc.Line{Time: t, Stream: w.stream, Text: string(text)})
+}
