@@ -203,6 +203,8 @@ func (a *volumeActor) Receive(ctx actor.Context) {
 		a.enqueue(ctx, msg)
 	case *statsFinished:
 		a.statsFinished(ctx, msg)
+	case *recheckLooked:
+		a.rechecked(ctx, msg)
 	case *expandRetryDue:
 		a.expandRetryDue(ctx, msg)
 	case *modifyRequest:

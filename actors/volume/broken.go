@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/csiactor/csiactor/actors/claim"
+	"github.com/csiactor/csiactor/internal/mountprobe"
 	"github.com/csiactor/csiactor/persistence"
 )
 
@@ -31,7 +32,8 @@ const (
 // that found it to the claim published again (or gone), for
 // csiactor_mounts_broken{plugin} and the heal time of EventMountHealed.
 type brokenBook struct {
-	total *prometheus.CounterVec // csiactor_mounts_broken_total{plugin,cause}
+	total  *prometheus.CounterVec // csiactor_mounts_broken_total{plugin,cause}
+	probes *prometheus.CounterVec // csiactor_mount_probes_total{plugin,result}
 
 	mu      sync.Mutex
 	claims  map[brokenKey]*brokenEntry // guarded by mu
@@ -52,6 +54,10 @@ func newBrokenBook() *brokenBook {
 			Name: "csiactor_mounts_broken_total",
 			Help: "Mounts of published claims found dead (in the mount table, but a stat fails with ENOTCONN, EIO or ESTALE, or does not answer: cause timeout), by plugin and cause. Each is healed by publishing the claim again.",
 		}, []string{"plugin", "cause"}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "csiactor_mount_probes_total",
+			Help: "Mount points of published claims probed by the host checks, by plugin and result: alive (the stat answered), dead (found broken), unknown (no place among the probes still outstanding).",
+		}, []string{"plugin", "result"}),
 		claims:  map[brokenKey]*brokenEntry{},
 		plugins: map[string]struct{}{},
 	}
@@ -125,11 +131,38 @@ func (b *brokenBook) healed(plugin, volume, alloc string, now time.Time) (Event,
 	return Event{Time: now, Type: EventMountHealed, Plugin: plugin, Volume: volume, Alloc: alloc, Message: msg}, true
 }
 
-// seen makes plugin's csiactor_mounts_broken series exist, at 0 until a
-// mount of it is found dead ("" does nothing).
+// Results of a probe, in csiactor_mount_probes_total.
+const (
+	probeAlive   = "alive"
+	probeDead    = "dead"
+	probeUnknown = "unknown"
+)
+
+// probed counts a probe of one of plugin's mount points.
+func (b *brokenBook) probed(plugin string, r mountprobe.Result) {
+	result := probeAlive
+	switch {
+	case r.Broken():
+		result = probeDead
+	case r.Unknown:
+		result = probeUnknown
+	}
+	b.probes.WithLabelValues(plugin, result).Inc()
+}
+
+// seen makes plugin's csiactor_mounts_broken, csiactor_mounts_broken_total
+// and csiactor_mount_probes_total series exist, at 0 until a mount of it
+// is probed or found dead ("" does nothing).
 func (b *brokenBook) seen(plugin string) {
 	if plugin == "" {
 		return
+	}
+	for _, r := range []string{probeAlive, probeDead, probeUnknown} {
+		b.probes.WithLabelValues(plugin, r)
+	}
+	// A zero series per cause, so that increase() sees the first one.
+	for _, c := range []string{mountprobe.CauseENOTCONN, mountprobe.CauseEIO, mountprobe.CauseESTALE, mountprobe.CauseTimeout} {
+		b.total.WithLabelValues(plugin, c)
 	}
 	b.mu.Lock()
 	b.plugins[plugin] = struct{}{}

@@ -157,7 +157,7 @@ func (a *volumeActor) settle(ctx actor.Context) {
 		case *advanceWork:
 			a.advance(ctx, w.alloc)
 		case *recheckWork:
-			a.recheckDone(w.alloc)
+			a.startRecheck(ctx, w.alloc)
 		case *reconcileRequest:
 			a.reconcile(w)
 		case *turnWork:

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/sirupsen/logrus"
 
 	"github.com/csiactor/csiactor/actors/claim"
@@ -210,31 +211,46 @@ func (v probedView) Broken(path string) string { return v.broken[path] }
 // in the book of dead mounts, the claims of plugin that are no longer
 // being repaired for one.
 func (m *Manager) probeMounts(ctx context.Context, view claim.HostView, vols []*persistence.Volume, plugin string) claim.HostView {
-	var paths []string
 	still := map[brokenKey]struct{}{}
 	for _, v := range vols {
 		m.broken.seen(v.Plugin)
 		for i := range v.Claims {
-			c := &v.Claims[i]
-			if claim.BrokenCause(c.Repair) != "" {
+			if c := &v.Claims[i]; claim.BrokenCause(c.Repair) != "" {
 				still[brokenKey{v.ID, c.Alloc}] = struct{}{}
 			}
+		}
+	}
+	m.broken.prune(plugin, still)
+	return m.probe(ctx, view, vols)
+}
+
+// probe probes the mount points of vols that CheckHost would trust (the
+// targets of published claims and the mounted stagings that view lists)
+// and returns view with the dead ones taken out.
+func (m *Manager) probe(ctx context.Context, view claim.HostView, vols []*persistence.Volume) claim.HostView {
+	var paths []string
+	pluginOf := map[string]string{} // path → plugin
+	for _, v := range vols {
+		for i := range v.Claims {
+			c := &v.Claims[i]
 			if c.State == claim.StatePublished && view.Mounted(c.TargetPath) {
 				paths = append(paths, c.TargetPath)
+				pluginOf[c.TargetPath] = v.Plugin
 			}
 		}
 		for i := range v.Stagings {
 			if st := &v.Stagings[i]; st.Staged && st.Mounted && view.Mounted(st.Path) {
 				paths = append(paths, st.Path)
+				pluginOf[st.Path] = v.Plugin
 			}
 		}
 	}
-	m.broken.prune(plugin, still)
 	if len(paths) == 0 {
 		return view
 	}
 	broken := map[string]string{}
 	for path, r := range m.cfg.MountProbe.Probe(ctx, paths) {
+		m.broken.probed(pluginOf[path], r)
 		if r.Broken() {
 			broken[path] = r.Cause
 		}
@@ -242,8 +258,10 @@ func (m *Manager) probeMounts(ctx context.Context, view claim.HostView, vols []*
 	if len(broken) == 0 {
 		return view
 	}
-	m.log.WithFields(logrus.Fields{"plugin": plugin, "dead": len(broken), "probed": len(paths)}).
-		Warn("mount points in the mount table are dead; their claims are published again")
+	for path, cause := range broken {
+		m.log.WithFields(logrus.Fields{"plugin": pluginOf[path], "path": path, "cause": cause}).
+			Warn("a mount point in the mount table is dead; its claims are published again")
+	}
 	return probedView{HostView: view, broken: broken}
 }
 
@@ -292,46 +310,64 @@ func (a *volumeActor) reconcile(req *reconcileRequest) {
 	answer(req.reply, reply{vol: a.rec, repaired: n, err: err})
 }
 
-// recheckDone runs a recheckWork: it answers alloc's waiters with the
-// claim when the host has its volume, or leaves them waiting for the
-// repair. The slot is free.
-func (a *volumeActor) recheckDone(alloc string) {
+// startRecheck runs a recheckWork: it looks at the host for a repeated
+// claim of alloc, which the record says is published, in a job that holds
+// the slot (so no publish step runs meanwhile), probing the volume's
+// mounts when the manager has a MountProbe: a stat of a hung mount waits
+// there, never on the actor. rechecked takes it from there. The slot is
+// free.
+func (a *volumeActor) startRecheck(ctx actor.Context, alloc string) {
 	if a.rec == nil || claim.FindClaim(a.rec.Claims, alloc) < 0 {
 		return // released or deregistered meanwhile; its waiters were answered
 	}
-	repairing, err := a.recheck(alloc)
-	if err != nil {
-		a.answerWaiters(alloc, reply{err: err})
+	if a.m.cfg.Host == nil {
+		a.answerPublished(alloc)
 		return
 	}
-	if !repairing {
-		a.answerPublished(alloc)
+	m, vols := a.m, []*persistence.Volume{claim.CloneVolume(a.rec)}
+	a.occupy(ctx, slot{kind: slotOp}, func(jctx context.Context) any {
+		lctx, cancel := context.WithTimeout(jctx, hostLookTimeout)
+		defer cancel()
+		view, err := m.cfg.Host.Look(lctx)
+		if err == nil && m.cfg.MountProbe != nil {
+			view = m.probe(lctx, view, vols)
+		}
+		if jctx.Err() != nil {
+			return nil // stopping
+		}
+		return &recheckLooked{owner: a, alloc: alloc, view: view, err: err}
+	})
+}
+
+// rechecked handles a recheckLooked: it answers alloc's waiters with the
+// claim when the host has its volume, or sends the claims the host is
+// missing back through their publish steps and leaves alloc's waiters
+// waiting for the repair. A host that could not be looked at leaves the
+// record as it is.
+func (a *volumeActor) rechecked(ctx actor.Context, msg *recheckLooked) {
+	if msg.owner != a {
+		return
+	}
+	a.vacate()
+	defer a.settle(ctx)
+	if a.rec == nil || claim.FindClaim(a.rec.Claims, msg.alloc) < 0 {
+		return // released or deregistered meanwhile; its waiters were answered
+	}
+	if msg.err != nil {
+		a.log.WithError(msg.err).WithField("alloc", msg.alloc).Warn("cannot check the host for a repeated claim; answering from the record")
+		a.answerPublished(msg.alloc)
+		return
+	}
+	// The slot was held since the look: nothing was published after it.
+	if _, err := a.checkHost(msg.view, time.Now().Add(time.Nanosecond)); err != nil {
+		a.answerWaiters(msg.alloc, reply{err: err})
+		return
+	}
+	if i := claim.FindClaim(a.rec.Claims, msg.alloc); i >= 0 && a.rec.Claims[i].State == claim.StatePublished {
+		a.answerPublished(msg.alloc)
 	}
 }
 
 // hostLookTimeout is how long a repeated claim may wait for the host check of
 // its published claim.
 const hostLookTimeout = 10 * time.Second
-
-// recheck looks at the host for a repeated claim of alloc, which the record
-// says is published, and sends it back through its publish steps when its
-// volume is missing. It reports whether it did (the caller then waits for
-// the repair). A host that cannot be looked at leaves the record as it is.
-func (a *volumeActor) recheck(alloc string) (bool, error) {
-	if a.m.cfg.Host == nil {
-		return false, nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), hostLookTimeout)
-	defer cancel()
-	view, err := a.m.cfg.Host.Look(ctx)
-	if err != nil {
-		a.log.WithError(err).WithField("alloc", alloc).Warn("cannot check the host for a repeated claim; answering from the record")
-		return false, nil
-	}
-	n, err := a.checkHost(view, time.Now().Add(time.Nanosecond))
-	if err != nil || n == 0 {
-		return false, err
-	}
-	i := claim.FindClaim(a.rec.Claims, alloc)
-	return i >= 0 && a.rec.Claims[i].State != claim.StatePublished, nil
-}

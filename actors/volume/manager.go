@@ -168,7 +168,7 @@ func NewManager(root *actor.RootContext, cfg Config, store Store, plugins Plugin
 	}
 	if cfg.Registerer != nil {
 		for _, c := range []prometheus.Collector{newClaimsCollector(m), m.inflight, m.repairs, newStatsCollector(m.stats),
-			failures, newStalledCollector(m.stalls), m.broken.total, newBrokenCollector(m.broken)} {
+			failures, newStalledCollector(m.stalls), m.broken.total, m.broken.probes, newBrokenCollector(m.broken)} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				m.unregister()
 				return nil, fmt.Errorf("register metrics: %w", err)

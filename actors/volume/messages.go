@@ -90,6 +90,16 @@ type retryDue struct {
 	alloc string
 }
 
+// recheckLooked is sent to a volume actor by the job of a recheckWork once
+// it has looked at the host (view, or err) for a repeated claim of alloc,
+// the volume's mount points probed.
+type recheckLooked struct {
+	owner *volumeActor
+	alloc string
+	view  claim.HostView
+	err   error
+}
+
 // opFinished is sent to a volume actor by the goroutine that ran a
 // controller call: CreateVolume (req is a *registerRequest with create
 // set; out is the *csipb.Volume created), ValidateVolumeCapabilities (req

@@ -191,7 +191,9 @@ function claimRows(v, claims) {
   return claims.map((c) => h('tr', { 'data-claim': c.alloc, 'data-state': c.state, class: alarming(c) ? 'stalled' : null },
     h('td', {}, c.alloc), h('td', {}, c.host || '–'),
     h('td', {}, `${c.mode} ${c.access_mode} ${c.attachment_mode}${c.read_only ? ' read-only' : ''}`),
-    h('td', {}, c.state, c.condition ? h('span', {}, ' ', badge(alarming(c) ? 'warn' : 'bad', c.condition)) : ''),
+    h('td', {}, c.state, c.condition ? h('span', {}, ' ', badge(alarming(c) ? 'warn' : 'bad', c.condition)) : '',
+      // What a repair redoes, and why: "target path broken (ENOTCONN)".
+      c.repair ? h('div', { class: 'muted', 'data-repair': c.repair }, c.repair) : ''),
     h('td', { class: 'error' }, c.last_error || ''),
     // Another host's claim is released there, or fenced with its host.
     h('td', {}, c.state === 'remote' ? '' : h('button', { class: 'danger', type: 'button', onclick: () => forceRelease(v, c) }, 'Force release…'))));

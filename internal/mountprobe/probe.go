@@ -9,7 +9,8 @@
 // is then broken: "timeout"), never starts a second stat on a path whose
 // first has not returned, and keeps at most Budget stats outstanding at
 // once: a path that finds no place within the timeout is reported unknown,
-// not broken.
+// not broken. A Probe of many paths therefore returns within two timeouts
+// (one waiting for places, one for the last stats), whatever the mounts do.
 package mountprobe
 
 import (
@@ -104,10 +105,13 @@ type Result struct {
 func (r Result) Broken() bool { return r.Cause != "" }
 
 // Probe stats each path, in parallel up to the budget, and returns what it
-// found of each. It returns within about the timeout (or when ctx ends),
-// whatever the mounts do; a path whose earlier stat is still outstanding
-// is CauseTimeout at once.
+// found of each. It returns within two timeouts (or when ctx ends),
+// whatever the mounts do: a path that finds no place for its stat within
+// one timeout of the call is Unknown, and each stat waits no longer than
+// one timeout. A path whose earlier stat is still outstanding is
+// CauseTimeout at once.
 func (p *Prober) Probe(ctx context.Context, paths []string) map[string]Result {
+	placeBy := time.Now().Add(p.timeout)
 	seen := make(map[string]struct{}, len(paths))
 	uniq := make([]string, 0, len(paths))
 	for _, path := range paths {
@@ -124,7 +128,7 @@ func (p *Prober) Probe(ctx context.Context, paths []string) map[string]Result {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				res[i] = p.one(ctx, uniq[i])
+				res[i] = p.one(ctx, uniq[i], placeBy)
 			}
 		}()
 	}
@@ -141,19 +145,22 @@ func (p *Prober) Probe(ctx context.Context, paths []string) map[string]Result {
 }
 
 // One probes one path (see Probe).
-func (p *Prober) One(ctx context.Context, path string) Result { return p.one(ctx, path) }
+func (p *Prober) One(ctx context.Context, path string) Result {
+	return p.one(ctx, path, time.Now().Add(p.timeout))
+}
 
-func (p *Prober) one(ctx context.Context, path string) Result {
+// one probes path, waiting for a place for its stat until placeBy.
+func (p *Prober) one(ctx context.Context, path string, placeBy time.Time) Result {
 	p.mu.Lock()
 	if _, stuck := p.pending[path]; stuck {
 		p.mu.Unlock()
 		return Result{Cause: CauseTimeout}
 	}
 	p.mu.Unlock()
-	t := time.NewTimer(p.timeout)
+	t := time.NewTimer(time.Until(placeBy))
 	defer t.Stop()
-	// A place, waiting for one no longer than the timeout: places are
-	// taken by stats that have not returned.
+	// A place, waiting for one no longer than placeBy: places are taken
+	// by stats that have not returned.
 	select {
 	case p.slots <- struct{}{}:
 	case <-t.C:

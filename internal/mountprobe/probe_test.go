@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/csiactor/csiactor/internal/mountprobe/mountprobetest"
 )
 
 func TestCause(t *testing.T) {
@@ -30,85 +31,93 @@ func TestCause(t *testing.T) {
 	}
 }
 
-// hangingStat answers each path's stat with errs[path], but blocks the
-// paths in hang until release is closed.
-type hangingStat struct {
-	errs    map[string]error
-	hang    map[string]bool
-	release chan struct{}
-	mu      sync.Mutex
-	calls   map[string]int
-}
-
-func (h *hangingStat) stat(p string) error {
-	h.mu.Lock()
-	h.calls[p]++
-	h.mu.Unlock()
-	if h.hang[p] {
-		<-h.release
-		return syscall.ENOTCONN
+// hungStat is a fake stat under which each of n paths hangs; it returns
+// them.
+func hungStat(n int) (*mountprobetest.Stat, []string) {
+	st := mountprobetest.New()
+	var paths []string
+	for i := range n {
+		p := fmt.Sprintf("/hung%d", i)
+		st.Hang(p)
+		paths = append(paths, p)
 	}
-	return h.errs[p]
+	return st, paths
 }
 
-func (h *hangingStat) count(p string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.calls[p]
-}
-
-func TestProber_Probe(t *testing.T) {
-	h := &hangingStat{
-		errs: map[string]error{
-			"/ok": nil, "/gone": os.ErrNotExist, "/fuse": syscall.ENOTCONN, "/nfs": syscall.ESTALE, "/io": syscall.EIO,
-		},
-		hang:    map[string]bool{"/hung": true},
-		release: make(chan struct{}),
-		calls:   map[string]int{},
+// waitOutstanding waits until p has n stats outstanding.
+func waitOutstanding(t *testing.T, p *Prober, n int) {
+	t.Helper()
+	for end := time.Now().Add(time.Minute); p.Outstanding() != n; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("Outstanding = %d after a minute, want %d", p.Outstanding(), n)
+		}
 	}
-	p := New(Config{Timeout: 50 * time.Millisecond, Budget: 4, Stat: h.stat})
-	got := p.Probe(context.Background(), []string{"/ok", "/gone", "/fuse", "/nfs", "/io", "/hung", "/ok"})
+}
+
+// TestProber_Probe_Causes: each stat error gives its cause; a path given
+// twice is stat'ed once. The timeout is far off: every stat answers.
+func TestProber_Probe_Causes(t *testing.T) {
+	h := mountprobetest.New()
+	for path, err := range map[string]error{
+		"/ok": nil, "/gone": os.ErrNotExist, "/fuse": syscall.ENOTCONN, "/nfs": syscall.ESTALE, "/io": syscall.EIO,
+		"/denied": &fs.PathError{Op: "stat", Path: "/denied", Err: syscall.EACCES},
+	} {
+		h.Set(path, err)
+	}
+	p := New(Config{Timeout: time.Hour, Budget: 2, Stat: h.Stat})
+	got := p.Probe(context.Background(), []string{"/ok", "/gone", "/fuse", "/nfs", "/io", "/denied", "/ok"})
 	want := map[string]Result{
-		"/ok": {}, "/gone": {}, "/fuse": {Cause: CauseENOTCONN}, "/nfs": {Cause: CauseESTALE}, "/io": {Cause: CauseEIO},
-		"/hung": {Cause: CauseTimeout},
+		"/ok": {}, "/gone": {}, "/fuse": {Cause: CauseENOTCONN}, "/nfs": {Cause: CauseESTALE}, "/io": {Cause: CauseEIO}, "/denied": {},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("Probe = %v, want %v", got, want)
 	}
-	if h.count("/ok") != 1 {
-		t.Errorf("a path given twice was stat'ed %d times, want once", h.count("/ok"))
+	if h.Calls("/ok") != 1 {
+		t.Errorf("a path given twice was stat'ed %d times, want once", h.Calls("/ok"))
 	}
-	// The hung stat is still outstanding: the path is not stat'ed again,
-	// and stays broken.
-	if r := p.One(context.Background(), "/hung"); r.Cause != CauseTimeout {
-		t.Errorf("second probe of a hung path = %+v, want timeout", r)
+	if n := p.Outstanding(); n != 0 {
+		t.Errorf("Outstanding = %d after every stat answered, want 0", n)
 	}
-	if n := h.count("/hung"); n != 1 {
+}
+
+// TestProber_Probe_Hung: a stat that does not answer within the timeout
+// is a dead mount (timeout). While it hangs, the path is not stat'ed
+// again and stays dead; once it returns, the path is probed anew.
+func TestProber_Probe_Hung(t *testing.T) {
+	h := mountprobetest.New()
+	h.Hang("/hung")
+	p := New(Config{Timeout: 20 * time.Millisecond, Budget: 4, Stat: h.Stat})
+	if got := p.Probe(context.Background(), []string{"/hung"}); got["/hung"] != (Result{Cause: CauseTimeout}) {
+		t.Errorf("Probe of a hung path = %v, want timeout", got)
+	}
+	for range 3 {
+		if r := p.One(context.Background(), "/hung"); r.Cause != CauseTimeout {
+			t.Errorf("probe of a path whose stat hangs = %+v, want timeout", r)
+		}
+	}
+	if n := h.Calls("/hung"); n != 1 {
 		t.Errorf("hung path stat'ed %d times, want 1 while the first hangs", n)
 	}
 	if n := p.Outstanding(); n != 1 {
 		t.Errorf("Outstanding = %d, want 1", n)
 	}
-	close(h.release)
-	for p.Outstanding() != 0 {
-		time.Sleep(time.Millisecond)
-	}
+	h.Release() // the stat returns ENOTCONN, as a FUSE mount whose server is killed
+	waitOutstanding(t, p, 0)
+	h.Set("/hung", syscall.ENOTCONN)
+	p.timeout = time.Hour // read by the next probe only, on this goroutine
 	if r := p.One(context.Background(), "/hung"); r.Cause != CauseENOTCONN {
 		t.Errorf("probe after the hang ended = %+v, want ENOTCONN", r)
+	}
+	if n := h.Calls("/hung"); n != 2 {
+		t.Errorf("path stat'ed %d times, want 2", n)
 	}
 }
 
 // TestProber_Budget: hung stats never take more than the budget; a path
 // that cannot get a place is unknown, not broken.
 func TestProber_Budget(t *testing.T) {
-	h := &hangingStat{hang: map[string]bool{}, release: make(chan struct{}), calls: map[string]int{}}
-	var paths []string
-	for i := range 5 {
-		p := fmt.Sprintf("/hung%d", i)
-		h.hang[p] = true
-		paths = append(paths, p)
-	}
-	p := New(Config{Timeout: 20 * time.Millisecond, Budget: 2, Stat: h.stat})
+	h, paths := hungStat(5)
+	p := New(Config{Timeout: 20 * time.Millisecond, Budget: 2, Stat: h.Stat})
 	got := p.Probe(context.Background(), paths)
 	timeouts, unknown := 0, 0
 	for _, r := range got {
@@ -125,18 +134,44 @@ func TestProber_Budget(t *testing.T) {
 	if n := p.Outstanding(); n != 2 {
 		t.Errorf("Outstanding = %d, want the budget, 2", n)
 	}
-	close(h.release)
-	for p.Outstanding() != 0 {
-		time.Sleep(time.Millisecond)
+	// A path without a place is not stat'ed: only the budget's were.
+	stated := 0
+	for _, path := range paths {
+		stated += h.Calls(path)
 	}
+	if stated != 2 {
+		t.Errorf("%d stats started, want the budget, 2", stated)
+	}
+	h.Release()
+	waitOutstanding(t, p, 0)
+}
+
+// TestProber_Probe_ReturnsWithinTwoTimeouts: however many paths hang, with
+// a budget of one, Probe waits one timeout for places and one for the
+// stats, not one per path. The bound checked is far above the two
+// timeouts (2 s) and far below what a wait per path would take (10 s).
+func TestProber_Probe_ReturnsWithinTwoTimeouts(t *testing.T) {
+	h, paths := hungStat(10)
+	p := New(Config{Timeout: time.Second, Budget: 1, Stat: h.Stat})
+	start := time.Now()
+	got := p.Probe(context.Background(), paths)
+	took := time.Since(start)
+	t.Logf("Probe of %d hung paths with a budget of 1 and a timeout of 1s took %s", len(paths), took)
+	if took > 6*time.Second {
+		t.Errorf("Probe took %s, want about two timeouts (2s)", took)
+	}
+	if len(got) != len(paths) {
+		t.Errorf("Probe answered %d paths, want %d", len(got), len(paths))
+	}
+	h.Release()
+	waitOutstanding(t, p, 0)
 }
 
 func TestProber_ContextEnds(t *testing.T) {
-	h := &hangingStat{hang: map[string]bool{"/hung": true}, release: make(chan struct{}), calls: map[string]int{}}
-	defer func() {
-		close(h.release)
-	}()
-	p := New(Config{Timeout: time.Hour, Stat: h.stat})
+	h := mountprobetest.New()
+	h.Hang("/hung")
+	defer h.Release()
+	p := New(Config{Timeout: time.Hour, Stat: h.Stat})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if r := p.One(ctx, "/hung"); !r.Unknown || r.Broken() {
