@@ -122,6 +122,13 @@ type APIConfig struct {
 	// through the API over TCP, so it needs TokenFile: the UI asks for the
 	// token once and keeps a session cookie.
 	UI bool `yaml:"ui"`
+	// TLS, when set, serves HTTPAddr over TLS (1.2 or newer) with its
+	// files, read again when they change.
+	TLS *APITLSConfig `yaml:"tls"`
+	// InsecureTCP accepts serving the API token in clear on an HTTPAddr
+	// that is not a loopback address (without it, that is a config error);
+	// the agent warns at every start.
+	InsecureTCP bool `yaml:"insecure_tcp"`
 }
 
 // LogConfig is the agent's logging.
@@ -366,6 +373,10 @@ func (c Config) WithDefaults() Config {
 	c.Cluster = c.Cluster.withDefaults()
 	c.Docker = c.Docker.withDefaults()
 	c.Secrets = c.Secrets.withDefaults()
+	if c.API.TLS != nil {
+		t := *c.API.TLS
+		c.API.TLS = &t
+	}
 	return c
 }
 
@@ -432,6 +443,9 @@ func (c Config) Validate() error {
 	}
 	if c.API.UI && c.API.TokenFile == "" {
 		return fieldErr("api.ui", "needs api.token_file: the web UI reads the API over TCP, which is served only with a token")
+	}
+	if err := c.API.validateTLS(); err != nil {
+		return err
 	}
 	switch c.Log.Level {
 	case "trace", "debug", "info", "warn", "error":

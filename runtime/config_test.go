@@ -20,6 +20,7 @@ api:
   socket: /run/csiactor/api.sock
   http_addr: 0.0.0.0:9460
   token_file: /etc/csiactor/token
+  insecure_tcp: true
 log:
   level: debug
   format: json
@@ -65,7 +66,7 @@ func TestParseConfig_Full(t *testing.T) {
 	}
 	want := DefaultConfig()
 	want.DataDir = "/srv/csiactor"
-	want.API = APIConfig{Socket: "/run/csiactor/api.sock", HTTPAddr: "0.0.0.0:9460", TokenFile: "/etc/csiactor/token"}
+	want.API = APIConfig{Socket: "/run/csiactor/api.sock", HTTPAddr: "0.0.0.0:9460", TokenFile: "/etc/csiactor/token", InsecureTCP: true}
 	want.Log = LogConfig{Level: "debug", Format: "json"}
 	want.Plugins = PluginsConfig{
 		HeartbeatInterval: 30 * time.Second, ProbeTimeout: 2 * time.Second, RPCTimeout: 90 * time.Second,
@@ -123,7 +124,7 @@ func TestParseConfig_Errors(t *testing.T) {
 		want string // the whole message
 	}{
 		{"unknown top key", "data_dir: /d\nsocket: /x\n", `line 2: socket: unknown key (known here: allocations, api, cluster, data_dir, docker, log, plugins, secrets, store, volumes)`},
-		{"unknown nested key", "api:\n  socket: /x\n  sockett: /y\n", `line 3: api.sockett: unknown key (known here: http_addr, socket, token_file, ui)`},
+		{"unknown nested key", "api:\n  socket: /x\n  sockett: /y\n", `line 3: api.sockett: unknown key (known here: http_addr, insecure_tcp, socket, tls, token_file, ui)`},
 		{"unknown allocation key", "allocations:\n  - id: a\n    plugin: p\n    typ: node\n", `line 4: allocations[0].typ: unknown key (known here: command, env, id, image, plugin, socket, type)`},
 		{"duration as int", "plugins:\n  rpc_timeout: 30\n", `line 2: plugins.rpc_timeout: want a duration like "30s" or "500ms"`},
 		{"duration without unit", "plugins:\n  rpc_timeout: \"30\"\n", `line 2: plugins.rpc_timeout: "30": want a duration like "30s" or "500ms"`},
