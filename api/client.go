@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,9 +42,19 @@ func WithToken(token string) ClientOption {
 	return func(c *Client) { c.token = token }
 }
 
+// WithTLSConfig makes the client use cfg for an https:// address: the CAs
+// that verify the agent's certificate (RootCAs; nil means the system's)
+// and the client certificate an agent with api.tls.client_ca_file asks
+// for. NewClient fails with ErrBadAddress when it is given for an address
+// that is not https://. The client keeps cfg; do not change it afterwards.
+func WithTLSConfig(cfg *tls.Config) ClientOption {
+	return func(c *Client) { c.transport.TLSClientConfig = cfg }
+}
+
 // NewClient returns a client of the agent at address:
 // "unix:///path/api.sock" (or the bare absolute path) for the unix socket,
-// "http://host:port" for the TCP listener. It does not connect yet.
+// "http://host:port" for the TCP listener, "https://host:port" for a TCP
+// listener with TLS ([WithTLSConfig]). It does not connect yet.
 func NewClient(address string, opts ...ClientOption) (*Client, error) {
 	c := &Client{address: address}
 	t := &http.Transport{
@@ -65,12 +76,12 @@ func NewClient(address string, opts ...ClientOption) (*Client, error) {
 	case strings.HasPrefix(address, "http://"), strings.HasPrefix(address, "https://"):
 		u, err := url.Parse(address)
 		if err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
-			return nil, fmt.Errorf("%w: %q: want http://host:port", ErrBadAddress, address)
+			return nil, fmt.Errorf("%w: %q: want %s//host:port", ErrBadAddress, address, address[:strings.Index(address, ":")+1])
 		}
 		c.base = u.Scheme + "://" + u.Host
 		t.Proxy = http.ProxyFromEnvironment
 	default:
-		return nil, fmt.Errorf("%w: %q: want unix:///path/api.sock or http://host:port", ErrBadAddress, address)
+		return nil, fmt.Errorf("%w: %q: want unix:///path/api.sock, http://host:port or https://host:port", ErrBadAddress, address)
 	}
 	c.transport = t
 	c.hc = &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error {
@@ -79,6 +90,9 @@ func NewClient(address string, opts ...ClientOption) (*Client, error) {
 	}}
 	for _, o := range opts {
 		o(c)
+	}
+	if t.TLSClientConfig != nil && !strings.HasPrefix(address, "https://") {
+		return nil, fmt.Errorf("%w: %q: TLS settings need an https:// address", ErrBadAddress, address)
 	}
 	return c, nil
 }

@@ -159,7 +159,7 @@ func (u *uiServer) logout(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, "POST to sign out")
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: UICookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: UICookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 	w.WriteHeader(http.StatusNoContent)
 }
 

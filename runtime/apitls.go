@@ -51,16 +51,28 @@ func isLoopbackAddr(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// tlsKeys are the config keys of the files of a tlsfiles.Files.
+var tlsKeys = map[string]string{tlsfiles.FileCert: "api.tls.cert_file", tlsfiles.FileKey: "api.tls.key_file", tlsfiles.FileClientCA: "api.tls.client_ca_file"}
+
+// TLSFileError turns an error of loading the api.tls files (a
+// *tlsfiles.FileError) into a *FieldError naming the file's key.
+func TLSFileError(err error) error {
+	var fe *tlsfiles.FileError
+	if errors.As(err, &fe) {
+		return &FieldError{Field: tlsKeys[fe.File], Msg: fe.Msg, Err: err}
+	}
+	return &FieldError{Field: "api.tls", Msg: "cannot be loaded", Err: err}
+}
+
 // validateTLS checks api.tls, reading its files, and api.insecure_tcp.
 func (a APIConfig) validateTLS() error {
 	if t := a.TLS; t != nil {
-		keys := map[string]string{tlsfiles.FileCert: "api.tls.cert_file", tlsfiles.FileKey: "api.tls.key_file", tlsfiles.FileClientCA: "api.tls.client_ca_file"}
-		for _, f := range []struct{ key, path string }{{keys[tlsfiles.FileCert], t.CertFile}, {keys[tlsfiles.FileKey], t.KeyFile}} {
+		for _, f := range []struct{ key, path string }{{tlsKeys[tlsfiles.FileCert], t.CertFile}, {tlsKeys[tlsfiles.FileKey], t.KeyFile}} {
 			if f.path == "" {
 				return fieldErr(f.key, "required in an api.tls section: the absolute path of a PEM file")
 			}
 		}
-		for _, f := range []struct{ key, path string }{{keys[tlsfiles.FileCert], t.CertFile}, {keys[tlsfiles.FileKey], t.KeyFile}, {keys[tlsfiles.FileClientCA], t.ClientCAFile}} {
+		for _, f := range []struct{ key, path string }{{tlsKeys[tlsfiles.FileCert], t.CertFile}, {tlsKeys[tlsfiles.FileKey], t.KeyFile}, {tlsKeys[tlsfiles.FileClientCA], t.ClientCAFile}} {
 			if f.path != "" {
 				if err := validateAbsPath(f.key, f.path); err != nil {
 					return err
@@ -68,11 +80,7 @@ func (a APIConfig) validateTLS() error {
 			}
 		}
 		if _, err := t.Files().Load(); err != nil {
-			var fe *tlsfiles.FileError
-			if errors.As(err, &fe) {
-				return &FieldError{Field: keys[fe.File], Msg: fe.Msg, Err: err}
-			}
-			return &FieldError{Field: "api.tls", Msg: "cannot be loaded", Err: err}
+			return TLSFileError(err)
 		}
 		if a.InsecureTCP {
 			return fieldErr("api.insecure_tcp", "true means nothing beside api.tls, which keeps the token off the network in clear; remove one")
@@ -85,3 +93,18 @@ func (a APIConfig) validateTLS() error {
 	}
 	return nil
 }
+
+// Events of the TCP listener (the agent command records them).
+const (
+	// EventTLSReloaded: the api.tls files changed and the new ones are
+	// served; Message names the certificate's subject and expiry.
+	EventTLSReloaded = "tls-reloaded"
+	// EventTLSReloadFailed: the api.tls files changed, and the new ones do
+	// not load; the previous certificate is still served. Message names
+	// the key and file and what is wrong (never the content).
+	EventTLSReloadFailed = "tls-reload-failed"
+	// EventInsecureTCP: the agent serves its API token in clear on an
+	// address that is not a loopback one, because api.insecure_tcp says
+	// so. Recorded at every start.
+	EventInsecureTCP = "api-insecure-tcp"
+)

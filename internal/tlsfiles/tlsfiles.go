@@ -202,7 +202,7 @@ func (f Files) stamps() stamps {
 // use.
 type Reloader struct {
 	files  Files
-	report func(error)
+	report func(*x509.Certificate, error)
 
 	mu      sync.Mutex
 	current *tls.Config // guarded by mu; never changed once served
@@ -211,10 +211,10 @@ type Reloader struct {
 }
 
 // NewReloader loads files (the error is a *FileError) and returns a
-// Reloader serving them. report is called from Run after each attempt to
-// load changed files: with nil when the new files are served, with the
-// *FileError that kept the old ones in service otherwise.
-func NewReloader(files Files, report func(error)) (*Reloader, error) {
+// Reloader serving them. report (if not nil) is called by Check after
+// each attempt to load changed files: with the new certificate when it is
+// served, with the *FileError that kept the old one in service otherwise.
+func NewReloader(files Files, report func(*x509.Certificate, error)) (*Reloader, error) {
 	r := &Reloader{files: files, report: report}
 	r.loaded = files.stamps() // before reading: a change in between is seen later
 	cfg, err := files.serverConfig()
@@ -271,13 +271,15 @@ func (r *Reloader) Check() {
 	r.mu.Unlock()
 
 	cfg, err := r.files.serverConfig()
+	var leaf *x509.Certificate
 	if err == nil {
+		leaf = cfg.Certificates[0].Leaf
 		r.mu.Lock()
 		r.current = cfg
 		r.mu.Unlock()
 	}
 	if r.report != nil {
-		r.report(err)
+		r.report(leaf, err)
 	}
 }
 

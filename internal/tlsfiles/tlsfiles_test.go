@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"os"
@@ -116,10 +117,12 @@ func TestReloader_Check_RotatesKeepsOldOnBadPair(t *testing.T) {
 
 	var mu sync.Mutex
 	var reports []error
-	r, err := tlsfiles.NewReloader(files, func(err error) {
+	var leaves []*x509.Certificate
+	r, err := tlsfiles.NewReloader(files, func(leaf *x509.Certificate, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		reports = append(reports, err)
+		leaves = append(leaves, leaf)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -157,6 +160,11 @@ func TestReloader_Check_RotatesKeepsOldOnBadPair(t *testing.T) {
 	if got := served(t, addr, ca); got != second.Cert.SerialNumber.String() {
 		t.Fatalf("serves %s, want the second certificate %s", got, second.Cert.SerialNumber)
 	}
+	mu.Lock()
+	if !leaves[0].Equal(second.Cert) {
+		t.Errorf("reported certificate %s, want the second", leaves[0].Subject)
+	}
+	mu.Unlock()
 
 	// A mismatched pair keeps the second certificate.
 	(&testpki.Pair{CertPEM: third.CertPEM, KeyPEM: first.KeyPEM}).WriteTo(t, files.Cert, files.Key)

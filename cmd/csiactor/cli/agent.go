@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -12,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +24,7 @@ import (
 
 	"github.com/csiactor/csiactor/api"
 	"github.com/csiactor/csiactor/dockerplugin"
+	"github.com/csiactor/csiactor/internal/tlsfiles"
 	"github.com/csiactor/csiactor/runtime"
 )
 
@@ -311,6 +315,19 @@ func (e *env) runAgent(ctx context.Context, cfg runtime.Config, dev bool) (err e
 			return err
 		}
 	}
+	// The TLS files load before anything starts; recordEvent is set once
+	// the agent is up, before the reloader runs.
+	var recordEvent func(runtime.Event)
+	var reloader *tlsfiles.Reloader
+	if cfg.API.TLS != nil {
+		tlsLog := lg.WithField("component", "api-tls")
+		reloader, err = tlsfiles.NewReloader(cfg.API.TLS.Files(), func(leaf *x509.Certificate, err error) {
+			reportTLSReload(tlsLog, recordEvent, leaf, err)
+		})
+		if err != nil {
+			return fmt.Errorf("config: %w", runtime.TLSFileError(err))
+		}
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
@@ -350,6 +367,29 @@ func (e *env) runAgent(ctx context.Context, cfg runtime.Config, dev bool) (err e
 		tcpL.Close()
 		return errors.Join(fmt.Errorf("agent start: %w", err), shutdownAgent())
 	}
+	recordEvent = func(ev runtime.Event) {
+		if rec, ok := agent.(api.EventRecorder); ok {
+			if err := rec.RecordEvent(ev); err != nil {
+				lg.WithError(err).WithField("event", ev.Type).Warn("event not recorded")
+			}
+		}
+	}
+	scheme := "http"
+	var reloaderDone sync.WaitGroup
+	stopReloader := func() {}
+	if reloader != nil {
+		scheme = "https"
+		tcpL = tls.NewListener(tcpL, reloader.ServerConfig())
+		rctx, cancel := context.WithCancel(context.Background())
+		reloaderDone.Go(func() { reloader.Run(rctx) })
+		stopReloader = func() { cancel(); reloaderDone.Wait() }
+	}
+	defer stopReloader()
+	if cfg.API.InsecureTCPInUse() {
+		const msg = "api.insecure_tcp: the API token crosses the network in clear on a non-loopback api.http_addr; set api.tls"
+		lg.WithField("http_addr", cfg.API.HTTPAddr).Warn(msg)
+		recordEvent(runtime.Event{Type: runtime.EventInsecureTCP, Message: msg + " (" + cfg.API.HTTPAddr + ")"})
+	}
 
 	// Handlers see srvCtx, which ends when shutdown begins, so that
 	// followed event streams end instead of holding the shutdown up.
@@ -381,7 +421,7 @@ func (e *env) runAgent(ctx context.Context, cfg runtime.Config, dev bool) (err e
 	go serve(tcpSrv, tcpL)
 
 	addr := "unix://" + socket
-	tcpAddr := "http://" + tcpL.Addr().String()
+	tcpAddr := scheme + "://" + tcpL.Addr().String()
 	fmt.Fprintf(e.stdout, "csiactor agent: API on %s\n", addr)
 	if token != "" {
 		fmt.Fprintf(e.stdout, "csiactor agent: metrics, health and the API (with the bearer token) on %s\n", tcpAddr)
@@ -394,7 +434,7 @@ func (e *env) runAgent(ctx context.Context, cfg runtime.Config, dev bool) (err e
 	if dev {
 		fmt.Fprintf(e.stdout, "csiactor agent: dev mode, data dir %s (removed on exit)\n\n    export %s=%s\n\n", cfg.DataDir, AddressEnv, addr)
 	}
-	lg.WithFields(logrus.Fields{"socket": socket, "http_addr": tcpL.Addr().String(), "data_dir": cfg.DataDir}).Info("agent running")
+	lg.WithFields(logrus.Fields{"socket": socket, "http_addr": tcpL.Addr().String(), "tls": reloader != nil, "data_dir": cfg.DataDir}).Info("agent running")
 
 	var serveErr error
 	pending := 2
@@ -416,9 +456,26 @@ func (e *env) runAgent(ctx context.Context, cfg runtime.Config, dev bool) (err e
 	for ; pending > 0; pending-- {
 		errs = append(errs, <-errc)
 	}
+	stopReloader()
 	errs = append(errs, shutdownAgent())
 	lg.Info("agent stopped")
 	return errors.Join(errs...)
+}
+
+// reportTLSReload logs and records the outcome of loading changed api.tls
+// files (see tlsfiles.Reloader).
+func reportTLSReload(lg *logrus.Entry, record func(runtime.Event), leaf *x509.Certificate, err error) {
+	var ev runtime.Event
+	if err != nil {
+		err = runtime.TLSFileError(err)
+		lg.WithError(err).Error("api.tls files changed but do not load; serving the previous certificate")
+		ev = runtime.Event{Type: runtime.EventTLSReloadFailed, Message: err.Error() + "; serving the previous certificate"}
+	} else {
+		ev = runtime.Event{Type: runtime.EventTLSReloaded, Message: fmt.Sprintf("serving the new api.tls certificate %q (serial %s, expires %s)",
+			leaf.Subject.String(), leaf.SerialNumber, leaf.NotAfter.UTC().Format(time.RFC3339))}
+		lg.Info(ev.Message)
+	}
+	record(ev)
 }
 
 // DevTokenFile is the file in a -dev data dir with the API token that -dev

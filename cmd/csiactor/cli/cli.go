@@ -99,9 +99,16 @@ Run "csiactor <command> -h" for a command's flags.
 
 Environment of the client commands:
   ` + AddressEnv + `   the agent's address, unless -address is given
-                  (unix:///path/api.sock or http://host:port)
+                  (unix:///path/api.sock, http://host:port or
+                  https://host:port)
   ` + TokenEnv + `  the API token for an agent's TCP address, unless
                   -token-file is given
+  ` + CACertEnv + `
+                  for an https:// address: the CA that signed the
+                  agent's certificate, unless -ca-cert is given
+  ` + ClientCertEnv + `, ` + ClientKeyEnv + `
+                  for an https:// address: the client certificate and
+                  its key, unless -client-cert and -client-key are given
 
 Exit codes: 0 success, 1 error (the agent refused, or is unreachable),
 2 usage error.`,
@@ -317,14 +324,16 @@ func (e *env) printUsage(w io.Writer, c *command, fs ...*flag.FlagSet) {
 type clientFlags struct {
 	address   string
 	tokenFile string
+	tls       tlsFlags
 	json      bool
 }
 
 func addClientFlags(fs *flag.FlagSet) *clientFlags {
 	f := &clientFlags{}
-	fs.StringVar(&f.address, "address", "", "agent `address`: unix:///path/api.sock or http://host:port\n(default $"+AddressEnv+", else "+DefaultAddress+")")
+	fs.StringVar(&f.address, "address", "", "agent `address`: unix:///path/api.sock, http://host:port or https://host:port\n(default $"+AddressEnv+", else "+DefaultAddress+")")
 	fs.StringVar(&f.tokenFile, "token-file", "", "`file` holding the API token, for an agent's TCP address\n(default $"+TokenEnv+" holds the token itself)")
 	fs.BoolVar(&f.json, "json", false, "print the API's JSON instead of a table")
+	f.tls.register(fs)
 	return f
 }
 
@@ -349,6 +358,13 @@ func (e *env) client(f *clientFlags) (c *api.Client, addrFrom, tokenFrom string,
 		opts, tokenFrom = append(opts, api.WithToken(tok)), "-token-file"
 	case e.getenv(TokenEnv) != "":
 		opts, tokenFrom = append(opts, api.WithToken(e.getenv(TokenEnv))), "$"+TokenEnv
+	}
+	tlsCfg, err := e.clientTLS(&f.tls, addr)
+	if err != nil {
+		return nil, "", "", err
+	}
+	if tlsCfg != nil {
+		opts = append(opts, api.WithTLSConfig(tlsCfg))
 	}
 	c, err = api.NewClient(addr, opts...)
 	if err != nil {
@@ -392,7 +408,7 @@ func clientLeaf(c *command, flags func(fs *flag.FlagSet) func(ctx context.Contex
 			if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 				return errInterrupted
 			}
-			return explain(err, addrFrom, tokenFrom)
+			return e.explainTLS(explain(err, addrFrom, tokenFrom), &cf.tls)
 		}
 	}
 	return c
