@@ -91,14 +91,21 @@ func (h *agentHarness) config() runtime.Config {
 	return h.cfg
 }
 
-var tcpAddrRE = regexp.MustCompile(`on (http://127\.0\.0\.1:\d+)`)
+var tcpAddrRE = regexp.MustCompile(`on (https?://(?:[0-9.]+|\[[0-9a-f:]*\]):\d+)`)
 
 // startAgent runs `csiactor agent args...` until the returned stop is
 // called; it waits until the agent serves and returns its TCP address.
 func startAgent(t *testing.T, h *agentHarness, args ...string) (tcpAddr string, stdout, stderr *syncBuffer, stop func() int) {
 	t.Helper()
+	return startAgentWith(t, []cli.Option{h.option()}, args...)
+}
+
+// startAgentWith is startAgent with the given options (none: the real
+// runtime).
+func startAgentWith(t *testing.T, opts []cli.Option, args ...string) (tcpAddr string, stdout, stderr *syncBuffer, stop func() int) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	stdout, stderr, done := startCLI(ctx, t, nil, []cli.Option{h.option()}, append([]string{"agent"}, args...)...)
+	stdout, stderr, done := startCLI(ctx, t, nil, opts, append([]string{"agent"}, args...)...)
 	exited := false
 	code := -1
 	stop = func() int {
