@@ -105,12 +105,12 @@ type agent struct {
 	done     <-chan struct{}
 	state    *os.ProcessState // set before done closes
 	unixAddr string           // unix:///.../api.sock
-	tcpAddr  string           // http://127.0.0.1:port
+	tcpAddr  string           // http://127.0.0.1:port, https:// with api.tls
 }
 
 var (
 	apiLine = regexp.MustCompile(`API on (unix://\S+)`)
-	tcpLine = regexp.MustCompile(`on (http://\S+)`)
+	tcpLine = regexp.MustCompile(`on (https?://\S+)`)
 )
 
 // startAgent runs `csiactor agent args...` and waits until it prints its
