@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -133,6 +134,18 @@ func (ca *CA) sign(tpl *x509.Certificate) *Pair {
 	p.CertPEM = writePEM(t, p.CertFile, "CERTIFICATE", der)
 	p.KeyPEM = writePEM(t, p.KeyFile, "PRIVATE KEY", keyDER)
 	return p
+}
+
+// PEMLines returns the first two base64 lines of the certificate's and
+// the key's PEM: what a test looks for to prove that no log, event or
+// error shows the files' content.
+func (p *Pair) PEMLines() []string {
+	var out []string
+	for _, b := range [][]byte{p.CertPEM, p.KeyPEM} {
+		lines := strings.Split(string(b), "\n")
+		out = append(out, lines[1], lines[2])
+	}
+	return out
 }
 
 // TLS returns the pair as a tls.Certificate.

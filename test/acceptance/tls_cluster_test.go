@@ -134,9 +134,7 @@ func noPEM(t *testing.T, pairs []*testpki.Pair, token string, outs ...string) {
 	t.Helper()
 	secrets := []string{token}
 	for _, p := range pairs {
-		for _, b := range [][]byte{p.CertPEM, p.KeyPEM} {
-			secrets = append(secrets, strings.Split(string(b), "\n")[1])
-		}
+		secrets = append(secrets, p.PEMLines()...)
 	}
 	for _, out := range outs {
 		for _, s := range secrets {

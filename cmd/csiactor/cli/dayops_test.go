@@ -126,17 +126,7 @@ func (a *realAgent) volume(id string) runtime.Volume {
 // events returns the agent's events of type typ.
 func (a *realAgent) events(typ string) []runtime.Event {
 	a.t.Helper()
-	evs, err := a.rt.Events(context.Background())
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	var out []runtime.Event
-	for _, ev := range evs {
-		if ev.Type == typ {
-			out = append(out, ev)
-		}
-	}
-	return out
+	return eventsOf(a.t, a.rt, typ)
 }
 
 // noSecrets fails if a secret value or mount flag is in the agent's log,

@@ -105,9 +105,17 @@ func (a *tlsAgent) events(typ string) []runtime.Event {
 		a.t.Fatal(err)
 	}
 	defer c.Close()
-	evs, err := c.Events(context.Background())
+	return eventsOf(a.t, c, typ)
+}
+
+// eventsOf returns the events of type typ that b has.
+func eventsOf(t *testing.T, b interface {
+	Events(context.Context) ([]runtime.Event, error)
+}, typ string) []runtime.Event {
+	t.Helper()
+	evs, err := b.Events(context.Background())
 	if err != nil {
-		a.t.Fatal(err)
+		t.Fatal(err)
 	}
 	var out []runtime.Event
 	for _, e := range evs {
@@ -122,14 +130,10 @@ func (a *tlsAgent) events(typ string) []runtime.Event {
 // of outs.
 func noSecrets(t *testing.T, pairs []*testpki.Pair, outs ...string) {
 	t.Helper()
-	var secrets []string
+	secrets := []string{tlsTestToken}
 	for _, p := range pairs {
-		for _, b := range [][]byte{p.CertPEM, p.KeyPEM} {
-			lines := strings.Split(string(b), "\n")
-			secrets = append(secrets, lines[1], lines[2])
-		}
+		secrets = append(secrets, p.PEMLines()...)
 	}
-	secrets = append(secrets, tlsTestToken)
 	for _, out := range outs {
 		for _, s := range secrets {
 			if strings.Contains(out, s) {
