@@ -128,7 +128,9 @@ func agentCommand() *command {
 plugin allocations, serves the full API on the unix socket <data_dir>/api.sock
 (or api.socket; mode 0600), and /metrics, GET /v1/health and GET /v1/ready on
 the TCP address (api.http_addr, default 127.0.0.1:7460), with the full API
-there too for requests bearing the token in api.token_file.
+there too for requests bearing the token in api.token_file. With api.tls
+the TCP address speaks TLS (https://; mutual with api.tls.client_ca_file),
+and a certificate whose files change is served without a restart.
 
 On start it checks the host against its store: after a reboot (the boot ID
 in /proc/sys/kernel/random/boot_id changed; $CSIACTOR_BOOT_ID_FILE names

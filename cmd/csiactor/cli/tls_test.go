@@ -189,6 +189,14 @@ func TestAgent_TLS_MutualHandshakeUIAndCLI(t *testing.T) {
 	if cs := resp.Cookies(); resp.StatusCode != http.StatusNoContent || len(cs) != 1 || cs[0].Name != api.UICookie || !cs[0].Secure || !cs[0].HttpOnly {
 		t.Errorf("UI login over TLS: %d, cookies %+v; want one Secure HttpOnly %s", resp.StatusCode, cs, api.UICookie)
 	}
+	resp, err = (&http.Client{Transport: tr}).Post(a.tcp+"/ui/logout", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if cs := resp.Cookies(); len(cs) != 1 || cs[0].Name != api.UICookie || !cs[0].Secure || cs[0].MaxAge >= 0 {
+		t.Errorf("UI logout over TLS: %d, cookies %+v; want the Secure %s cleared", resp.StatusCode, cs, api.UICookie)
+	}
 
 	// The CLI, with flags and with the environment.
 	flags := []string{"-address", a.tcp, "-token-file", a.tokenFile, "-ca-cert", ca.File,
