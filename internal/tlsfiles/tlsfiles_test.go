@@ -250,3 +250,49 @@ func TestReloader_Run_StopsWithContext(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// A new client CA file is picked up like a new pair: clients of the new CA
+// get in, those of the old one no longer do.
+func TestReloader_Check_RotatesClientCA(t *testing.T) {
+	oldCA, newCA := testpki.NewCA(t, "old"), testpki.NewCA(t, "new")
+	srv := oldCA.Server("server")
+	caFile := filepath.Join(t.TempDir(), "clients.pem")
+	copyFile := func(from string) {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(caFile+".tmp", b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(caFile+".tmp", caFile); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyFile(oldCA.File)
+	r, err := tlsfiles.NewReloader(tlsfiles.Files{Cert: srv.CertFile, Key: srv.KeyFile, ClientCA: caFile}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := tlsServer(t, r.ServerConfig())
+	accepted := func(ca *testpki.CA) bool {
+		cert := ca.Client("c").TLS(t)
+		c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: oldCA.Pool(), ServerName: "127.0.0.1",
+			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }})
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		_, err = c.Read(make([]byte, 1))
+		return errors.Is(err, io.EOF)
+	}
+	if !accepted(oldCA) || accepted(newCA) {
+		t.Fatalf("before the change: old CA accepted %v, new CA accepted %v", accepted(oldCA), accepted(newCA))
+	}
+	copyFile(newCA.File)
+	r.Check()
+	r.Check()
+	if accepted(oldCA) || !accepted(newCA) {
+		t.Fatalf("after the change: old CA accepted %v, new CA accepted %v", accepted(oldCA), accepted(newCA))
+	}
+}
