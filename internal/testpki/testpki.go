@@ -148,6 +148,23 @@ func (p *Pair) PEMLines() []string {
 	return out
 }
 
+// NotShown fails t if any of outs (logs, events, errors, output) holds a
+// line of a PEM body of pairs, or one of the other secrets.
+func NotShown(t testing.TB, pairs []*Pair, others []string, outs ...string) {
+	t.Helper()
+	secrets := append([]string(nil), others...)
+	for _, p := range pairs {
+		secrets = append(secrets, p.PEMLines()...)
+	}
+	for _, out := range outs {
+		for _, s := range secrets {
+			if strings.Contains(out, s) {
+				t.Errorf("output shows a secret (%.12s...):\n%s", s, out)
+			}
+		}
+	}
+}
+
 // TLS returns the pair as a tls.Certificate.
 func (p *Pair) TLS(t testing.TB) tls.Certificate {
 	t.Helper()

@@ -82,7 +82,7 @@ func TestCluster_TLSListeners(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("csiactor %s over https: %s", strings.Join(args, " "), r)
 		}
-		noPEM(t, pairs, token, r.stdout, r.stderr)
+		testpki.NotShown(t, pairs, []string{token}, r.stdout, r.stderr)
 		return r.stdout
 	}
 	h.eventually("both hosts up, node1's controller healthy", waitDeadline, func() (bool, string) {
@@ -125,22 +125,6 @@ func TestCluster_TLSListeners(t *testing.T) {
 		if code := a.wait(); code != 0 {
 			t.Errorf("agent exit code %d\n%s", code, testbin.Tail(a.logs(), 10))
 		}
-		noPEM(t, pairs, token, a.logs(), readFile(a.stdout))
-	}
-}
-
-// noPEM fails if the token, or a line of a PEM body of pairs, is in outs.
-func noPEM(t *testing.T, pairs []*testpki.Pair, token string, outs ...string) {
-	t.Helper()
-	secrets := []string{token}
-	for _, p := range pairs {
-		secrets = append(secrets, p.PEMLines()...)
-	}
-	for _, out := range outs {
-		for _, s := range secrets {
-			if strings.Contains(out, s) {
-				t.Errorf("output shows a secret (%.12s...):\n%s", s, out)
-			}
-		}
+		testpki.NotShown(t, pairs, []string{token}, a.logs(), readFile(a.stdout))
 	}
 }

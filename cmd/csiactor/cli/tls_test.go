@@ -130,17 +130,7 @@ func eventsOf(t *testing.T, b interface {
 // of outs.
 func noSecrets(t *testing.T, pairs []*testpki.Pair, outs ...string) {
 	t.Helper()
-	secrets := []string{tlsTestToken}
-	for _, p := range pairs {
-		secrets = append(secrets, p.PEMLines()...)
-	}
-	for _, out := range outs {
-		for _, s := range secrets {
-			if strings.Contains(out, s) {
-				t.Errorf("output shows a secret (%.12s...):\n%s", s, out)
-			}
-		}
-	}
+	testpki.NotShown(t, pairs, []string{tlsTestToken}, outs...)
 }
 
 func TestAgent_TLS_MutualHandshakeUIAndCLI(t *testing.T) {
