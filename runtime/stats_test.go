@@ -183,18 +183,11 @@ func TestRuntime_VolumeStats_ExamplePlugin(t *testing.T) {
 // usage and condition are pending through the HTTP API until a poll
 // records them, then reported; released, the volume says nothing of them.
 func TestRuntime_VolumeStatsStatus_Hostpath(t *testing.T) {
-	bin := hostpath.Binary(t)
-	dir := shortDir(t, "csiactor-ssh-")
-	e := &testEnv{t: t, dataDir: filepath.Join(dir, "d")}
-	e.cfg = testConfig(e.dataDir)
-	// Far away: the first round (at a random point of the first
-	// interval) does not come during the test; the test polls itself.
-	e.cfg.Volumes.StatsInterval = 10000 * time.Hour
-	e.cfg.Plugins.StopOnAgentExit = true
-	e.cfg.Allocations = []runtime.AllocationConfig{{ID: "hp", AllocationSpec: runtime.AllocationSpec{
-		Plugin: hostpath.PluginName, Type: runtime.TypeMonolith, Command: hostpath.Command(bin, "node1", filepath.Join(dir, "hp"))}}}
-	e.start()
-	e.waitHealthy(hostpath.PluginName, runtime.TypeMonolith)
+	e, _ := hostpathEnv(t, "csiactor-ssh-", func(_ string, c *runtime.Config) {
+		// Far away: the first round (at a random point of the first
+		// interval) does not come during the test; the test polls.
+		c.Volumes.StatsInterval = 10000 * time.Hour
+	})
 	ctx := context.Background()
 	c := serveAPI(t, e.rt)
 	spec := runtime.VolumeSpec{Plugin: hostpath.PluginName,

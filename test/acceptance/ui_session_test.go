@@ -16,23 +16,23 @@ import (
 	"github.com/csiactor/csiactor/runtime"
 )
 
-// netLog is what a browser's pages asked over the network and every
-// message of their console, network errors (a 404 of a fetch) included,
-// in the order they came.
+// netLog is what a browser's pages asked over the network, in the order
+// they asked it, and with the browser's console messages (network errors
+// included: a fetch's 404) what a session did.
 type netLog struct {
+	b        *browser
 	mu       sync.Mutex
 	requests []string // guarded by mu; "GET /v1/plugins"
 	failed   []string // guarded by mu; "404 http://…/v1/nodes"
-	console  []string // guarded by mu; every error or warning, any source
 }
 
-// watchNetwork starts recording b's requests, failed responses and
-// console errors (of any source, unlike consoleErrors) until the test
-// ends.
+// watchNetwork starts recording b's requests and failed responses until
+// the test ends.
 func (b *browser) watchNetwork() *netLog {
 	b.t.Helper()
-	l := &netLog{}
+	l := &netLog{b: b}
 	ctx, cancel := context.WithCancel(b.ctx)
+	b.t.Cleanup(cancel)
 	err := chromedp.Listen(ctx, func(ev any) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -50,28 +50,8 @@ func (b *browser) watchNetwork() *netLog {
 		}
 	})
 	if err != nil {
-		cancel()
 		b.t.Fatalf("listen to the browser's network: %v", err)
 	}
-	messages := chromedp.Console(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleWarning || m.IsException() {
-				l.mu.Lock()
-				l.console = append(l.console, fmt.Sprintf("%s [%s] (%s:%d)", m, m.Source, m.URL, m.Line))
-				l.mu.Unlock()
-			}
-		}
-	}()
-	b.t.Cleanup(func() {
-		cancel()
-		<-done
-	})
 	return l
 }
 
@@ -81,16 +61,20 @@ type mark struct{ requests, failed, console int }
 func (l *netLog) mark() mark {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return mark{len(l.requests), len(l.failed), len(l.console)}
+	l.b.mu.Lock()
+	defer l.b.mu.Unlock()
+	return mark{len(l.requests), len(l.failed), len(l.b.all)}
 }
 
-// since returns the requests, failed responses and console messages
-// after m.
+// since returns the requests, failed responses and console messages (of
+// any source) after m.
 func (l *netLog) since(m mark) (requests, failed, console []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.b.mu.Lock()
+	defer l.b.mu.Unlock()
 	return append([]string(nil), l.requests[m.requests:]...), append([]string(nil), l.failed[m.failed:]...),
-		append([]string(nil), l.console[m.console:]...)
+		append([]string(nil), l.b.all[m.console:]...)
 }
 
 func count(xs []string, x string) int {
@@ -119,12 +103,11 @@ func TestUI_Browser_SingleHostSession(t *testing.T) {
 		t.Skip("starts an agent and a browser")
 	}
 	h := newHost(t)
-	command, _ := json.Marshal([]string{h.bin, "example-plugin", "-no-volume-stats", "-state-dir", filepath.Join(h.base, "nostats-state"), "-node-id", "node1"})
 	// stats_interval far away: the first poll (at a random point of the
 	// first interval) does not come during the test, so a published
 	// volume's usage stays pending.
 	cfg := "plugins: {heartbeat_interval: 1s, probe_timeout: 1s}\nvolumes: {stats_interval: 10000h}\n" +
-		fmt.Sprintf("allocations:\n  - {id: nostats, plugin: nostats, type: monolith, command: %s}\n", command)
+		h.exampleAllocation("nostats", "-no-volume-stats")
 	a := h.startAgent("-dev", "-http-addr", "127.0.0.1:0", "-config", h.write("agent.yaml", cfg, 0o600))
 	waitHealthy(t, a)
 	h.eventually("the plugin without stats healthy", waitDeadline, func() (bool, string) {
