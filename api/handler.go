@@ -243,11 +243,23 @@ func (h *headerRecorder) Header() http.Header         { return h.header }
 func (h *headerRecorder) Write(p []byte) (int, error) { return len(p), nil }
 func (h *headerRecorder) WriteHeader(status int)      { h.status = status }
 
+// health answers 200 {"status":"ok","cluster":...}: cluster is true when
+// b is a NodesBackend in cluster mode.
 func (s *server) health(w http.ResponseWriter, r *http.Request) {
 	if !s.noQuery(w, r) {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	nb, ok := s.b.(NodesBackend)
+	writeJSON(w, http.StatusOK, Health{Status: "ok", Cluster: ok && nb.InCluster()})
+}
+
+// Health is the answer of GET /v1/health.
+type Health struct {
+	// Status is "ok" whenever the agent answers.
+	Status string `json:"status"`
+	// Cluster is true in cluster mode: /v1/nodes lists the hosts (it
+	// answers 404 otherwise).
+	Cluster bool `json:"cluster"`
 }
 
 // ready answers 200 {"status":"ok"} once the agent has finished starting,

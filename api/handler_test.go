@@ -88,7 +88,7 @@ func TestHandler_Routes_Script(t *testing.T) {
 	c := newRawClient(t, addr)
 	secrets := []string{"hunter2", "noatime", "topsecret"}
 	runSteps(t, c, []step{
-		{name: "health", method: "GET", path: "/v1/health", status: 200, want: []string{`{"status":"ok"}`}},
+		{name: "health", method: "GET", path: "/v1/health", status: 200, want: []string{`{"status":"ok","cluster":false}`}},
 		{name: "no plugins yet", method: "GET", path: "/v1/plugins", status: 200, want: []string{"[]"}},
 		{name: "no allocations yet", method: "GET", path: "/v1/allocations", status: 200, want: []string{"[]"}},
 

@@ -14,6 +14,9 @@ import (
 // methods fail with runtime.ErrNotFound). A Backend without it answers
 // 404 on /v1/nodes.
 type NodesBackend interface {
+	// InCluster reports whether the agent runs in cluster mode (GET
+	// /v1/health says so: the web UI asks for the hosts only then).
+	InCluster() bool
 	// Nodes lists the hosts of the cluster, by ID.
 	Nodes(ctx context.Context) ([]runtime.Node, error)
 	// Node returns one host, or ErrNotFound.

@@ -131,6 +131,7 @@ func answersCluster(t *testing.T, sc *specChecker) {
 	})
 	runSpecSteps(t, sc, rc, []specStep{
 		{name: "other host's claim", method: "GET", path: "/v1/volumes/shared", status: 200, want: `"host":"n2"`},
+		{name: "health in cluster mode", method: "GET", path: "/v1/health", status: 200, want: `{"status":"ok","cluster":true}`},
 		{name: "nodes", method: "GET", path: "/v1/nodes", status: 200},
 		{name: "fence an up host", method: "POST", path: "/v1/nodes/n2/fence", status: 409},
 	})

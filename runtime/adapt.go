@@ -144,7 +144,7 @@ func volumeFromManager(v volume.Volume) Volume {
 		Created: v.Created, CreatedAt: v.CreatedAt,
 		Claims: make([]Claim, 0, len(v.Claims)), PastClaims: make([]Claim, 0, len(v.PastClaims)),
 		Expansion: v.Expansion, AccessibleTopology: v.AccessibleTopology,
-		Usage: v.Usage, Condition: v.Condition,
+		Usage: v.Usage, Condition: v.Condition, UsageStatus: v.UsageStatus, ConditionStatus: v.ConditionStatus,
 		Ephemeral: v.Ephemeral, EphemeralPhase: v.EphemeralPhase,
 		MutableParameters: v.MutableParameters, Modifying: v.Modifying,
 	}

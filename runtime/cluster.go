@@ -717,6 +717,10 @@ const (
 	NodeDown = cluster.StatusDown
 )
 
+// InCluster reports whether the runtime runs in cluster mode: its config
+// has a cluster section. It never blocks, and holds before Start.
+func (r *Runtime) InCluster() bool { return r.cfg.Cluster != nil }
+
 // Nodes lists the hosts of the cluster, by ID. Outside cluster mode it
 // fails with an error wrapping ErrNotFound.
 func (r *Runtime) Nodes(ctx context.Context) ([]Node, error) {

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/csiactor/csiactor/internal/fakeplugin"
+	"github.com/csiactor/csiactor/internal/hostpath"
 	"github.com/csiactor/csiactor/internal/leakcheck"
 	"github.com/csiactor/csiactor/runtime"
 )
@@ -275,4 +276,26 @@ func toJSON(t testing.TB, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// hostpathEnv starts a runtime that runs the hostpath driver as the
+// monolith allocation hp (its state in <dir>/hp, stopped with the
+// runtime) and waits for it to be healthy. dir is a new short directory
+// that holds the data dir (<dir>/d); setup, when not nil, changes the
+// config first. It skips the test without the driver.
+func hostpathEnv(t testing.TB, prefix string, setup func(dir string, c *runtime.Config)) (*testEnv, string) {
+	t.Helper()
+	bin := hostpath.Binary(t)
+	dir := shortDir(t, prefix)
+	e := &testEnv{t: t, dataDir: filepath.Join(dir, "d")}
+	e.cfg = testConfig(e.dataDir)
+	e.cfg.Plugins.StopOnAgentExit = true
+	e.cfg.Allocations = []runtime.AllocationConfig{{ID: "hp", AllocationSpec: runtime.AllocationSpec{
+		Plugin: hostpath.PluginName, Type: runtime.TypeMonolith, Command: hostpath.Command(bin, "node1", filepath.Join(dir, "hp"))}}}
+	if setup != nil {
+		setup(dir, &e.cfg)
+	}
+	e.start()
+	e.waitHealthy(hostpath.PluginName, runtime.TypeMonolith)
+	return e, dir
 }

@@ -144,16 +144,9 @@ func TestSecretsConfig_Validate_Cases(t *testing.T) {
 // the agent stopped, no file of its data dir holds a secret, and state.db
 // holds sealed values. A restarted agent reads them.
 func TestRuntime_Secrets_SealedAtRest_Hostpath(t *testing.T) {
-	bin := hostpath.Binary(t)
-	dir := shortDir(t, "csiactor-seal-")
-	e := &testEnv{t: t, dataDir: filepath.Join(dir, "d")}
-	e.cfg = testConfig(e.dataDir)
-	e.cfg.Secrets = &runtime.SecretsConfig{KeyFile: writeKey(t, dir, "secrets.key", 9)}
-	e.cfg.Plugins.StopOnAgentExit = true
-	e.cfg.Allocations = []runtime.AllocationConfig{{ID: "hp", AllocationSpec: runtime.AllocationSpec{
-		Plugin: hostpath.PluginName, Type: runtime.TypeMonolith, Command: hostpath.Command(bin, "node1", filepath.Join(dir, "hp"))}}}
-	e.start()
-	e.waitHealthy(hostpath.PluginName, runtime.TypeMonolith)
+	e, _ := hostpathEnv(t, "csiactor-seal-", func(dir string, c *runtime.Config) {
+		c.Secrets = &runtime.SecretsConfig{KeyFile: writeKey(t, dir, "secrets.key", 9)}
+	})
 	ctx := context.Background()
 	spec := runtime.VolumeSpec{Plugin: hostpath.PluginName,
 		Capabilities: []runtime.Capability{{AccessMode: "single-node-writer", AttachmentMode: "file-system"}},

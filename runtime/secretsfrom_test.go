@@ -160,15 +160,7 @@ func equalInts(a, b []int) bool {
 // secrets_from: created, claimed and released; a missing file refuses the
 // next claim with the driver's state unchanged.
 func TestRuntime_SecretsFrom_Hostpath(t *testing.T) {
-	bin := hostpath.Binary(t)
-	dir := shortDir(t, "csiactor-sfh-")
-	e := &testEnv{t: t, dataDir: filepath.Join(dir, "d")}
-	e.cfg = testConfig(e.dataDir)
-	e.cfg.Plugins.StopOnAgentExit = true
-	e.cfg.Allocations = []runtime.AllocationConfig{{ID: "hp", AllocationSpec: runtime.AllocationSpec{
-		Plugin: hostpath.PluginName, Type: runtime.TypeMonolith, Command: hostpath.Command(bin, "node1", filepath.Join(dir, "hp"))}}}
-	e.start()
-	e.waitHealthy(hostpath.PluginName, runtime.TypeMonolith)
+	e, dir := hostpathEnv(t, "csiactor-sfh-", nil)
 	ctx := context.Background()
 	c := serveAPI(t, e.rt)
 	file := filepath.Join(dir, "secrets.json")

@@ -27,6 +27,18 @@ const (
 	EventVolumeConditionNormal = volume.EventVolumeNormal
 )
 
+// Usage and condition statuses of a volume with a published claim on this
+// host (Volume.UsageStatus and Volume.ConditionStatus).
+const (
+	// StatsReported: the plugin's last report is shown.
+	StatsReported = volume.StatsReported
+	// StatsPending: the plugin reports it, and no poll has recorded it
+	// yet (or the node plugin does not answer now to say).
+	StatsPending = volume.StatsPending
+	// StatsUnsupported: the plugin does not report it.
+	StatsUnsupported = volume.StatsUnsupported
+)
+
 // VolumeUsage is how full a volume is, as its node plugin last reported it
 // (NodeGetVolumeStats, polled every volumes.stats_interval while the
 // volume has a published claim). Fields the plugin did not report are

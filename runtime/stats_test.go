@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/csiactor/csiactor/examples/csiplugin"
+	"github.com/csiactor/csiactor/internal/hostpath"
 	"github.com/csiactor/csiactor/internal/metrictest"
 	"github.com/csiactor/csiactor/runtime"
 )
@@ -175,4 +176,48 @@ func TestRuntime_VolumeStats_ExamplePlugin(t *testing.T) {
 	if err := e.rt.PollVolumeStats(ctx); err != nil {
 		t.Errorf("PollVolumeStats = %v", err)
 	}
+}
+
+// TestRuntime_VolumeStatsStatus_Hostpath: with the hostpath driver
+// (GET_VOLUME_STATS, VOLUME_CONDITION), a freshly published volume's
+// usage and condition are pending through the HTTP API until a poll
+// records them, then reported; released, the volume says nothing of them.
+func TestRuntime_VolumeStatsStatus_Hostpath(t *testing.T) {
+	e, _ := hostpathEnv(t, "csiactor-ssh-", func(_ string, c *runtime.Config) {
+		// Far away: the first round (at a random point of the first
+		// interval) does not come during the test; the test polls.
+		c.Volumes.StatsInterval = 10000 * time.Hour
+	})
+	ctx := context.Background()
+	c := serveAPI(t, e.rt)
+	spec := runtime.VolumeSpec{Plugin: hostpath.PluginName,
+		Capabilities: []runtime.Capability{{AccessMode: "single-node-writer", AttachmentMode: "file-system"}}}
+	if _, err := c.CreateVolume(ctx, runtime.CreateVolumeSpec{ID: "vol1", CapacityBytes: 1 << 20, VolumeSpec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when, want string, values bool) {
+		t.Helper()
+		v, err := c.Volume(ctx, "vol1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.UsageStatus != want || v.ConditionStatus != want || (v.Usage != nil) != values || (v.Condition != nil) != values {
+			t.Errorf("%s: usage %+v (%q), condition %+v (%q); want status %q, values %t",
+				when, v.Usage, v.UsageStatus, v.Condition, v.ConditionStatus, want, values)
+		}
+	}
+	check("unclaimed", "", false)
+	if _, err := c.Claim(ctx, "vol1", claimReq("a1", "write", "single-node-writer")); err != nil {
+		t.Fatal(err)
+	}
+	check("published", runtime.StatsPending, false)
+	if err := e.rt.PollVolumeStats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("polled", runtime.StatsReported, true)
+	if _, err := c.Release(ctx, "vol1", "a1"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFreed("vol1", "a1")
+	check("released", "", false)
 }

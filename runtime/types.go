@@ -627,6 +627,13 @@ type Volume struct {
 	// last claim is released, or when the plugin reports neither.
 	Usage     *VolumeUsage     `json:"usage,omitempty"`
 	Condition *VolumeCondition `json:"condition,omitempty"`
+	// UsageStatus and ConditionStatus say, while the volume has a
+	// published claim on this host, whether Usage and Condition are
+	// reported (StatsReported), not polled yet (StatsPending: the first
+	// poll comes within volumes.stats_interval), or never reported by
+	// the plugin (StatsUnsupported); "" otherwise.
+	UsageStatus     string `json:"usage_status,omitempty"`
+	ConditionStatus string `json:"condition_status,omitempty"`
 	// SecretsFrom is where the volume's secrets are read from at each
 	// RPC; nil when it has literal secrets or none.
 	SecretsFrom *SecretsFrom `json:"secrets_from,omitempty"`

@@ -799,7 +799,7 @@ func (m *Manager) Get(ctx context.Context, id string) (Volume, error) {
 			if s.rec == nil {
 				return Volume{}, kinderr.Errorf(ErrNotFound, "volume %q not found", id)
 			}
-			return m.withStats(viewOf(s.rec)), nil
+			return m.withStats(ctx, viewOf(s.rec), nil), nil
 		}
 	}
 	if !known {
@@ -812,14 +812,17 @@ func (m *Manager) Get(ctx context.Context, id string) (Volume, error) {
 	if err != nil {
 		return Volume{}, fmt.Errorf("read volume %q: %w", id, err)
 	}
-	return m.withStats(viewOf(&v)), nil
+	return m.withStats(ctx, viewOf(&v), nil), nil
 }
 
-// withStats adds the volume's last usage and condition to v, and the
-// condition of its stalled claims.
-func (m *Manager) withStats(v Volume) Volume {
+// withStats adds the volume's last usage and condition to v, whether they
+// are reported yet, and the condition of its stalled claims. support
+// caches what each plugin reports across the volumes of one listing (nil:
+// no cache).
+func (m *Manager) withStats(ctx context.Context, v Volume, support map[string]statsSupport) Volume {
 	m.stats.overlay(&v)
 	m.stalls.overlay(&v)
+	m.setStatsStatus(ctx, &v, support)
 	return v
 }
 
@@ -835,12 +838,18 @@ func (m *Manager) List(ctx context.Context, f Filter) ([]Volume, error) {
 	var out []Volume
 	err := m.store.ForEachVolume(ctx, func(v persistence.Volume) error {
 		if f.match(&v) {
-			out = append(out, m.withStats(viewOf(&v)))
+			out = append(out, viewOf(&v))
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list volumes: %w", err)
+	}
+	// Outside the store's transaction: the plugins' facts may take an
+	// ask of the registry.
+	support := map[string]statsSupport{}
+	for i := range out {
+		out[i] = m.withStats(ctx, out[i], support)
 	}
 	return out, nil
 }

@@ -386,17 +386,80 @@ func (m *Manager) poll(ctx context.Context, t pollTarget) *statsPoll {
 // pollable reports whether plugin has a node allocation that answers and
 // reports usage or a condition (or a controller that reports conditions).
 func (m *Manager) pollable(ctx context.Context, plugin string) bool {
+	s := m.statsSupport(ctx, plugin)
+	return s.usage || s.condition
+}
+
+// Usage and condition statuses: Volume.UsageStatus and
+// Volume.ConditionStatus, set while the volume has a published claim on
+// this host.
+const (
+	// StatsReported: Usage (or Condition) holds what the plugin last
+	// reported.
+	StatsReported = "reported"
+	// StatsPending: the plugin reports it (or its node plugin does not
+	// answer now to say), and no poll has recorded it yet.
+	StatsPending = "pending"
+	// StatsUnsupported: the plugin does not report it: its node plugin
+	// has no GET_VOLUME_STATS (usage), and neither it nor its controller
+	// reports a volume's condition.
+	StatsUnsupported = "unsupported"
+)
+
+// statsSupport is what a plugin's allocations report of a volume; known
+// is false when its node plugin does not answer now.
+type statsSupport struct {
+	usage, condition, known bool
+}
+
+// statsSupport asks plugin's node plugin (and its controller, when the
+// node plugin reports no condition) what a poll gets of a volume: usage
+// with GET_VOLUME_STATS; a condition with VOLUME_CONDITION (in the
+// stats), GET_VOLUME_HEALTH, or the controller's GET_VOLUME_HEALTH or
+// GET_VOLUME and VOLUME_CONDITION.
+func (m *Manager) statsSupport(ctx context.Context, plugin string) statsSupport {
 	_, nf, err := m.plugins.Client(ctx, plugin, claim.NodePlugin)
-	switch {
-	case err != nil:
-		return false
-	case nf.VolumeStats || nf.NodeCondition || nf.NodeHealth:
-		return true
-	case !nf.ControllerService:
-		return false
+	if err != nil {
+		return statsSupport{}
 	}
-	_, cf, err := m.plugins.Client(ctx, plugin, claim.ControllerPlugin)
-	return err == nil && (cf.ControllerCondition || cf.ControllerHealth)
+	s := statsSupport{known: true, usage: nf.VolumeStats, condition: (nf.VolumeStats && nf.NodeCondition) || nf.NodeHealth}
+	if !s.condition && nf.ControllerService {
+		_, cf, err := m.plugins.Client(ctx, plugin, claim.ControllerPlugin)
+		s.condition = err == nil && (cf.ControllerCondition || cf.ControllerHealth)
+	}
+	return s
+}
+
+// setStatsStatus sets v's UsageStatus and ConditionStatus when it has a
+// published claim on this host. support, when not nil, caches
+// statsSupport by plugin across the volumes of one listing.
+func (m *Manager) setStatsStatus(ctx context.Context, v *Volume, support map[string]statsSupport) {
+	published := false
+	for _, c := range v.Claims {
+		published = published || c.State == claim.StatePublished
+	}
+	if !published {
+		return
+	}
+	s, ok := support[v.Plugin]
+	if !ok {
+		s = m.statsSupport(ctx, v.Plugin)
+		if support != nil {
+			support[v.Plugin] = s
+		}
+	}
+	status := func(set, supported bool) string {
+		switch {
+		case set:
+			return StatsReported
+		case supported || !s.known:
+			return StatsPending
+		default:
+			return StatsUnsupported
+		}
+	}
+	v.UsageStatus = status(v.Usage != nil, s.usage)
+	v.ConditionStatus = status(v.Condition != nil, s.condition)
 }
 
 type namedCondition struct {

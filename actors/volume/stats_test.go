@@ -467,3 +467,64 @@ func TestConfig_Validate_Stats(t *testing.T) {
 		}
 	}
 }
+
+// TestManager_Get_StatsStatus: while a volume has a published claim, Get
+// and List say whether its usage and condition are reported, pending (the
+// plugin reports them, no poll yet) or unsupported, by what the plugin
+// advertises; without a published claim they say nothing.
+func TestManager_Get_StatsStatus(t *testing.T) {
+	for _, tc := range []struct {
+		name                   string
+		plugin                 fakeplugin.Config
+		usage, cond            string // after the poll
+		pendingUsage, pendCond string // before it
+	}{
+		{"stats and condition", statsPlugin, StatsReported, StatsReported, StatsPending, StatsPending},
+		{"stats only", fakeplugin.Config{StageUnstage: true, VolumeStats: true}, StatsReported, StatsUnsupported, StatsPending, StatsUnsupported},
+		{"node health only", fakeplugin.Config{StageUnstage: true, VolumeHealth: true}, StatsUnsupported, StatsReported, StatsUnsupported, StatsPending},
+		{"neither", fakeplugin.Config{StageUnstage: true}, StatsUnsupported, StatsUnsupported, StatsUnsupported, StatsUnsupported},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.plugin)
+			ctx := ctxT(t)
+			e.register("vol1")
+			check := func(when, usage, cond string) {
+				t.Helper()
+				v, err := e.m.Get(ctx, "vol1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				vs, err := e.m.List(ctx, Filter{})
+				if err != nil || len(vs) != 1 {
+					t.Fatalf("list: %v, %v", vs, err)
+				}
+				for _, v := range []Volume{v, vs[0]} {
+					if v.UsageStatus != usage || v.ConditionStatus != cond {
+						t.Errorf("%s: usage_status %q, condition_status %q; want %q, %q", when, v.UsageStatus, v.ConditionStatus, usage, cond)
+					}
+					if (v.Usage != nil) != (usage == StatsReported) || (v.Condition != nil) != (cond == StatsReported) {
+						t.Errorf("%s: usage %+v, condition %+v with statuses %q, %q", when, v.Usage, v.Condition, usage, cond)
+					}
+				}
+			}
+			check("unclaimed", "", "")
+			if _, err := e.m.Claim(ctx, claimReq("vol1", "a", claim.ModeWrite, csi.AccessModeSingleNodeWriter)); err != nil {
+				t.Fatal(err)
+			}
+			check("published, not polled", tc.pendingUsage, tc.pendCond)
+			e.plugin.SetUsage("ext-vol1", fakeplugin.Usage{TotalBytes: 1000, AvailableBytes: 900, UsedBytes: 100})
+			if err := e.m.PollStats(ctx); err != nil {
+				t.Fatal(err)
+			}
+			check("polled", tc.usage, tc.cond)
+			if _, err := e.m.Release(ctx, "vol1", "a"); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the claim freed", func() bool {
+				v, err := e.m.Get(ctx, "vol1")
+				return err == nil && len(v.Claims) == 0 && len(v.PastClaims) == 0
+			})
+			check("released", "", "")
+		})
+	}
+}

@@ -230,6 +230,12 @@ type Volume struct {
 	// before the first poll, or when the plugin reports neither.
 	Usage     *Usage     `json:"usage,omitempty"`
 	Condition *Condition `json:"condition,omitempty"`
+	// UsageStatus and ConditionStatus say, while the volume has a
+	// published claim on this host, whether Usage and Condition are
+	// reported (StatsReported), not polled yet (StatsPending) or never
+	// reported by the plugin (StatsUnsupported); "" otherwise.
+	UsageStatus     string `json:"usage_status,omitempty"`
+	ConditionStatus string `json:"condition_status,omitempty"`
 	// SecretsFrom is the reference the secrets are read from; "" for
 	// none.
 	SecretsFrom string `json:"secrets_from,omitempty"`

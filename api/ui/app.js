@@ -92,20 +92,38 @@ const alarm = (v) => {
 
 function claimChip(c, past) {
   const cls = `chip${alarming(c) ? ' stalled' : ''}`;
-  return h('span', { class: cls, 'data-claim': c.alloc, 'data-state': c.state, title: c.last_error || '' },
+  return h('li', { class: cls, 'data-claim': c.alloc, 'data-state': c.state, title: c.last_error || '' },
     `${past ? 'past: ' : ''}${c.alloc} · ${c.state === 'remote' ? `on ${c.host}` : c.condition || c.state}`);
+}
+
+// claimChips lists a volume's claims and past claims as chips: a list
+// (for screen readers) whose items are apart in its text too (for
+// copy-paste), not "a · publishedb · published".
+function claimChips(v) {
+  const chips = [...(v.claims || []).map((c) => claimChip(c, false)), ...(v.past_claims || []).map((c) => claimChip(c, true))];
+  if (!chips.length) return h('span', { class: 'muted' }, 'none');
+  return h('ul', { class: 'chips', role: 'list', 'aria-label': 'claims' }, chips.flatMap((c, i) => (i ? [' ', c] : [c])));
+}
+
+// noStats is what a volume's usage or condition (kind) shows without a
+// value: the API's usage_status or condition_status says whether the
+// agent has not polled it yet or the plugin never reports it.
+function noStats(kind, status) {
+  if (status === 'pending') return h('span', { class: 'muted', [`data-${kind}`]: status, title: 'not measured yet: the agent polls it every volumes.stats_interval' }, 'pending');
+  if (status === 'unsupported') return h('span', { class: 'muted', [`data-${kind}`]: status, title: "the volume's plugin does not report it" }, 'not supported');
+  return h('span', { class: 'muted' }, '–');
 }
 
 function usage(v) {
   const u = v.usage;
-  if (!u || !u.capacity_bytes) return h('span', { class: 'muted' }, '–');
+  if (!u || !u.capacity_bytes) return noStats('usage', v.usage_status);
   return h('span', {},
     h('meter', { min: 0, max: u.capacity_bytes, value: u.used_bytes || 0, high: u.capacity_bytes * 0.9, optimum: 0 }),
     ' ', `${fmtBytes(u.used_bytes)} / ${fmtBytes(u.capacity_bytes)}`);
 }
 
 function condition(v) {
-  if (!v.condition) return h('span', { class: 'muted' }, '–');
+  if (!v.condition) return noStats('condition', v.condition_status);
   return v.condition.abnormal ? badge('bad', `abnormal: ${v.condition.message || ''}`) : badge('ok', 'normal');
 }
 
@@ -166,7 +184,7 @@ function overview() {
         h('td', {}, n.status !== 'up' && !n.self ? h('button', { class: 'danger', type: 'button', onclick: () => fence(n) }, 'Fence…') : ''))),
       'No hosts.')));
   }
-  out.push(h('section', { id: 'plugins' }, h('h2', {}, 'Plugins'), table(['Plugin', 'Health', ['Controllers', { class: 'wide' }], 'Nodes', 'Singleton', ['Version', { class: 'wide' }]],
+  out.push(h('section', { id: 'plugins' }, h('h2', {}, 'Plugins'), table(['Plugin', 'Health', ['Controllers', { class: 'wide' }], 'Nodes', 'Singleton', ['Provider', { class: 'wide' }], ['Version', { class: 'wide' }]],
     state.plugins.map((p) => {
       const health = pluginHealth(p);
       const singles = (p.allocations || []).filter((a) => a.singleton).map((a) => `${a.id} (${a.type})`);
@@ -174,14 +192,13 @@ function overview() {
         h('td', {}, link('plugin', p.name)), h('td', {}, badge(healthClass[health], health)),
         h('td', { class: 'wide' }, `${p.controllers_healthy}/${p.controllers_expected}`),
         h('td', {}, `${p.nodes_healthy}/${p.nodes_expected}`),
-        h('td', {}, singles.join(', ') || '–'), h('td', { class: 'wide' }, [p.provider, p.version].filter(Boolean).join(' ')));
+        h('td', {}, singles.join(', ') || '–'), h('td', { class: 'wide provider' }, p.provider || '–'), h('td', { class: 'wide version' }, p.version || '–'));
     }), 'No plugins registered.')));
   out.push(h('section', { id: 'volumes' }, h('h2', {}, 'Volumes'), table(['Volume', ['Plugin', { class: 'wide' }], 'Claims', 'Usage', 'Condition'],
     state.volumes.map((v) => h('tr', { 'data-volume': v.id, class: alarm(v) ? 'stalled' : null },
       h('td', {}, link('volume', v.id), alarm(v) ? h('span', {}, ' ', badge('warn', alarm(v))) : ''),
       h('td', { class: 'wide' }, v.plugin),
-      h('td', {}, (v.claims || []).map((c) => claimChip(c, false)), (v.past_claims || []).map((c) => claimChip(c, true)),
-        (v.claims || []).length + (v.past_claims || []).length ? '' : h('span', { class: 'muted' }, 'none')),
+      h('td', {}, claimChips(v)),
       h('td', {}, usage(v)), h('td', {}, condition(v)))),
     'No volumes registered.')));
   return out;
@@ -261,7 +278,8 @@ function pluginPage(name) {
   return [
     h('h1', {}, `Plugin ${p.name} `, badge(healthClass[health], health, { 'data-health': health })),
     h('section', {}, h('dl', {},
-      h('dt', {}, 'Provider'), h('dd', {}, `${p.provider || '–'} ${p.version || ''}`),
+      h('dt', {}, 'Provider'), h('dd', {}, p.provider || '–'),
+      h('dt', {}, 'Version'), h('dd', {}, p.version || '–'),
       h('dt', {}, 'Controller'), h('dd', {}, p.controller_required ? 'required (claims go through ControllerPublishVolume)' : 'not required'),
       h('dt', {}, 'Volumes'), h('dd', {}, state.volumes.filter((v) => v.plugin === name).map((v) => [link('volume', v.id), ' '])))),
     h('section', { id: 'allocations' }, h('h2', {}, 'Allocations'), table(['Allocation', 'Type', 'Health', 'Singleton', ['Node ID', { class: 'wide' }], ['Source', { class: 'wide' }], ['PID', { class: 'wide' }]],
@@ -318,9 +336,15 @@ function render() {
 // load reads the agent's state. The volumes carry every host's claims
 // (all_hosts: one etcd read in cluster mode; other hosts' claims are in
 // state remote, with their host).
+//
+// The hosts are asked for in cluster mode only, which GET /v1/health says
+// (asked once): a single host answers /v1/nodes with a 404, which the
+// browser would log at every refresh.
+let cluster = null;
 async function load() {
+  if (cluster === null) cluster = (await api('/v1/health')).cluster === true;
   const [plugins, volumes, nodes] = await Promise.all([api('/v1/plugins'), api('/v1/volumes?all_hosts=true'),
-    api('/v1/nodes').catch((e) => { if (e.status === 404) return null; throw e; })]);
+    cluster ? api('/v1/nodes') : null]);
   Object.assign(state, { plugins, volumes, nodes });
 }
 
@@ -357,6 +381,8 @@ async function follow() {
 function showLogin(message) {
   signedIn = false;
   document.getElementById('logout').hidden = true;
+  // Whether the event stream is live means nothing before signing in.
+  document.getElementById('live').hidden = true;
   const input = h('input', { type: 'password', name: 'token', autocomplete: 'current-password', placeholder: 'API token', 'aria-label': 'API token', required: true });
   const err = h('p', { class: 'bad', id: 'login-error' }, message || '');
   // POST, so that the token could never end up in an URL.
@@ -390,6 +416,7 @@ async function start() {
   }
   signedIn = true;
   document.getElementById('logout').hidden = false;
+  document.getElementById('live').hidden = false;
   render();
   follow();
 }

@@ -102,6 +102,11 @@ type Config struct {
 	// until it stages and publishes them again. For tests of a CO's
 	// repair.
 	LoseMountsOnStart bool
+	// NoVolumeStats leaves GET_VOLUME_STATS and GET_VOLUME_HEALTH out of
+	// the node's capabilities, and NodeGetVolumeStats and
+	// NodeGetVolumeHealth answer Unimplemented: a plugin that reports
+	// neither a volume's usage nor its condition. For tests of a CO.
+	NoVolumeStats bool
 	// FUSE makes NodeStageVolume mount the volume directory at the staging
 	// path through FUSE, served by this process (the loopback file system
 	// of go-fuse, mounted with mount(2), no fusermount); NodePublishVolume
@@ -226,7 +231,7 @@ func (c Config) Validate() error {
 // RegisterFlags defines flags for c's fields on fs, with c's current values
 // as defaults: -endpoint, -state-dir, -node-id, -name,
 // -max-volumes-per-node, -zone, -capacity, -mount-mode, -lose-mounts-on-start,
-// -fuse, -fuse-fail-dead-unmount, -shared-dir and
+// -no-volume-stats, -fuse, -fuse-fail-dead-unmount, -shared-dir and
 // -accepted-mutable-parameter-names. The logger is left to
 // the caller.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
@@ -240,6 +245,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Zone, "zone", c.Zone, "zone of the node and of every volume it creates (topology key "+TopologyKeyZone+"; default: no topology)")
 	fs.Int64Var(&c.Capacity, "capacity", c.Capacity, "bytes GetCapacity shares out among the volumes (0: the free space under -state-dir)")
 	fs.BoolVar(&c.LoseMountsOnStart, "lose-mounts-on-start", c.LoseMountsOnStart, "on start, undo every recorded staging and publication, keeping the records (as FUSE mounts die with their plugin; for tests)")
+	fs.BoolVar(&c.NoVolumeStats, "no-volume-stats", c.NoVolumeStats, "report neither a volume's usage nor its condition: no GET_VOLUME_STATS and no GET_VOLUME_HEALTH (for tests)")
 	fs.BoolVar(&c.FUSE, "fuse", c.FUSE, "stage each volume through FUSE served by this process, so that its mounts die with it (needs root and /dev/fuse)")
 	fs.BoolVar(&c.FUSEFailDeadUnmount, "fuse-fail-dead-unmount", c.FUSEFailDeadUnmount, "with -fuse: fail NodeUnpublishVolume and NodeUnstageVolume (Internal) on a dead FUSE mount instead of unmounting it (for tests)")
 	fs.Func("accepted-mutable-parameter-names", "comma-separated mutable parameter `names` CreateVolume and ControllerModifyVolume accept (default "+strings.Join(DefaultAcceptedMutableParameters, ",")+")", func(s string) error {

@@ -33,6 +33,9 @@ func (s *nodeServer) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabili
 		csipb.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
 		csipb.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP,
 	} {
+		if s.p.cfg.NoVolumeStats && (t == csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS || t == csipb.NodeServiceCapability_RPC_GET_VOLUME_HEALTH) {
+			continue
+		}
 		caps = append(caps, &csipb.NodeServiceCapability{
 			Type: &csipb.NodeServiceCapability_Rpc{Rpc: &csipb.NodeServiceCapability_RPC{Type: t}},
 		})

@@ -36,6 +36,9 @@ const maxConditionMessage = 1024
 // total and free count are the file system's. The path must be one where
 // the volume is staged or published.
 func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csipb.NodeGetVolumeStatsRequest) (*csipb.NodeGetVolumeStatsResponse, error) {
+	if s.p.cfg.NoVolumeStats {
+		return nil, status.Error(codes.Unimplemented, "GET_VOLUME_STATS is off (-no-volume-stats)")
+	}
 	if err := requireVolumeID(req.GetVolumeId()); err != nil {
 		return nil, err
 	}
@@ -120,6 +123,9 @@ func du(dir string) (bytes, files int64, err error) {
 // its directory is missing, DEGRADED while an operator's condition file
 // (see ConditionsDir) exists, healthy otherwise.
 func (s *nodeServer) NodeGetVolumeHealth(_ context.Context, req *csipb.NodeGetVolumeHealthRequest) (*csipb.NodeGetVolumeHealthResponse, error) {
+	if s.p.cfg.NoVolumeStats {
+		return nil, status.Error(codes.Unimplemented, "GET_VOLUME_HEALTH is off (-no-volume-stats)")
+	}
 	id := req.GetVolumeId()
 	if err := requireVolumeID(id); err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
 
 	"github.com/csiactor/csiactor/examples/csiplugin"
 )
@@ -105,4 +106,23 @@ func TestNode_GetVolumeHealth_ConditionFile(t *testing.T) {
 	if h := health(); len(h) != 1 || h[0].GetStatus() != csipb.VolumeHealthErrorType_INACCESSIBLE {
 		t.Errorf("volume without its directory reports %v", h)
 	}
+}
+
+// TestNode_NoVolumeStats: with NoVolumeStats the node announces neither
+// GET_VOLUME_STATS nor GET_VOLUME_HEALTH, and both RPCs are Unimplemented.
+func TestNode_NoVolumeStats(t *testing.T) {
+	a := startAttachedWith(t, csiplugin.Config{MountMode: csiplugin.MountModeSymlink, NoVolumeStats: true}, "nostats", false)
+	ctx := context.Background()
+	caps, err := a.node.NodeGetCapabilities(ctx, &csipb.NodeGetCapabilitiesRequest{})
+	mustOK(t, "NodeGetCapabilities", err)
+	for _, c := range caps.GetCapabilities() {
+		if typ := c.GetRpc().GetType(); typ == csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS || typ == csipb.NodeServiceCapability_RPC_GET_VOLUME_HEALTH {
+			t.Errorf("capability %s announced with NoVolumeStats", typ)
+		}
+	}
+	_, err = a.node.NodeGetVolumeStats(ctx, &csipb.NodeGetVolumeStatsRequest{VolumeId: a.id, VolumePath: a.target})
+	wantCode(t, "NodeGetVolumeStats", err, codes.Unimplemented)
+	_, err = a.node.NodeGetVolumeHealth(ctx, &csipb.NodeGetVolumeHealthRequest{VolumeId: a.id, VolumePublishPath: a.target})
+	wantCode(t, "NodeGetVolumeHealth", err, codes.Unimplemented)
+	a.detach(ctx, a.id, a.staging, a.target)
 }

@@ -359,3 +359,11 @@ func mountsUnder(dir string) []string {
 	m, _ := mountinfo.Under(dir)
 	return m
 }
+
+// exampleAllocation is an `allocations` section of the agent's config
+// with one more example plugin, named name (its allocation too), run with
+// flags, its state in <base>/<name>-state.
+func (h *host) exampleAllocation(name string, flags ...string) string {
+	command, _ := json.Marshal(append([]string{h.bin, "example-plugin", "-state-dir", filepath.Join(h.base, name+"-state"), "-node-id", "node1"}, flags...))
+	return fmt.Sprintf("allocations:\n  - {id: %s, plugin: %s, type: monolith, command: %s}\n", name, name, command)
+}

@@ -2,7 +2,6 @@ package acceptance
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,11 +38,10 @@ func TestUI_Browser_BrokenMount(t *testing.T) {
 	}
 	testbin.RequireFUSE(t)
 	h := newHost(t)
-	command, _ := json.Marshal([]string{h.bin, "example-plugin", "-fuse", "-state-dir", filepath.Join(h.base, "fuse-state"), "-node-id", "node1"})
 	// health_timeout far away: the stopped plugin stays stopped, and its
 	// claim broken, until the test kills it.
 	cfg := "plugins: {heartbeat_interval: 1s, probe_timeout: 1s, health_timeout: 1h}\nvolumes: {mount_check_interval: 1s}\n" +
-		fmt.Sprintf("allocations:\n  - {id: fuse, plugin: fuse, type: monolith, command: %s}\n", command)
+		h.exampleAllocation("fuse", "-fuse")
 	a := h.startAgent("-dev", "-http-addr", "127.0.0.1:0", "-config", h.write("agent.yaml", cfg, 0o600))
 	waitHealthy(t, a)
 	pluginPID := func() int {

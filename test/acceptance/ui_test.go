@@ -40,6 +40,7 @@ type browser struct {
 	ctx  context.Context
 	mu   sync.Mutex
 	errs []string // guarded by mu
+	all  []string // guarded by mu; errs and the network's errors (see watchNetwork)
 	dir  string   // screenshots
 }
 
@@ -82,9 +83,13 @@ func newBrowser(t *testing.T, h *host) *browser {
 			if err != nil {
 				return
 			}
-			if (m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleWarning || m.IsException()) && m.Source != "network" {
+			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleWarning || m.IsException() {
+				s := fmt.Sprintf("%s (%s:%d)", m, m.URL, m.Line)
 				b.mu.Lock()
-				b.errs = append(b.errs, fmt.Sprintf("%s (%s:%d)", m, m.URL, m.Line))
+				b.all = append(b.all, fmt.Sprintf("%s [%s]", s, m.Source))
+				if m.Source != "network" {
+					b.errs = append(b.errs, s)
+				}
 				b.mu.Unlock()
 			}
 		}

@@ -35,6 +35,7 @@ allocations.`,
 			maxVolumes := fs.Int64("max-volumes", 0, "most volumes published to the node at once (its max_volumes_per_node); 0 means no limit")
 			maxAttached := fs.Int64("max-attached", 0, "most volumes the storage lets be controller-published at once, not reported to the agent (ResourceExhausted beyond it; for tests); 0 means no limit")
 			loseMounts := fs.Bool("lose-mounts-on-start", false, "on start, undo every staging and publication the state records, keeping the records (as FUSE mounts die with their plugin; for tests of the agent's repair)")
+			noStats := fs.Bool("no-volume-stats", false, "report neither a volume's usage nor its condition: no GET_VOLUME_STATS and no GET_VOLUME_HEALTH (for tests of a plugin without them)")
 			useFUSE := fs.Bool("fuse", false, "stage each volume through FUSE served by this process, so that its mounts die with it as a FUSE driver's do (needs root and /dev/fuse)")
 			fuseFailDeadUnmount := fs.Bool("fuse-fail-dead-unmount", false, "with -fuse: fail NodeUnpublishVolume and NodeUnstageVolume on a dead FUSE mount instead of unmounting it (for tests of the agent's own unmount)")
 			logLevel := fs.String("log-level", "info", "log `level`: trace, debug, info, warn or error")
@@ -72,6 +73,7 @@ allocations.`,
 					MaxAttached:         *maxAttached,
 					MountMode:           csiplugin.MountMode(*mountMode),
 					LoseMountsOnStart:   *loseMounts,
+					NoVolumeStats:       *noStats,
 					FUSE:                *useFUSE,
 					FUSEFailDeadUnmount: *fuseFailDeadUnmount,
 					Logger:              logrus.NewEntry(logger).WithField("plugin", "example"),
