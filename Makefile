@@ -96,9 +96,21 @@ CSIACTOR_TEST_ENGINES ?= $(if $(and $(filter 0,$(shell id -u)),$(filter $(words 
 export CSIACTOR_TEST_ENGINES
 
 ## test: vet, then every test with the race detector (root-only tests skip elsewhere).
+# The end-to-end package (test/e2e) takes longest by far and mostly waits on
+# processes, mounts and engines: with the default PKGS it starts at once,
+# beside the other packages, instead of last (go test runs packages in
+# order, GOMAXPROCS at a time), with a longer timeout; both runs must pass.
+E2E := ./test/e2e
 test:
 	$(GO) vet $(PKGS)
+ifeq ($(PKGS),./...)
+	@$(GO) test $(TESTFLAGS) -timeout 25m $(E2E) & e2e=$$!; \
+	$(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -vx '$(shell $(GO) list $(E2E))'); rest=$$?; \
+	wait $$e2e; e2e=$$?; \
+	[ $$rest -eq 0 ] && [ $$e2e -eq 0 ] || { echo "make test: FAIL (other packages: exit $$rest, $(E2E): exit $$e2e)" >&2; exit 1; }
+else
 	$(GO) test $(TESTFLAGS) $(PKGS)
+endif
 
 ## bench: every benchmark, each next to its baseline in the same run.
 bench:
