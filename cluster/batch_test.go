@@ -10,6 +10,7 @@ import (
 
 	"github.com/csiactor/csiactor/actors/claim"
 	"github.com/csiactor/csiactor/api"
+	"github.com/csiactor/csiactor/cluster"
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/etcdtest"
 	"github.com/csiactor/csiactor/internal/hostpath"
@@ -219,4 +220,58 @@ func checkRegisterVolumes(t *testing.T, a *hostpathAgent, c *api.Client, endpoin
 		a.waitFreed(vol, alloc)
 	}
 	a.settled("after every claim is released", hostpath.Want{})
+}
+
+// TestSession_PutVolumes: 300 definitions in pages of cluster.MaxTxnOps;
+// two of them exist already (one the same, one another definition): the
+// page holding them is written again without them, the same one is a
+// no-op, the other ErrConflict, and etcd holds every other one as given.
+// VolumeDefs reads them back in order, nil for an absent one.
+func TestSession_PutVolumes(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	srv := etcdtest.Start(t)
+	s := open(t, "a", srv.Endpoint())
+	ctx := context.Background()
+	if err := s.PutVolume(ctx, "v0130", []byte("def-v0130")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutVolume(ctx, "v0131", []byte("theirs")); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	var defs [][]byte
+	for i := range 300 {
+		id := fmt.Sprintf("v%04d", i)
+		ids, defs = append(ids, id), append(defs, []byte("def-"+id))
+	}
+	errs := s.PutVolumes(ctx, ids, defs)
+	for i, err := range errs {
+		switch {
+		case i == 131:
+			if !errors.Is(err, cluster.ErrConflict) || !strings.Contains(err.Error(), `volume "v0131" is registered in the cluster with a different definition`) {
+				t.Errorf("v0131: %v, want ErrConflict", err)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", ids[i], err)
+		}
+	}
+	got, err := s.VolumeDefs(ctx, append(ids, "absent"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, def := range got[:300] {
+		want := "def-" + ids[i]
+		if i == 131 {
+			want = "theirs"
+		}
+		if string(def) != want {
+			t.Errorf("%s holds %q, want %q", ids[i], def, want)
+		}
+	}
+	if got[300] != nil {
+		t.Errorf("absent volume: %q, want nil", got[300])
+	}
+	if n := etcdKeys(t, srv.Endpoint(), cluster.DefaultPrefix+"/volumes/"); n != 300 {
+		t.Errorf("etcd holds %d definitions, want 300", n)
+	}
 }
