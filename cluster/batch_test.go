@@ -275,3 +275,53 @@ func TestSession_PutVolumes(t *testing.T) {
 		t.Errorf("etcd holds %d definitions, want 300", n)
 	}
 }
+
+// TestRegisterVolumes_TwoHosts: a batch on one host, then on the other a
+// batch with the same volumes, one of them changed: the same ones are
+// no-ops, the changed one an update that reaches the first host, and a
+// new one is shared with the first host.
+func TestRegisterVolumes_TwoHosts(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	srv := etcdtest.Start(t)
+	a, b := startAgent(t, "a", srv.Endpoint()), startAgent(t, "b", srv.Endpoint())
+	ctx := context.Background()
+	var entries []runtime.CreateVolumeSpec
+	for i := range 5 {
+		id := fmt.Sprintf("v%d", i)
+		entries = append(entries, runtime.CreateVolumeSpec{ID: id, VolumeSpec: volSpec(id, "single-node-writer")})
+	}
+	res, err := a.rt.RegisterVolumes(ctx, entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Status != runtime.BatchRegistered {
+			t.Fatalf("on a: %+v", r)
+		}
+	}
+	for _, e := range entries {
+		b.waitVolume(e.ID)
+	}
+	entries[2].Parameters = map[string]string{"tier": "gold"}
+	entries = append(entries, runtime.CreateVolumeSpec{ID: "v5", VolumeSpec: volSpec("v5", "single-node-writer")})
+	res, err = b.rt.RegisterVolumes(ctx, entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Status != runtime.BatchRegistered {
+			t.Errorf("on b: %+v", r)
+		}
+	}
+	eventually(t, "the update and the new volume on a", func() (bool, error) {
+		v, err := a.rt.Volume(ctx, "v2")
+		if err != nil {
+			return false, err
+		}
+		_, err = a.rt.Volume(ctx, "v5")
+		return v.Parameters["tier"] == "gold" && err == nil, nil
+	})
+	if n := etcdKeys(t, srv.Endpoint(), runtime.DefaultClusterPrefix+"/volumes/"); n != 6 {
+		t.Errorf("etcd holds %d definitions, want 6", n)
+	}
+}
