@@ -12,8 +12,9 @@ import (
 // /v1/volumes/batch) takes.
 const MaxBatchVolumes = 1000
 
-// batchCreates bounds the CreateVolume calls of one RegisterVolumes in
-// flight at once.
+// batchCreates bounds the CreateVolume calls (and, in cluster mode, the
+// RegisterVolume calls of volumes the cluster has) of one RegisterVolumes
+// in flight at once.
 const batchCreates = 4
 
 // Statuses of a BatchResult.
@@ -103,17 +104,9 @@ func (r *Runtime) RegisterVolumes(ctx context.Context, entries []CreateVolumeSpe
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		sem := make(chan struct{}, batchCreates)
-		var cwg sync.WaitGroup
-		for _, be := range creates {
-			sem <- struct{}{}
-			cwg.Add(1)
-			go func() {
-				defer func() { <-sem; cwg.Done() }()
-				_, res[be.i].Err = r.CreateVolume(ctx, entries[be.i])
-			}()
-		}
-		cwg.Wait()
+		eachLimited(creates, func(be batchEntry) {
+			_, res[be.i].Err = r.CreateVolume(ctx, entries[be.i])
+		})
 	}()
 	if r.cluster != nil {
 		r.registerBatchShared(ctx, entries, regs, res)
@@ -236,15 +229,13 @@ func (r *Runtime) registerBatchShared(ctx context.Context, entries []CreateVolum
 		}
 	}
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, batchCreates)
-	for _, be := range known {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		eachLimited(known, func(be batchEntry) {
 			_, res[be.i].Err = r.RegisterVolume(ctx, be.spec.ID, entries[be.i].VolumeSpec)
-		}()
-	}
+		})
+	}()
 	defer wg.Wait()
 	r.registerBatchLocal(ctx, fresh, res)
 	var shareIDs []string
@@ -267,4 +258,20 @@ func (r *Runtime) registerBatchShared(ctx context.Context, entries []CreateVolum
 	for k, err := range r.cluster.PutVolumes(ctx, shareIDs, shareDefs) {
 		res[shared[k].i].Err = err
 	}
+}
+
+// eachLimited calls fn with each of entries, batchCreates at a time, and
+// returns when every call has.
+func eachLimited(entries []batchEntry, fn func(batchEntry)) {
+	sem := make(chan struct{}, batchCreates)
+	var wg sync.WaitGroup
+	for _, be := range entries {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			fn(be)
+		}()
+	}
+	wg.Wait()
 }
