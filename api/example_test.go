@@ -74,3 +74,53 @@ func ExampleClient() {
 	// second writer: volume "data1": single-node-writer allows one claim in all
 	// released: taken
 }
+
+// A program registers many volumes in one request: one result per entry,
+// in order; a refused entry names its cause and stops nothing.
+func ExampleClient_RegisterVolumes() {
+	dir, err := os.MkdirTemp("", "csiactor-example-")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	socket := filepath.Join(dir, "api.sock")
+	l, err := api.ListenUnix(socket)
+	if err != nil {
+		panic(err)
+	}
+	srv := &http.Server{Handler: api.NewHandler(apitest.NewBackend(), api.Options{})}
+	go srv.Serve(l)
+	defer srv.Close()
+
+	ctx := context.Background()
+	c, err := api.NewClient("unix://" + socket)
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	if _, err := c.RegisterAllocation(ctx, "hp1", runtime.AllocationSpec{
+		Plugin: "hostpath", Type: runtime.TypeMonolith, Socket: "/run/hostpath/csi.sock",
+	}); err != nil {
+		panic(err)
+	}
+	caps := []runtime.Capability{{AccessMode: "single-node-writer", AttachmentMode: "file-system"}}
+	results, err := c.RegisterVolumes(ctx, []runtime.CreateVolumeSpec{
+		{ID: "data1", VolumeSpec: runtime.VolumeSpec{Plugin: "hostpath", ExternalID: "vol-1", Capabilities: caps}},
+		{ID: "data2", VolumeSpec: runtime.VolumeSpec{Plugin: "hostpath", ExternalID: "vol-2"}},
+		{ID: "scratch", CapacityBytes: 1 << 30, VolumeSpec: runtime.VolumeSpec{Plugin: "hostpath", Capabilities: caps}},
+	})
+	if err != nil {
+		panic(err) // the batch refused whole: empty, too long, an ID twice
+	}
+	for _, r := range results {
+		if r.Status == runtime.BatchRefused {
+			fmt.Println(r.ID, r.Status+":", r.Error)
+			continue
+		}
+		fmt.Println(r.ID, r.Status)
+	}
+	// Output:
+	// data1 registered
+	// data2 refused: capabilities: give at least one {access_mode, attachment_mode}
+	// scratch created
+}
