@@ -76,10 +76,13 @@ func (m *Manager) RegisterBatch(ctx context.Context, specs []Spec) []error {
 		i := known[k]
 		_, errs[i] = m.Register(ctx, specs[i])
 	})
+	notes := make([]string, len(specs))
+	noteErrs := make([]error, len(specs))
 	parallel(len(fresh), batchValidators, func(k int) {
 		i := fresh[k]
-		errs[i] = m.validateNew(ctx, specs[i])
+		notes[i], noteErrs[i], errs[i] = m.validateNew(ctx, specs[i])
 	})
+	m.logNotes(specs, fresh, errs, notes, noteErrs)
 	now := time.Now()
 	var recs []persistence.Volume
 	var written []int
@@ -168,15 +171,16 @@ func (m *Manager) releaseBatch(specs []Spec, fresh []int) {
 }
 
 // validateNew asks spec's plugin to validate it (ValidateVolumeCapabilities)
-// and returns the error that refuses it, or nil: see Register.
-func (m *Manager) validateNew(ctx context.Context, spec Spec) error {
+// and returns the error that refuses it, or nil; a note (with the
+// plugin's error, if any) says why a volume is registered without
+// validation: see Register and validationOutcome.
+func (m *Manager) validateNew(ctx context.Context, spec Spec) (note string, noteErr, err error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return "", nil, err
 	}
 	vreq := spec.validateRequest()
-	var err error
 	if vreq.Secrets, err = readSecrets(spec.ID, spec.Secrets, spec.SecretsFrom); err != nil {
-		return err
+		return "", nil, err
 	}
 	var out any
 	res := m.runner.Do(ctx, spec.Plugin, claim.ControllerPlugin, csi.PublishKind, func(ctx context.Context, c csi.Client) error {
@@ -185,9 +189,42 @@ func (m *Manager) validateNew(ctx context.Context, spec Spec) error {
 		return err
 	})
 	if err := ctx.Err(); err != nil {
-		return err
+		return "", nil, err
 	}
-	return validationOutcome(m.log.WithField("volume", spec.ID), spec, res, out)
+	note, err = validationOutcome(spec, res, out)
+	return note, res.Err, err
+}
+
+// logNotes logs, once per note, how many of the fresh specs (those not
+// refused) were registered without validation and why, with the first
+// one's volume and error: one line for a batch, not one per volume.
+func (m *Manager) logNotes(specs []Spec, fresh []int, errs []error, notes []string, noteErrs []error) {
+	type tally struct {
+		n     int
+		first int
+	}
+	byNote := map[string]*tally{}
+	var order []string
+	for _, i := range fresh {
+		if errs[i] != nil || notes[i] == "" {
+			continue
+		}
+		t := byNote[notes[i]]
+		if t == nil {
+			t = &tally{first: i}
+			byNote[notes[i]] = t
+			order = append(order, notes[i])
+		}
+		t.n++
+	}
+	for _, note := range order {
+		t := byNote[note]
+		log := m.log.WithFields(logrus.Fields{"volumes": t.n, "volume": specs[t.first].ID, "plugin": specs[t.first].Plugin})
+		if noteErrs[t.first] != nil {
+			log = log.WithError(noteErrs[t.first])
+		}
+		log.Info(strings.Replace(note, "registering the volume", "registering volumes of a batch", 1))
+	}
 }
 
 // recordBatch reports the volumes of specs at written, registered by one

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
 	"github.com/csiactor/csiactor/actors/claim"
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/fakeplugin"
@@ -136,5 +139,33 @@ func TestManager_RegisterBatch_ReservedIDs(t *testing.T) {
 	}
 	if v, err := e.m.Get(ctx, "b1"); err != nil || v.ExternalID != "ext-b1" {
 		t.Errorf("b1 after the batch: %+v, %v", v, err)
+	}
+}
+
+// With no controller to ask, a batch registers its volumes without
+// validating them, as Register does, and says so in one log line for the
+// batch.
+func TestManager_RegisterBatch_PluginDown(t *testing.T) {
+	logger, hook := logtest.NewNullLogger()
+	e := newEnv(t, fullPlugin, withConfig(func(c *Config) { c.Logger = logrus.NewEntry(logger) }))
+	e.plugins.setDown(true)
+	ctx := ctxT(t)
+	var specs []Spec
+	for i := range 20 {
+		specs = append(specs, spec(fmt.Sprintf("d%02d", i)))
+	}
+	for i, err := range e.m.RegisterBatch(ctx, specs) {
+		if err != nil {
+			t.Errorf("%s: %v", specs[i].ID, err)
+		}
+	}
+	var lines []string
+	for _, en := range hook.AllEntries() {
+		if strings.Contains(en.Message, "without validating") {
+			lines = append(lines, fmt.Sprintf("%s volumes=%v", en.Message, en.Data["volumes"]))
+		}
+	}
+	if want := "no controller of the plugin can be asked now; registering volumes of a batch without validating it volumes=20"; len(lines) != 1 || lines[0] != want {
+		t.Errorf("log lines %q, want one: %q", lines, want)
 	}
 }
