@@ -14,29 +14,12 @@ import (
 
 // A program drives an agent through its unix socket: register a plugin
 // allocation and a volume, claim the volume, release it. Here the agent is
-// the API handler over the apitest fake; against a real agent, only the
-// address changes.
+// the API handler over the apitest fake (exampleAgent); against a real
+// agent, only the address changes.
 func ExampleClient() {
-	dir, err := os.MkdirTemp("", "csiactor-example-")
-	if err != nil {
-		panic(err)
-	}
-	defer os.RemoveAll(dir)
-	socket := filepath.Join(dir, "api.sock")
-	l, err := api.ListenUnix(socket)
-	if err != nil {
-		panic(err)
-	}
-	srv := &http.Server{Handler: api.NewHandler(apitest.NewBackend(), api.Options{})}
-	go srv.Serve(l)
-	defer srv.Close()
-
+	c, stop := exampleAgent()
+	defer stop()
 	ctx := context.Background()
-	c, err := api.NewClient("unix://" + socket)
-	if err != nil {
-		panic(err)
-	}
-	defer c.Close()
 
 	if _, err := c.RegisterAllocation(ctx, "hp1", runtime.AllocationSpec{
 		Plugin: "hostpath", Type: runtime.TypeMonolith, Socket: "/run/hostpath/csi.sock",
@@ -78,29 +61,11 @@ func ExampleClient() {
 // A program registers many volumes in one request: one result per entry,
 // in order; a refused entry names its cause and stops nothing.
 func ExampleClient_RegisterVolumes() {
-	dir, err := os.MkdirTemp("", "csiactor-example-")
-	if err != nil {
-		panic(err)
-	}
-	defer os.RemoveAll(dir)
-	socket := filepath.Join(dir, "api.sock")
-	l, err := api.ListenUnix(socket)
-	if err != nil {
-		panic(err)
-	}
-	srv := &http.Server{Handler: api.NewHandler(apitest.NewBackend(), api.Options{})}
-	go srv.Serve(l)
-	defer srv.Close()
-
+	c, stop := exampleAgent()
+	defer stop()
 	ctx := context.Background()
-	c, err := api.NewClient("unix://" + socket)
-	if err != nil {
-		panic(err)
-	}
-	defer c.Close()
-	if _, err := c.RegisterAllocation(ctx, "hp1", runtime.AllocationSpec{
-		Plugin: "hostpath", Type: runtime.TypeMonolith, Socket: "/run/hostpath/csi.sock",
-	}); err != nil {
+	spec := runtime.AllocationSpec{Plugin: "hostpath", Type: runtime.TypeMonolith, Socket: "/run/hostpath/csi.sock"}
+	if _, err := c.RegisterAllocation(ctx, "hp1", spec); err != nil {
 		panic(err)
 	}
 	caps := []runtime.Capability{{AccessMode: "single-node-writer", AttachmentMode: "file-system"}}
@@ -123,4 +88,30 @@ func ExampleClient_RegisterVolumes() {
 	// data1 registered
 	// data2 refused: capabilities: give at least one {access_mode, attachment_mode}
 	// scratch created
+}
+
+// exampleAgent serves the API over the apitest fake on a unix socket, as
+// an agent would; it returns a client of it and a function that stops
+// both.
+func exampleAgent() (c *api.Client, stop func()) {
+	dir, err := os.MkdirTemp("", "csiactor-example-")
+	if err != nil {
+		panic(err)
+	}
+	socket := filepath.Join(dir, "api.sock")
+	l, err := api.ListenUnix(socket)
+	if err != nil {
+		panic(err)
+	}
+	srv := &http.Server{Handler: api.NewHandler(apitest.NewBackend(), api.Options{})}
+	go srv.Serve(l)
+	c, err = api.NewClient("unix://" + socket)
+	if err != nil {
+		panic(err)
+	}
+	return c, func() {
+		c.Close()
+		srv.Close()
+		os.RemoveAll(dir)
+	}
 }

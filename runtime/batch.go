@@ -100,20 +100,15 @@ func (r *Runtime) RegisterVolumes(ctx context.Context, entries []CreateVolumeSpe
 			regs = append(regs, be)
 		}
 	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		eachLimited(creates, func(be batchEntry) {
-			_, res[be.i].Err = r.CreateVolume(ctx, entries[be.i])
-		})
-	}()
+	wait := startEach(creates, func(be batchEntry) {
+		_, res[be.i].Err = r.CreateVolume(ctx, entries[be.i])
+	})
 	if r.cluster != nil {
 		r.registerBatchShared(ctx, entries, regs, res)
 	} else {
 		r.registerBatchLocal(ctx, regs, res)
 	}
-	wg.Wait()
+	wait()
 	for i := range res {
 		switch {
 		case res[i].Err != nil:
@@ -228,15 +223,9 @@ func (r *Runtime) registerBatchShared(ctx context.Context, entries []CreateVolum
 			fresh = append(fresh, be)
 		}
 	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		eachLimited(known, func(be batchEntry) {
-			_, res[be.i].Err = r.RegisterVolume(ctx, be.spec.ID, entries[be.i].VolumeSpec)
-		})
-	}()
-	defer wg.Wait()
+	defer startEach(known, func(be batchEntry) {
+		_, res[be.i].Err = r.RegisterVolume(ctx, be.spec.ID, entries[be.i].VolumeSpec)
+	})()
 	r.registerBatchLocal(ctx, fresh, res)
 	var shareIDs []string
 	var shareDefs [][]byte
@@ -260,18 +249,25 @@ func (r *Runtime) registerBatchShared(ctx context.Context, entries []CreateVolum
 	}
 }
 
-// eachLimited calls fn with each of entries, batchCreates at a time, and
-// returns when every call has.
-func eachLimited(entries []batchEntry, fn func(batchEntry)) {
-	sem := make(chan struct{}, batchCreates)
+// startEach calls fn with each of entries, batchCreates at a time, in the
+// background; the function it returns waits until every call has
+// returned.
+func startEach(entries []batchEntry, fn func(batchEntry)) (wait func()) {
 	var wg sync.WaitGroup
-	for _, be := range entries {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			fn(be)
-		}()
-	}
-	wg.Wait()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sem := make(chan struct{}, batchCreates)
+		var calls sync.WaitGroup
+		for _, be := range entries {
+			sem <- struct{}{}
+			calls.Add(1)
+			go func() {
+				defer func() { <-sem; calls.Done() }()
+				fn(be)
+			}()
+		}
+		calls.Wait()
+	}()
+	return wg.Wait
 }
