@@ -72,10 +72,15 @@ func (m *Manager) RegisterBatch(ctx context.Context, specs []Spec) []error {
 	}
 	defer m.releaseBatch(specs, fresh)
 
-	parallel(len(known), batchValidators, func(k int) {
-		i := known[k]
-		_, errs[i] = m.Register(ctx, specs[i])
-	})
+	registered := make(chan struct{})
+	go func() {
+		defer close(registered)
+		parallel(len(known), batchValidators, func(k int) {
+			i := known[k]
+			_, errs[i] = m.Register(ctx, specs[i])
+		})
+	}()
+	defer func() { <-registered }()
 	notes := make([]string, len(specs))
 	noteErrs := make([]error, len(specs))
 	parallel(len(fresh), batchValidators, func(k int) {
@@ -98,7 +103,10 @@ func (m *Manager) RegisterBatch(ctx context.Context, specs []Spec) []error {
 	if len(recs) == 0 {
 		return errs
 	}
-	if err := m.store.PutVolumes(ctx, recs); err != nil {
+	// Not canceled with ctx, as a volume actor's writes are not: once
+	// validated, the records are written whole or fail, never left to
+	// chance by a caller that went away.
+	if err := m.store.PutVolumes(context.WithoutCancel(ctx), recs); err != nil {
 		err = fmt.Errorf("persist %d volumes: %w", len(recs), err)
 		for _, i := range written {
 			errs[i] = err
