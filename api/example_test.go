@@ -14,29 +14,12 @@ import (
 
 // A program drives an agent through its unix socket: register a plugin
 // allocation and a volume, claim the volume, release it. Here the agent is
-// the API handler over the apitest fake; against a real agent, only the
-// address changes.
+// the API handler over the apitest fake (exampleAgent); against a real
+// agent, only the address changes.
 func ExampleClient() {
-	dir, err := os.MkdirTemp("", "csiactor-example-")
-	if err != nil {
-		panic(err)
-	}
-	defer os.RemoveAll(dir)
-	socket := filepath.Join(dir, "api.sock")
-	l, err := api.ListenUnix(socket)
-	if err != nil {
-		panic(err)
-	}
-	srv := &http.Server{Handler: api.NewHandler(apitest.NewBackend(), api.Options{})}
-	go srv.Serve(l)
-	defer srv.Close()
-
+	c, stop := exampleAgent()
+	defer stop()
 	ctx := context.Background()
-	c, err := api.NewClient("unix://" + socket)
-	if err != nil {
-		panic(err)
-	}
-	defer c.Close()
 
 	if _, err := c.RegisterAllocation(ctx, "hp1", runtime.AllocationSpec{
 		Plugin: "hostpath", Type: runtime.TypeMonolith, Socket: "/run/hostpath/csi.sock",
@@ -73,4 +56,62 @@ func ExampleClient() {
 	// published at /var/lib/csiactor/volumes/hostpath/per-alloc/web-1/data1/rw-file-system-single-node-writer
 	// second writer: volume "data1": single-node-writer allows one claim in all
 	// released: taken
+}
+
+// A program registers many volumes in one request: one result per entry,
+// in order; a refused entry names its cause and stops nothing.
+func ExampleClient_RegisterVolumes() {
+	c, stop := exampleAgent()
+	defer stop()
+	ctx := context.Background()
+	spec := runtime.AllocationSpec{Plugin: "hostpath", Type: runtime.TypeMonolith, Socket: "/run/hostpath/csi.sock"}
+	if _, err := c.RegisterAllocation(ctx, "hp1", spec); err != nil {
+		panic(err)
+	}
+	caps := []runtime.Capability{{AccessMode: "single-node-writer", AttachmentMode: "file-system"}}
+	results, err := c.RegisterVolumes(ctx, []runtime.CreateVolumeSpec{
+		{ID: "data1", VolumeSpec: runtime.VolumeSpec{Plugin: "hostpath", ExternalID: "vol-1", Capabilities: caps}},
+		{ID: "data2", VolumeSpec: runtime.VolumeSpec{Plugin: "hostpath", ExternalID: "vol-2"}},
+		{ID: "scratch", CapacityBytes: 1 << 30, VolumeSpec: runtime.VolumeSpec{Plugin: "hostpath", Capabilities: caps}},
+	})
+	if err != nil {
+		panic(err) // the batch refused whole: empty, too long, an ID twice
+	}
+	for _, r := range results {
+		if r.Status == runtime.BatchRefused {
+			fmt.Println(r.ID, r.Status+":", r.Error)
+			continue
+		}
+		fmt.Println(r.ID, r.Status)
+	}
+	// Output:
+	// data1 registered
+	// data2 refused: capabilities: give at least one {access_mode, attachment_mode}
+	// scratch created
+}
+
+// exampleAgent serves the API over the apitest fake on a unix socket, as
+// an agent would; it returns a client of it and a function that stops
+// both.
+func exampleAgent() (c *api.Client, stop func()) {
+	dir, err := os.MkdirTemp("", "csiactor-example-")
+	if err != nil {
+		panic(err)
+	}
+	socket := filepath.Join(dir, "api.sock")
+	l, err := api.ListenUnix(socket)
+	if err != nil {
+		panic(err)
+	}
+	srv := &http.Server{Handler: api.NewHandler(apitest.NewBackend(), api.Options{})}
+	go srv.Serve(l)
+	c, err = api.NewClient("unix://" + socket)
+	if err != nil {
+		panic(err)
+	}
+	return c, func() {
+		c.Close()
+		srv.Close()
+		os.RemoveAll(dir)
+	}
 }

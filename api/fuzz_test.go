@@ -16,7 +16,8 @@ import (
 // one: the handler never panics, answers only the documented codes, always
 // with a JSON body, and never echoes a secret or mount flag.
 func FuzzHandler_Bodies(f *testing.F) {
-	for _, s := range []string{volumeBody, createBody, writeClaim, attachedAlloc, `null`, `{}`, `[]`, `{"plugin":1}`, `{"a":`, ""} {
+	batchBody := `{"volumes":[` + strings.Replace(volumeBody, "{", `{"id":"b1",`, 1) + `,` + createBody + `,{"id":"b2"},null,3]}`
+	for _, s := range []string{volumeBody, createBody, writeClaim, attachedAlloc, batchBody, `{"volumes":[]}`, `null`, `{}`, `[]`, `{"plugin":1}`, `{"a":`, ""} {
 		f.Add(s)
 	}
 	b := apitest.NewBackend()
@@ -29,6 +30,7 @@ func FuzzHandler_Bodies(f *testing.F) {
 		{"PUT", "/v1/volumes/v1"},
 		{"POST", "/v1/volumes"},
 		{"POST", "/v1/volumes/v1/claims"},
+		{"POST", "/v1/volumes/batch"},
 	}
 	allowed := map[int]bool{200: true, 201: true, 400: true, 404: true, 409: true, 413: true, 503: true}
 	f.Fuzz(func(t *testing.T, body string) {

@@ -158,6 +158,7 @@ func newServer(b Backend, opts Options) *server {
 	m.HandleFunc("GET /v1/allocations/{id}/logs", s.allocationLogs)
 	m.HandleFunc("GET /v1/volumes", s.volumes)
 	m.HandleFunc("POST /v1/volumes", s.createVolume)
+	m.HandleFunc("POST /v1/volumes/batch", s.registerVolumes)
 	m.HandleFunc("GET /v1/volumes/{id}", s.volume)
 	m.HandleFunc("PUT /v1/volumes/{id}", s.registerVolume)
 	m.HandleFunc("DELETE /v1/volumes/{id}", s.deleteVolume)
@@ -666,7 +667,12 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 // decode reads the JSON body of r into v, answering 413 or 400 (naming the
 // field or the position) when it cannot.
 func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
+	return s.decodeLimit(w, r, v, s.maxBody)
+}
+
+// decodeLimit is decode for a body of up to limit bytes.
+func (s *server) decodeLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
@@ -684,6 +690,14 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	if err == nil {
 		return true
 	}
+	status, msg := bodyError(err)
+	writeError(w, status, msg)
+	return false
+}
+
+// bodyError is the status and message of a JSON body that did not decode
+// (err from a json.Decoder): 413 or 400, naming the field or the position.
+func bodyError(err error) (int, string) {
 	var (
 		maxErr    *http.MaxBytesError
 		syntaxErr *json.SyntaxError
@@ -691,13 +705,13 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	)
 	switch {
 	case errors.As(err, &maxErr):
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", maxErr.Limit))
+		return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", maxErr.Limit)
 	case errors.Is(err, io.EOF):
-		writeError(w, http.StatusBadRequest, "request body is empty; want a JSON object")
+		return http.StatusBadRequest, "request body is empty; want a JSON object"
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		writeError(w, http.StatusBadRequest, "request body is truncated JSON")
+		return http.StatusBadRequest, "request body is truncated JSON"
 	case errors.As(err, &syntaxErr):
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid JSON at byte %d: %s", syntaxErr.Offset, syntaxErr.Error()))
+		return http.StatusBadRequest, fmt.Sprintf("invalid JSON at byte %d: %s", syntaxErr.Offset, syntaxErr.Error())
 	case errors.As(err, &typeErr):
 		field := typeErr.Field
 		if field == "" {
@@ -705,16 +719,13 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		}
 		want := jsonKind(typeErr.Type.String())
 		if num, ok := strings.CutPrefix(typeErr.Value, "number "); ok && want == "a number" {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("%s: %s is not a whole number in range", field, num))
-			break
+			return http.StatusBadRequest, fmt.Sprintf("%s: %s is not a whole number in range", field, num)
 		}
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s: want %s, got JSON %s", field, want, typeErr.Value))
+		return http.StatusBadRequest, fmt.Sprintf("%s: want %s, got JSON %s", field, want, typeErr.Value)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		writeError(w, http.StatusBadRequest, "unknown field "+strings.TrimPrefix(err.Error(), "json: unknown field "))
-	default:
-		writeError(w, http.StatusBadRequest, "invalid request body: "+err.Error())
+		return http.StatusBadRequest, "unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
 	}
-	return false
+	return http.StatusBadRequest, "invalid request body: " + err.Error()
 }
 
 // jsonKind describes a Go type in JSON terms.

@@ -203,6 +203,10 @@ func answersRealBackend(t *testing.T, sc *specChecker) {
 		{name: "create volume differently", method: "POST", path: "/v1/volumes", body: strings.Replace(create, "1073741824", "2147483648", 1), status: 409},
 		{name: "create volume to deregister", method: "POST", path: "/v1/volumes", body: strings.Replace(create, `"id":"data1"`, `"id":"data2"`, 1), status: 201},
 		{name: "create volume bad capacity", method: "POST", path: "/v1/volumes", body: strings.Replace(create, "1073741824", "-1", 1), status: 400},
+		{name: "batch", method: "POST", path: "/v1/volumes/batch", status: 200, want: `"status":"created"`,
+			body: `{"volumes":[` + strings.Replace(create, `"id":"data1"`, `"id":"batch1"`, 1) + `,{"id":"batch2","plugin":"example","external_id":"x","capacity_bytes":1}]}`},
+		{name: "batch over the limit", method: "POST", path: "/v1/volumes/batch", status: 400, want: "more than 1000",
+			body: `{"volumes":[` + strings.TrimSuffix(strings.Repeat(`{"id":"x"},`, 1001), ",") + `]}`},
 		{name: "clone of unknown volume", method: "POST", path: "/v1/volumes",
 			body: strings.Replace(create, `"id":"data1"`, `"id":"data2","content_source":{"volume":"nope"}`, 1), status: 404},
 		{name: "volumes", method: "GET", path: "/v1/volumes", status: 200},
@@ -362,6 +366,18 @@ func answersFakeBackend(t *testing.T, sc *specChecker) {
 	runSpecSteps(t, sc, rc, []specStep{
 		{name: "body over the limit", method: "PUT", path: "/v1/allocations/a1",
 			body: `{"plugin":"p","type":"node","socket":"/` + strings.Repeat("s", 600) + `"}`, status: 413},
+	})
+
+	// Bulk registration: per-entry results, and the batch refused whole.
+	entry := `{"id":"b1","plugin":"p","external_id":"eb1","capabilities":[{"access_mode":"single-node-writer","attachment_mode":"file-system"}]}`
+	runSpecSteps(t, sc, rc, []specStep{
+		{name: "batch", method: "POST", path: "/v1/volumes/batch", body: `{"volumes":[` + entry + `,{"id":"b2","plugin":"p"}]}`,
+			status: 200, want: `"status":"refused"`},
+		{name: "batch empty", method: "POST", path: "/v1/volumes/batch", body: `{"volumes":[]}`, status: 400, want: "volumes: is empty"},
+		{name: "batch twice", method: "POST", path: "/v1/volumes/batch", body: `{"volumes":[` + entry + `,` + entry + `]}`, status: 400,
+			want: `volumes[1].id: \"b1\" is given twice`},
+		{name: "batch malformed", method: "POST", path: "/v1/volumes/batch", body: `{"volumes":[`, status: 400},
+		{name: "batch with query", method: "POST", path: "/v1/volumes/batch?x=1", body: `{"volumes":[` + entry + `]}`, status: 400},
 	})
 
 	// A past claim whose release has stalled.

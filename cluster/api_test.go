@@ -17,7 +17,7 @@ import (
 
 // serveAPI serves b's API on a unix socket until t ends and returns its
 // address.
-func serveAPI(t *testing.T, b api.Backend) string {
+func serveAPI(t testing.TB, b api.Backend) string {
 	t.Helper()
 	path := filepath.Join(shortDir(t, "csiactor-api-"), "api.sock")
 	l, err := api.ListenUnix(path)

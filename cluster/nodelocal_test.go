@@ -27,7 +27,13 @@ type hostpathAgent struct {
 
 func startHostpathAgent(t *testing.T, node, endpoint, bin string) *hostpathAgent {
 	t.Helper()
-	cfg := clusterConfig(t, node, endpoint)
+	return startHostpathAgentWith(t, node, clusterConfig(t, node, endpoint), bin)
+}
+
+// startHostpathAgentWith is startHostpathAgent with cfg (no cluster for a
+// local agent).
+func startHostpathAgentWith(t *testing.T, node string, cfg runtime.Config, bin string) *hostpathAgent {
+	t.Helper()
 	cfg.Plugins.StopOnAgentExit = true
 	cfg.Host.SkipMountCheck = false // real mounts: the mount table is checked
 	a := &hostpathAgent{agent: &agent{t: t, node: node, cfg: cfg}, stateDir: shortDir(t, "csiactor-hp-")}

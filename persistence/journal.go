@@ -88,6 +88,17 @@ type journalReq struct {
 	active bool
 	id     string
 	value  []byte
+	// puts, when not nil, makes the request PutVolumes': these volume
+	// puts, in one group with the rest of the append (op, id and value
+	// are unused then).
+	puts []journalPut
+}
+
+// journalPut is one volume put of a PutVolumes request.
+type journalPut struct {
+	id     string
+	value  []byte
+	active bool
 }
 
 // journalWrite appends one volume write to the journal and waits until it
@@ -164,6 +175,12 @@ gather:
 	if err == nil && last >= 0 {
 		j.ovMu.Lock()
 		for _, r := range batch[:last+1] {
+			if r.err == nil && r.puts != nil {
+				for _, p := range r.puts {
+					j.cur[p.id] = overlayEntry{value: p.value, active: p.active}
+				}
+				continue
+			}
 			if r.err == nil {
 				e := overlayEntry{active: r.active}
 				if r.op == journalOpPut {
@@ -236,16 +253,29 @@ func appendGroup(dst []byte, batch []*journalReq, group uint64) []byte {
 		if r.err != nil {
 			continue
 		}
-		var flags byte
-		if r.active {
-			flags |= journalFlagActive
+		if r.puts != nil {
+			for k, p := range r.puts {
+				flags := journalFlags(p.active, i == len(batch)-1 && k == len(r.puts)-1)
+				dst = appendJournalRecord(dst, journalOpPut, flags, group, p.id, p.value)
+			}
+			continue
 		}
-		if i == len(batch)-1 {
-			flags |= journalFlagEnd
-		}
-		dst = appendJournalRecord(dst, r.op, flags, group, r.id, r.value)
+		dst = appendJournalRecord(dst, r.op, journalFlags(r.active, i == len(batch)-1), group, r.id, r.value)
 	}
 	return dst
+}
+
+// journalFlags returns the flags of a record: journalFlagActive for an
+// active volume's put, journalFlagEnd for the last record of its group.
+func journalFlags(active, last bool) byte {
+	var flags byte
+	if active {
+		flags |= journalFlagActive
+	}
+	if last {
+		flags |= journalFlagEnd
+	}
+	return flags
 }
 
 // lookup returns the latest journaled write of id not yet checkpointed:

@@ -60,6 +60,53 @@ func (s *Store) PutVolume(ctx context.Context, v Volume) error {
 	return s.journalWrite(ctx, journalOpPut, v.ID, data, v.Active())
 }
 
+// PutVolumes stores every volume of vs as PutVolume does, all of them or
+// none: one journal append (one group, which replay applies whole or not
+// at all, and with sync on one fdatasync), or with the journal off one
+// bbolt transaction. It is the store's side of a bulk registration. An
+// invalid ID or a volume too large to encode fails the whole call, naming
+// it, before anything is written. Two volumes with one ID is ErrInvalid.
+func (s *Store) PutVolumes(ctx context.Context, vs []Volume) error {
+	if len(vs) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	puts := make([]journalPut, len(vs))
+	seen := make(map[string]struct{}, len(vs))
+	for i := range vs {
+		v := &vs[i]
+		if err := checkID("volume id", v.ID); err != nil {
+			return err
+		}
+		if _, dup := seen[v.ID]; dup {
+			return fmt.Errorf("volume %q given twice: %w", v.ID, ErrInvalid)
+		}
+		seen[v.ID] = struct{}{}
+		data, err := s.encodeVolume(v)
+		if err != nil {
+			return err
+		}
+		if n := journalBodyFixed + len(v.ID) + len(data); n > journalMaxBody {
+			return fmt.Errorf("volume %q is %d bytes encoded, more than %d: %w", v.ID, n, journalMaxBody, ErrInvalid)
+		}
+		puts[i] = journalPut{id: v.ID, value: data, active: v.Active()}
+	}
+	if s.directVolumes {
+		return s.write(ctx, func(tx *bolt.Tx) error {
+			for _, p := range puts {
+				if err := putVolumeTx(tx, p.id, []byte(p.id), p.value, p.active); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	r := &journalReq{replySlot: replySlot{done: make(chan error, 1)}, ctx: ctx, op: journalOpPut, puts: puts}
+	return s.j.appends.submit(ctx, s, r)
+}
+
 // PutVolumeDeferred is PutVolume for a write that may be lost in a crash:
 // one that only records a step in between two that are durable. It returns
 // once the write is in memory, without waiting for the disk; every read

@@ -21,12 +21,14 @@ import (
 // Store is what the volume manager needs from the store; *persistence.Store
 // implements it. Volume returns an error wrapping persistence.ErrNotFound
 // for an unknown ID. PutVolume returns once the write is durable;
+// PutVolumes writes many in one durable commit, all or none;
 // PutVolumeDeferred once reads see it (the steps of a claim between its
 // durable intent and its durable outcome: a crash may lose them, and
 // resuming sends their idempotent calls again).
 type Store interface {
 	PutVolume(ctx context.Context, v persistence.Volume) error
 	PutVolumeDeferred(ctx context.Context, v persistence.Volume) error
+	PutVolumes(ctx context.Context, vs []persistence.Volume) error
 	Volume(ctx context.Context, id string) (persistence.Volume, error)
 	DeleteVolume(ctx context.Context, id string) error
 	ForEachVolume(ctx context.Context, fn func(persistence.Volume) error) error
@@ -84,14 +86,17 @@ type Manager struct {
 	// crashpoints tag sets it from CrashPointEnv.
 	hook func(point, volume string)
 
-	mu      sync.Mutex
-	index   map[string]struct{}            // guarded by mu; every registered volume
-	byExt   map[extKey]string              // guarded by mu; plugin volume → the ID it is registered as
-	names   map[string]string              // guarded by mu; plugin names of byExt, interned
-	live    map[string]*handle             // guarded by mu; volumes with an actor
-	inUse   map[string]map[string]struct{} // guarded by mu; by plugin: volumes with claims on this host
-	started bool                           // guarded by mu
-	closed  bool                           // guarded by mu
+	mu    sync.Mutex
+	index map[string]struct{}            // guarded by mu; every registered volume
+	byExt map[extKey]string              // guarded by mu; plugin volume → the ID it is registered as
+	names map[string]string              // guarded by mu; plugin names of byExt, interned
+	live  map[string]*handle             // guarded by mu; volumes with an actor
+	inUse map[string]map[string]struct{} // guarded by mu; by plugin: volumes with claims on this host
+	// batching holds the new volumes a RegisterBatch is writing; no
+	// actor starts for them meanwhile. Guarded by mu.
+	batching map[string]struct{}
+	started  bool // guarded by mu
+	closed   bool // guarded by mu
 
 	countsMu sync.Mutex
 	counts   map[countKey]int               // guarded by countsMu
@@ -405,6 +410,9 @@ func (m *Manager) acquire(id string, create bool) (*handle, error) {
 	}
 	h := m.live[id]
 	if h == nil {
+		if _, ok := m.batching[id]; ok {
+			return nil, kinderr.Errorf(ErrConflict, "volume %q is being registered by a batch; try again", id)
+		}
 		if _, ok := m.index[id]; !ok && !create {
 			return nil, kinderr.Errorf(ErrNotFound, "volume %q not found", id)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc/codes"
 
+	"github.com/csiactor/csiactor/actors/claim"
 	"github.com/csiactor/csiactor/csi"
 	"github.com/csiactor/csiactor/internal/kinderr"
 )
@@ -94,41 +95,57 @@ func (a *volumeActor) validated(req *registerRequest, msg *opFinished) {
 		answer(req.reply, reply{err: err})
 		return
 	}
-	log := a.log.WithFields(logrus.Fields{"plugin": spec.Plugin, "external_id": spec.ExternalID})
-	res := msg.res
-	switch code := csi.Code(res.Err); {
-	case res.Unavailable:
-		log.WithError(res.Err).Info("no controller of the plugin can be asked now; registering the volume without validating it")
-	case res.Err == nil:
-		v, _ := msg.out.(*validation)
-		if v == nil || !v.confirmed {
-			answer(req.reply, reply{err: a.notConfirmed(spec, v)})
-			return
-		}
-	case code == codes.Unimplemented:
-		log.Info("the plugin does not implement ValidateVolumeCapabilities; registering the volume without validating it")
-	case code == codes.NotFound:
-		answer(req.reply, reply{err: kinderr.Errorf(ErrNotFound,
-			"plugin %q says volume %q (external_id) does not exist: %w", spec.Plugin, spec.ExternalID, res.Err)})
-		return
-	case code == codes.InvalidArgument:
-		answer(req.reply, reply{err: kinderr.Errorf(ErrInvalid,
-			"plugin %q refused ValidateVolumeCapabilities of volume %q: %w", spec.Plugin, spec.ExternalID, res.Err)})
-		return
-	case res.Outcome.Retryable():
-		log.WithError(res.Err).Info("ValidateVolumeCapabilities did not answer now; registering the volume without validating it")
-	default:
-		answer(req.reply, reply{err: kinderr.Errorf(ErrPluginCall,
-			"ValidateVolumeCapabilities of volume %q of plugin %q: %w", spec.ExternalID, spec.Plugin, res.Err)})
+	note, err := validationOutcome(spec, msg.res, msg.out)
+	if err != nil {
+		answer(req.reply, reply{err: err})
 		return
 	}
+	if note != "" {
+		log := a.log.WithFields(logrus.Fields{"plugin": spec.Plugin, "external_id": spec.ExternalID})
+		if msg.res.Err != nil {
+			log = log.WithError(msg.res.Err)
+		}
+		log.Info(note)
+	}
 	a.record(req, spec.record(time.Now()), "register")
+}
+
+// validationOutcome decides, from the result of ValidateVolumeCapabilities
+// of spec (res, and out, the *validation it returned), whether the volume
+// is registered (err nil) or refused (the error to answer); Manager.Register
+// says what each answer means. note, when not empty, says why a volume is
+// registered without validation (res.Err, if any, is the detail): the
+// caller logs it.
+func validationOutcome(spec Spec, res claim.Result, out any) (note string, err error) {
+	switch code := csi.Code(res.Err); {
+	case res.Unavailable:
+		return "no controller of the plugin can be asked now; registering the volume without validating it", nil
+	case res.Err == nil:
+		v, _ := out.(*validation)
+		if v == nil || !v.confirmed {
+			return "", notConfirmed(spec, v)
+		}
+	case code == codes.Unimplemented:
+		return "the plugin does not implement ValidateVolumeCapabilities; registering the volume without validating it", nil
+	case code == codes.NotFound:
+		return "", kinderr.Errorf(ErrNotFound,
+			"plugin %q says volume %q (external_id) does not exist: %w", spec.Plugin, spec.ExternalID, res.Err)
+	case code == codes.InvalidArgument:
+		return "", kinderr.Errorf(ErrInvalid,
+			"plugin %q refused ValidateVolumeCapabilities of volume %q: %w", spec.Plugin, spec.ExternalID, res.Err)
+	case res.Outcome.Retryable():
+		return "ValidateVolumeCapabilities did not answer now; registering the volume without validating it", nil
+	default:
+		return "", kinderr.Errorf(ErrPluginCall,
+			"ValidateVolumeCapabilities of volume %q of plugin %q: %w", spec.ExternalID, spec.Plugin, res.Err)
+	}
+	return "", nil
 }
 
 // notConfirmed is the ErrInvalid of a plugin that did not confirm spec's
 // capabilities. The plugin's message is scrubbed of spec's secrets and
 // mount flags, as the csi package scrubs plugin errors.
-func (a *volumeActor) notConfirmed(spec Spec, v *validation) error {
+func notConfirmed(spec Spec, v *validation) error {
 	var refused []string
 	known := v != nil && len(v.refused) > 0
 	if known {

@@ -63,6 +63,10 @@ func WithGetenv(getenv func(string) string) Option { return func(e *env) { e.get
 // the module version from the build info).
 func WithVersion(v string) Option { return func(e *env) { e.version = v } }
 
+// WithStdin replaces os.Stdin (read by "volume register -f -"), for
+// tests.
+func WithStdin(r io.Reader) Option { return func(e *env) { e.stdin = r } }
+
 // WithRevision sets the VCS revision that `csiactor version` prints (by
 // default the one Go stamped into the build info, if any).
 func WithRevision(r string) Option { return func(e *env) { e.revision = r } }
@@ -70,6 +74,7 @@ func WithRevision(r string) Option { return func(e *env) { e.revision = r } }
 // env is what every command runs with.
 type env struct {
 	stdout, stderr io.Writer
+	stdin          io.Reader
 	getenv         func(string) string
 	newAgent       NewAgentFunc
 	version        string
@@ -134,7 +139,7 @@ Exit codes: 0 success, 1 error (the agent refused, or is unreachable),
 // ExitError or ExitUsage. ctx ends long-running commands (the agent,
 // events -follow); main cancels it on SIGINT and SIGTERM.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...Option) int {
-	e := &env{stdout: stdout, stderr: stderr, getenv: os.Getenv, newAgent: NewRuntimeAgent}
+	e := &env{stdout: stdout, stderr: stderr, stdin: os.Stdin, getenv: os.Getenv, newAgent: NewRuntimeAgent}
 	for _, o := range opts {
 		o(e)
 	}

@@ -130,18 +130,39 @@ func volumeRegisterCommand() *command {
 	return clientLeaf(&command{
 		name:    "register",
 		summary: "register an existing volume of a plugin",
-		usage:   "csiactor volume register [flags] ID",
+		usage:   "csiactor volume register [flags] ID | -f FILE",
 		help: `Registers the existing volume known to its plugin as -external-id under the
 ID (PUT /v1/volumes/ID). Registering the same definition again is a no-op.
 ` + volumeSpecHelp + `
 
+-f FILE registers every volume of FILE instead (- reads stdin): a JSON or
+YAML list of API bodies, each a register's with its id and external_id
+(or a create's, without external_id), or the same list under volumes:.
+They are sent through POST /v1/volumes/batch, 1000 per request; one line
+per volume says registered, created or refused (and why). It exits 1 if any
+was refused. Entries are counted from 0 in errors.
+
 Example:
   csiactor volume register -plugin hostpath -external-id vol-7f3a \
-    -capability single-node-writer -fs-type ext4 -mount-flag noatime data1`,
+    -capability single-node-writer -fs-type ext4 -mount-flag noatime data1
+  csiactor volume register -f volumes.yaml`,
 	}, func(fs *flag.FlagSet) func(context.Context, *env, *api.Client, *clientFlags, []string) error {
 		sf := addVolumeSpecFlags(fs)
 		externalID := fs.String("external-id", "", "the plugin's `id` of the volume (required)")
+		file := fs.String("f", "", "register the volumes of `FILE` (JSON or YAML; - for stdin) in bulk")
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
+			if *file != "" {
+				var other []string
+				fs.Visit(func(f *flag.Flag) {
+					if f.Name != "f" && volumeFlag(f.Name) {
+						other = append(other, "-"+f.Name)
+					}
+				})
+				if len(args) > 0 || len(other) > 0 {
+					return usagef("-f takes the volumes from the file: give no ID and no volume flags (got %s)", strings.Join(append(other, args...), " "))
+				}
+				return registerFromFile(ctx, e, cl, cf, *file)
+			}
 			spec, err := sf.registerSpec(args, *externalID)
 			if err != nil {
 				return err
