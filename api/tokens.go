@@ -150,14 +150,14 @@ type tokenEntry struct {
 
 // fileStamp is what says a token file changed.
 type fileStamp struct {
-	mtime time.Time
+	mtime int64 // nanoseconds since the epoch
 	size  int64
 	ino   uint64
 	mode  os.FileMode
 }
 
 func stampOf(fi os.FileInfo) fileStamp {
-	st := fileStamp{mtime: fi.ModTime(), size: fi.Size(), mode: fi.Mode()}
+	st := fileStamp{mtime: fi.ModTime().UnixNano(), size: fi.Size(), mode: fi.Mode()}
 	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
 		st.ino = sys.Ino
 	}
