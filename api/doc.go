@@ -7,11 +7,13 @@
 // The agent serves [NewHandler] on its unix socket, made by [ListenUnix]
 // with mode 0600: the full API. On its TCP address it serves
 // [NewTCPHandler]: /metrics and GET /v1/health, and the full API only to
-// requests that carry the configured bearer token.
+// requests that carry a configured bearer token ([Tokens]), as far as its
+// [Scope] allows (read, claim or operator; 403 beyond it).
 //
 // Bodies are JSON with snake_case fields (the types of package runtime).
 // Errors are {"error": "..."} with 400 for bad input (the message names the
-// field), 401 for a missing or wrong token, 404 for an unknown object or
+// field), 401 for a missing or wrong token, 403 for a token whose scope
+// does not allow the request, 404 for an unknown object or
 // route, 405 for a wrong method, 409 for a conflict (claim limit, volume in
 // use), 413 for a body over the limit, 503 when the plugin is unavailable
 // or the agent is shutting down, and 500 otherwise. GET /v1/events writes

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,32 +36,48 @@ type Options struct {
 	// the API from the browser with a session cookie, which POST
 	// /ui/login gives for the token.
 	UI bool
+	// Tokens, when set, are the bearer tokens of NewTCPHandler (which
+	// then ignores its token argument).
+	Tokens *Tokens
 }
 
 // NewHandler returns the full API over b, as served on the agent's unix
-// socket: every /v1 route, and /metrics when opts.Metrics is set.
+// socket: every /v1 route, and /metrics when opts.Metrics is set. Its
+// requests have ScopeOperator and are recorded under UnixTokenName: the
+// socket's file permissions decide who may connect.
 func NewHandler(b Backend, opts Options) http.Handler {
 	s := newServer(b, opts)
-	return s.logged(s)
+	return s.logged(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		infoOf(r.Context()).id = Identity{Name: UnixTokenName, Scope: ScopeOperator}
+		s.ServeHTTP(w, r)
+	}))
 }
 
 // NewTCPHandler returns the handler of the agent's TCP listener: /metrics
-// (when opts.Metrics is set), GET /v1/health and GET /v1/ready for anyone; the rest of the
-// API only when token is not empty, and then only for requests with
-// "Authorization: Bearer <token>" (401 otherwise). Without a token the rest
-// of the API answers 404 with a hint.
+// (when opts.Metrics is set), GET /v1/health and GET /v1/ready for anyone;
+// the rest of the API only when a token is configured, and then only for
+// requests with "Authorization: Bearer <token>" (401 otherwise) whose
+// token's scope allows them (403 otherwise, naming the scope needed).
+// Without a token the rest of the API answers 404 with a hint.
+//
+// The tokens are opts.Tokens when set; otherwise token, when not empty,
+// is the one token, named DefaultTokenName, with ScopeOperator.
 //
 // With opts.UI it also serves the web UI at /ui/ to anyone (the pages
-// hold no state), POST /ui/login, which trades the token for a session
-// cookie, and, for requests with that cookie, the API's reads, a forced
-// release and a fence (403 for the rest), each action recorded as an
-// EventUIAction when b is an EventRecorder.
+// hold no state), POST /ui/login, which trades a token for a session
+// cookie, and, for requests with that cookie, what the token's scope
+// allows of the API's reads, a forced release and a fence (403 for the
+// rest), each action recorded as an EventUIAction when b is an
+// EventRecorder.
 func NewTCPHandler(b Backend, token string, opts Options) http.Handler {
 	s := newServer(b, opts)
-	want := sha256.Sum256([]byte(token))
+	tokens := opts.Tokens
+	if tokens == nil {
+		tokens = staticTokens(token)
+	}
 	var ui *uiServer
 	if opts.UI {
-		ui = newUIServer(s, token)
+		ui = newUIServer(s, tokens)
 	}
 	return s.logged(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/health" || r.URL.Path == "/v1/ready" || r.URL.Path == "/metrics" {
@@ -73,24 +88,42 @@ func NewTCPHandler(b Backend, token string, opts Options) http.Handler {
 			ui.serveUI(w, r)
 			return
 		}
-		if token == "" {
-			writeError(w, http.StatusNotFound, "the API is served on the agent's unix socket only; set api.token_file to serve it over TCP")
+		if !tokens.Configured() {
+			writeError(w, http.StatusNotFound, "the API is served on the agent's unix socket only; set api.token_file or api.tokens to serve it over TCP")
 			return
 		}
-		if ui != nil && r.Header.Get("Authorization") == "" && ui.hasSession(r) {
-			ui.serveSession(w, r)
-			return
+		if ui != nil && r.Header.Get("Authorization") == "" {
+			if id, ok := ui.session(r); ok {
+				infoOf(r.Context()).id = id
+				ui.serveSession(w, r, id)
+				return
+			}
 		}
 		got, ok := bearerToken(r.Header.Get("Authorization"))
-		// Compare digests so that the comparison takes the same time
-		// whatever the token's length.
-		if !ok || !tokenMatches(got, want) {
+		var id Identity
+		if ok {
+			id, ok = tokens.Lookup(got)
+		}
+		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="csiactor"`)
 			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 			return
 		}
+		infoOf(r.Context()).id = id
+		if need := s.scopeOf(r); !id.Scope.Allows(need) {
+			writeError(w, http.StatusForbidden, forbiddenMessage(need, id))
+			return
+		}
 		s.ServeHTTP(w, r)
 	}))
+}
+
+// whoami answers who the request's token is: its name and scope.
+func (s *server) whoami(w http.ResponseWriter, r *http.Request) {
+	if !s.noQuery(w, r) {
+		return
+	}
+	writeJSON(w, http.StatusOK, identityOf(r.Context()))
 }
 
 // bearerToken returns the token of an "Authorization: Bearer <token>"
@@ -117,25 +150,57 @@ type server struct {
 	log     *logrus.Entry
 	maxBody int64
 	mux     *http.ServeMux
-	routes  []string // every pattern registered on mux, in order
+	routes  []string         // every pattern registered on mux, in order
+	scopes  map[string]Scope // the scope each pattern needs on TCP
 }
 
 // routeMux registers handlers on a server's mux and records their
-// patterns in server.routes: the list of routes served, which the tests
-// check against openapi.yaml in both directions.
+// patterns in server.routes and the scope each needs on the TCP listener
+// in server.scopes: the tables the tests check against openapi.yaml (and
+// its x-csiactor-scope) in both directions.
 type routeMux struct{ s *server }
 
-func (m routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
-	m.Handle(pattern, http.HandlerFunc(h))
+func (m routeMux) HandleFunc(scope Scope, pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(scope, pattern, http.HandlerFunc(h))
 }
 
-func (m routeMux) Handle(pattern string, h http.Handler) {
+func (m routeMux) Handle(scope Scope, pattern string, h http.Handler) {
 	m.s.routes = append(m.s.routes, pattern)
+	m.s.scopes[pattern] = scope
 	m.s.mux.Handle(pattern, h)
 }
 
+// scopeOf returns the scope r needs: its route's, or ScopeOperator for a
+// forced release or deregistration (a force query parameter that is not
+// false), or ScopeRead for a request no route serves (it gets a 404 or
+// 405).
+func (s *server) scopeOf(r *http.Request) Scope {
+	_, pattern := s.mux.Handler(r)
+	need, ok := s.scopes[pattern]
+	if !ok {
+		return ScopeRead
+	}
+	if need.rank() < ScopeOperator.rank() {
+		if q, err := url.ParseQuery(r.URL.RawQuery); err != nil || forced(q) {
+			return ScopeOperator
+		}
+	}
+	return need
+}
+
+// forced reports whether q asks for force: a force parameter that is not
+// a false value (an invalid one counts as asking).
+func forced(q url.Values) bool {
+	for _, v := range q["force"] {
+		if b, err := strconv.ParseBool(v); err != nil || b {
+			return true
+		}
+	}
+	return false
+}
+
 func newServer(b Backend, opts Options) *server {
-	s := &server{b: b, log: opts.Log, maxBody: opts.MaxBodyBytes, mux: http.NewServeMux()}
+	s := &server{b: b, log: opts.Log, maxBody: opts.MaxBodyBytes, mux: http.NewServeMux(), scopes: map[string]Scope{}}
 	if s.log == nil {
 		l := logrus.New()
 		l.SetOutput(io.Discard)
@@ -145,38 +210,39 @@ func newServer(b Backend, opts Options) *server {
 		s.maxBody = DefaultMaxBodyBytes
 	}
 	m := routeMux{s}
-	m.HandleFunc("GET /v1/health", s.health)
-	m.HandleFunc("GET /v1/ready", s.ready)
-	m.HandleFunc("GET /v1/plugins", s.plugins)
-	m.HandleFunc("GET /v1/plugins/{name}", s.plugin)
-	m.HandleFunc("GET /v1/plugins/{name}/capacity", s.pluginCapacity)
-	m.HandleFunc("GET /v1/plugins/{name}/volumes", s.externalVolumes)
-	m.HandleFunc("POST /v1/plugins/{name}/call", s.callPlugin)
-	m.HandleFunc("GET /v1/allocations", s.allocations)
-	m.HandleFunc("PUT /v1/allocations/{id}", s.registerAllocation)
-	m.HandleFunc("DELETE /v1/allocations/{id}", s.deregisterAllocation)
-	m.HandleFunc("GET /v1/allocations/{id}/logs", s.allocationLogs)
-	m.HandleFunc("GET /v1/volumes", s.volumes)
-	m.HandleFunc("POST /v1/volumes", s.createVolume)
-	m.HandleFunc("POST /v1/volumes/batch", s.registerVolumes)
-	m.HandleFunc("GET /v1/volumes/{id}", s.volume)
-	m.HandleFunc("PUT /v1/volumes/{id}", s.registerVolume)
-	m.HandleFunc("DELETE /v1/volumes/{id}", s.deleteVolume)
-	m.HandleFunc("POST /v1/volumes/{id}/expand", s.expandVolume)
-	m.HandleFunc("POST /v1/volumes/{id}/modify", s.modifyVolume)
-	m.HandleFunc("POST /v1/volumes/{id}/claims", s.claim)
-	m.HandleFunc("DELETE /v1/volumes/{id}/claims/{alloc}", s.release)
-	m.HandleFunc("GET /v1/snapshots", s.snapshots)
-	m.HandleFunc("POST /v1/snapshots", s.createSnapshot)
-	m.HandleFunc("GET /v1/snapshots/{id}", s.snapshot)
-	m.HandleFunc("DELETE /v1/snapshots/{id}", s.deleteSnapshot)
-	m.HandleFunc("GET /v1/events", s.events)
-	m.HandleFunc("GET /v1/nodes", s.nodes)
-	m.HandleFunc("GET /v1/nodes/{id}", s.node)
-	m.HandleFunc("POST /v1/nodes/{id}/fence", s.fenceNode)
-	m.HandleFunc("POST /v1/secrets/reseal", s.resealSecrets)
+	m.HandleFunc(ScopePublic, "GET /v1/health", s.health)
+	m.HandleFunc(ScopePublic, "GET /v1/ready", s.ready)
+	m.HandleFunc(ScopeRead, "GET /v1/plugins", s.plugins)
+	m.HandleFunc(ScopeRead, "GET /v1/plugins/{name}", s.plugin)
+	m.HandleFunc(ScopeRead, "GET /v1/plugins/{name}/capacity", s.pluginCapacity)
+	m.HandleFunc(ScopeRead, "GET /v1/plugins/{name}/volumes", s.externalVolumes)
+	m.HandleFunc(ScopeOperator, "POST /v1/plugins/{name}/call", s.callPlugin)
+	m.HandleFunc(ScopeRead, "GET /v1/allocations", s.allocations)
+	m.HandleFunc(ScopeOperator, "PUT /v1/allocations/{id}", s.registerAllocation)
+	m.HandleFunc(ScopeOperator, "DELETE /v1/allocations/{id}", s.deregisterAllocation)
+	m.HandleFunc(ScopeRead, "GET /v1/allocations/{id}/logs", s.allocationLogs)
+	m.HandleFunc(ScopeRead, "GET /v1/volumes", s.volumes)
+	m.HandleFunc(ScopeOperator, "POST /v1/volumes", s.createVolume)
+	m.HandleFunc(ScopeOperator, "POST /v1/volumes/batch", s.registerVolumes)
+	m.HandleFunc(ScopeRead, "GET /v1/volumes/{id}", s.volume)
+	m.HandleFunc(ScopeOperator, "PUT /v1/volumes/{id}", s.registerVolume)
+	m.HandleFunc(ScopeOperator, "DELETE /v1/volumes/{id}", s.deleteVolume)
+	m.HandleFunc(ScopeOperator, "POST /v1/volumes/{id}/expand", s.expandVolume)
+	m.HandleFunc(ScopeOperator, "POST /v1/volumes/{id}/modify", s.modifyVolume)
+	m.HandleFunc(ScopeClaim, "POST /v1/volumes/{id}/claims", s.claim)
+	m.HandleFunc(ScopeClaim, "DELETE /v1/volumes/{id}/claims/{alloc}", s.release)
+	m.HandleFunc(ScopeRead, "GET /v1/snapshots", s.snapshots)
+	m.HandleFunc(ScopeOperator, "POST /v1/snapshots", s.createSnapshot)
+	m.HandleFunc(ScopeRead, "GET /v1/snapshots/{id}", s.snapshot)
+	m.HandleFunc(ScopeOperator, "DELETE /v1/snapshots/{id}", s.deleteSnapshot)
+	m.HandleFunc(ScopeRead, "GET /v1/events", s.events)
+	m.HandleFunc(ScopeRead, "GET /v1/whoami", s.whoami)
+	m.HandleFunc(ScopeRead, "GET /v1/nodes", s.nodes)
+	m.HandleFunc(ScopeRead, "GET /v1/nodes/{id}", s.node)
+	m.HandleFunc(ScopeOperator, "POST /v1/nodes/{id}/fence", s.fenceNode)
+	m.HandleFunc(ScopeOperator, "POST /v1/secrets/reseal", s.resealSecrets)
 	if opts.Metrics != nil {
-		m.Handle("GET /metrics", opts.Metrics)
+		m.Handle(ScopePublic, "GET /metrics", opts.Metrics)
 	}
 	return s
 }
@@ -859,23 +925,34 @@ func nonNil[T any](s []T) []T {
 	return s
 }
 
-// logged wraps h with one log line per request: method, path, status and
-// duration. GETs log at debug, other methods at info, server errors at
-// warn unless the request was canceled (client gone, or shutdown).
+// logged wraps h with one log line per request: method, path, status,
+// duration and the name of the request's token once known. GETs log at
+// debug, other methods at info, server errors at warn unless the request
+// was canceled (client gone, or shutdown). A request that is not a GET or
+// HEAD and was not refused with a 4xx is also recorded as an
+// EventAPIWrite naming its token, when b is an EventRecorder and no other
+// event (a web UI action's) records it.
 func (s *server) logged(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
+		ri := &reqInfo{}
+		r = r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, ri))
 		h.ServeHTTP(sw, r)
 		if sw.status == 0 {
 			sw.status = http.StatusOK
 		}
-		e := s.log.WithFields(logrus.Fields{
+		fields := logrus.Fields{
 			"method":   r.Method,
 			"path":     r.URL.Path,
 			"status":   sw.status,
 			"duration": time.Since(start).Round(time.Microsecond).String(),
-		})
+		}
+		if ri.id.Name != "" {
+			fields["token"] = ri.id.Name
+		}
+		e := s.log.WithFields(fields)
+		write := r.Method != http.MethodGet && r.Method != http.MethodHead
 		switch {
 		case sw.status >= 500 && r.Context().Err() != nil:
 			// The client went away (Ctrl-C on a claim) or the agent is
@@ -883,12 +960,48 @@ func (s *server) logged(h http.Handler) http.Handler {
 			e.Info("request canceled")
 		case sw.status >= 500:
 			e.Warn("request failed")
-		case r.Method == http.MethodGet || r.Method == http.MethodHead:
+		case !write:
 			e.Debug("request")
 		default:
 			e.Info("request")
 		}
+		// A 4xx changed nothing (bad input, unknown object, conflict, or
+		// refused by authentication or scope): its log line is enough.
+		if write && ri.id.Name != "" && !ri.recorded && (sw.status < 400 || sw.status >= 500) {
+			s.recordWrite(r, sw.status, ri.id)
+		}
 	})
+}
+
+// recordWrite records the write r, answered status, as an EventAPIWrite
+// naming id's token.
+func (s *server) recordWrite(r *http.Request, status int, id Identity) {
+	rec, ok := s.b.(EventRecorder)
+	if !ok {
+		return
+	}
+	ev := runtime.Event{Type: runtime.EventAPIWrite, Token: id.Name,
+		Message: fmt.Sprintf("%s %s by token %q: %d %s", r.Method, r.URL.Path, id.Name, status, http.StatusText(status))}
+	// The objects the path names, for filters on the events.
+	segs := strings.Split(strings.TrimPrefix(r.URL.Path, "/v1/"), "/")
+	if len(segs) > 1 {
+		switch segs[0] {
+		case "volumes":
+			ev.Volume = segs[1]
+			if len(segs) > 3 && segs[2] == "claims" {
+				ev.Alloc = segs[3]
+			}
+		case "allocations":
+			ev.Alloc = segs[1]
+		case "plugins":
+			ev.Plugin = segs[1]
+		case "snapshots":
+			ev.Snapshot = segs[1]
+		}
+	}
+	if err := rec.RecordEvent(ev); err != nil && !errors.Is(err, runtime.ErrShutdown) {
+		s.log.WithError(err).WithField("token", id.Name).Warn("API write not recorded as an event")
+	}
 }
 
 // statusWriter records the status written through it. Unwrap lets

@@ -435,6 +435,8 @@ func answersFakeBackend(t *testing.T, sc *specChecker) {
 		{name: "tcp metrics", method: "GET", path: "/metrics", status: 200},
 		{name: "tcp without token", method: "GET", path: "/v1/volumes", status: 401},
 		{name: "tcp with token", method: "GET", path: "/v1/volumes", status: 200, header: []string{"Authorization", "Bearer " + token}},
+		{name: "tcp whoami", method: "GET", path: "/v1/whoami", status: 200, header: []string{"Authorization", "Bearer " + token}},
+		{name: "tcp whoami with query", method: "GET", path: "/v1/whoami?x=1", status: 400, header: []string{"Authorization", "Bearer " + token}},
 	})
 
 	// Without a token the TCP listener serves exactly the operations the

@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/csiactor/csiactor/runtime"
 )
 
@@ -25,7 +27,8 @@ import (
 var uiFiles embed.FS
 
 // UICookie is the name of the web UI's session cookie: HttpOnly,
-// SameSite=Strict, an HMAC of the token (never the token itself).
+// SameSite=Strict, "<token name>.<HMAC keyed by the token>" (never the
+// token itself).
 const UICookie = "csiactor-ui"
 
 // UIHeader must be set (to any value) on the requests the web UI's
@@ -38,42 +41,32 @@ const UIHeader = "X-Csiactor-UI"
 const uiCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
 	"base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-// uiSession is the cookie value of a session opened with token: an HMAC
-// keyed by the token, so the cookie is worthless once the token changes
-// and the token is never in the browser's cookie jar.
-func uiSession(token string) string {
+// uiSession is the cookie value of a session opened with the token named
+// name: the name and an HMAC keyed by the token, so the cookie is
+// worthless once the token changes or is revoked, and the token is never
+// in the browser's cookie jar.
+func uiSession(name, token string) string {
 	m := hmac.New(sha256.New, []byte(token))
-	m.Write([]byte("csiactor web UI session"))
-	return hex.EncodeToString(m.Sum(nil))
-}
-
-// tokenMatches compares got with the digest of the token in constant
-// time whatever their lengths.
-func tokenMatches(got string, want [sha256.Size]byte) bool {
-	sum := sha256.Sum256([]byte(got))
-	return subtle.ConstantTimeCompare(sum[:], want[:]) == 1
+	m.Write([]byte("csiactor web UI session\x00" + name))
+	return name + "." + hex.EncodeToString(m.Sum(nil))
 }
 
 // uiServer serves /ui/ and the API requests of its sessions.
 type uiServer struct {
 	s       *server
-	token   string
-	want    [sha256.Size]byte // digest of token
-	session [sha256.Size]byte // digest of uiSession(token)
+	tokens  *Tokens
 	assets  http.Handler
 	actions *http.ServeMux // what a session may do on /v1
 }
 
-func newUIServer(s *server, token string) *uiServer {
+func newUIServer(s *server, tokens *Tokens) *uiServer {
 	sub, err := fs.Sub(uiFiles, "ui")
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
 	}
 	u := &uiServer{
 		s:       s,
-		token:   token,
-		want:    sha256.Sum256([]byte(token)),
-		session: sha256.Sum256([]byte(uiSession(token))),
+		tokens:  tokens,
 		assets:  http.StripPrefix("/ui/", http.FileServerFS(sub)),
 		actions: http.NewServeMux(),
 	}
@@ -119,8 +112,8 @@ func (u *uiServer) login(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, "POST the token as JSON {\"token\": \"...\"} to sign in")
 		return
 	}
-	if u.token == "" {
-		writeError(w, http.StatusNotFound, "the API is served on the agent's unix socket only; set api.token_file to use the web UI")
+	if !u.tokens.Configured() {
+		writeError(w, http.StatusNotFound, "the API is served on the agent's unix socket only; set api.token_file or api.tokens to use the web UI")
 		return
 	}
 	// A JSON content type cannot be sent across sites without a CORS
@@ -137,13 +130,15 @@ func (u *uiServer) login(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "request body: want JSON {\"token\": \"...\"}")
 		return
 	}
-	if !tokenMatches(strings.TrimSpace(body.Token), u.want) {
+	tok := strings.TrimSpace(body.Token)
+	id, ok := u.tokens.Lookup(tok)
+	if !ok {
 		writeError(w, http.StatusUnauthorized, "wrong token")
 		return
 	}
 	http.SetCookie(w, &http.Cookie{
 		Name:     UICookie,
-		Value:    uiSession(u.token),
+		Value:    uiSession(id.Name, tok),
 		Path:     "/",
 		HttpOnly: true,
 		SameSite: http.SameSiteStrictMode,
@@ -163,17 +158,39 @@ func (u *uiServer) logout(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// hasSession reports whether r carries the cookie of a session.
-func (u *uiServer) hasSession(r *http.Request) bool {
+// session returns the identity of the session whose cookie r carries:
+// the cookie must be the one of the named token's current value.
+func (u *uiServer) session(r *http.Request) (Identity, bool) {
 	c, err := r.Cookie(UICookie)
-	return err == nil && u.token != "" && tokenMatches(c.Value, u.session)
+	if err != nil {
+		return Identity{}, false
+	}
+	name, _, ok := strings.Cut(c.Value, ".")
+	if !ok {
+		return Identity{}, false
+	}
+	tok, id, ok := u.tokens.byName(name)
+	if !ok {
+		return Identity{}, false
+	}
+	want := sha256.Sum256([]byte(uiSession(name, tok)))
+	got := sha256.Sum256([]byte(c.Value))
+	if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+		return Identity{}, false
+	}
+	return id, true
 }
 
-// serveSession serves an API request of a UI session: reads, a forced
-// release and a fence; anything else is 403.
-func (u *uiServer) serveSession(w http.ResponseWriter, r *http.Request) {
+// serveSession serves an API request of a UI session of id: reads, a
+// forced release and a fence, as far as id's scope allows; anything else
+// is 403.
+func (u *uiServer) serveSession(w http.ResponseWriter, r *http.Request, id Identity) {
 	if _, pattern := u.actions.Handler(r); pattern == "" {
 		writeError(w, http.StatusForbidden, "the web UI may only read, force a release and fence a host; use the CLI or a bearer token for the rest")
+		return
+	}
+	if need := u.s.scopeOf(r); !id.Scope.Allows(need) {
+		writeError(w, http.StatusForbidden, forbiddenMessage(need, id))
 		return
 	}
 	u.actions.ServeHTTP(w, r)
@@ -196,14 +213,17 @@ func (u *uiServer) action(w http.ResponseWriter, r *http.Request, what string, e
 	if sw.status >= 300 {
 		outcome = fmt.Sprintf("refused: %d %s", sw.status, http.StatusText(sw.status))
 	}
+	id := identityOf(r.Context())
+	infoOf(r.Context()).recorded = true
 	ev.Type = runtime.EventUIAction
+	ev.Token = id.Name
 	ev.Message = fmt.Sprintf("web UI: %s: %s", what, outcome)
 	if rec, ok := u.s.b.(EventRecorder); ok {
 		if err := rec.RecordEvent(ev); err != nil {
 			u.s.log.WithError(err).WithField("action", what).Warn("web UI action not recorded as an event")
 		}
 	}
-	u.s.log.WithField("action", what).WithField("outcome", outcome).Info("web UI action")
+	u.s.log.WithFields(logrus.Fields{"action": what, "outcome": outcome, "token": id.Name}).Info("web UI action")
 }
 
 func (u *uiServer) forceRelease(w http.ResponseWriter, r *http.Request) {

@@ -27,7 +27,7 @@ func (t *APITLSConfig) Files() tlsfiles.Files {
 }
 
 // tokensConfigured says whether a token opens the API on HTTPAddr.
-func (a APIConfig) tokensConfigured() bool { return a.TokenFile != "" }
+func (a APIConfig) tokensConfigured() bool { return a.TokenFile != "" || len(a.Tokens) > 0 }
 
 // InsecureTCPInUse says whether api.insecure_tcp is what lets the agent
 // serve its API token in clear on an address that is not a loopback one:

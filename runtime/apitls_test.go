@@ -49,6 +49,7 @@ func TestParseConfig_APITLS(t *testing.T) {
 		{"every interface", "api:\n  http_addr: \":7460\"\n  token_file: /t\n", `api.http_addr: ":7460" is not a loopback address`},
 		{"a host name", "api:\n  http_addr: agent.example:7460\n  token_file: /t\n", `api.http_addr: "agent.example:7460" is not a loopback address`},
 		{"an IPv6 address", "api:\n  http_addr: \"[2001:db8::1]:7460\"\n  token_file: /t\n", `api.http_addr: "[2001:db8::1]:7460" is not a loopback address`},
+		{"scoped tokens off loopback in clear", "api:\n  http_addr: 0.0.0.0:7460\n  tokens:\n    - {name: monitor, file: /t, scope: read}\n", `api.http_addr: "0.0.0.0:7460" is not a loopback address`},
 		{"insecure beside tls", tlsYAML(srv.CertFile, srv.KeyFile, "") + "  insecure_tcp: true\n", `api.insecure_tcp: true means nothing beside api.tls`},
 		{"no cert", tlsYAML("", srv.KeyFile, ""), `line 4: api.tls.cert_file: required in an api.tls section: the absolute path of a PEM file`},
 		{"no key", tlsYAML(srv.CertFile, "", ""), `api.tls.key_file: required in an api.tls section`},

@@ -118,6 +118,11 @@ type APIConfig struct {
 	// TokenFile holds the bearer token that opens the full API on HTTPAddr.
 	// Empty keeps the API off TCP.
 	TokenFile string `yaml:"token_file"`
+	// Tokens are more bearer tokens for HTTPAddr, each with a name and a
+	// scope (TokenScopeRead, TokenScopeClaim or TokenScopeOperator).
+	// TokenFile, when set, is one more: an operator token named
+	// "default".
+	Tokens []TokenConfig `yaml:"tokens,omitempty"`
 	// UI serves the web UI at /ui/ on HTTPAddr. It reads the agent's state
 	// through the API over TCP, so it needs TokenFile: the UI asks for the
 	// token once and keeps a session cookie.
@@ -129,6 +134,30 @@ type APIConfig struct {
 	// that is not a loopback address (without it, that is a config error);
 	// the agent warns at every start.
 	InsecureTCP bool `yaml:"insecure_tcp"`
+}
+
+// The scopes of an API token (TokenConfig.Scope): each allows what the
+// one before it does, and more.
+const (
+	// TokenScopeRead allows every GET, the events stream and /metrics.
+	TokenScopeRead = "read"
+	// TokenScopeClaim allows TokenScopeRead, claims and releases (not
+	// forced ones).
+	TokenScopeClaim = "claim"
+	// TokenScopeOperator allows everything.
+	TokenScopeOperator = "operator"
+)
+
+// DefaultTokenName is the name of the token of api.token_file.
+const DefaultTokenName = "default"
+
+// TokenConfig is one bearer token of the API's TCP listener: the token in
+// File (mode 0600, one line), known as Name in logs and events, allowed
+// what Scope allows.
+type TokenConfig struct {
+	Name  string `yaml:"name"`
+	File  string `yaml:"file"`
+	Scope string `yaml:"scope"`
 }
 
 // LogConfig is the agent's logging.
@@ -441,8 +470,11 @@ func (c Config) Validate() error {
 	if c.API.TokenFile != "" && !filepath.IsAbs(c.API.TokenFile) {
 		return fieldErr("api.token_file", fmt.Sprintf("%q is not an absolute path", c.API.TokenFile))
 	}
-	if c.API.UI && c.API.TokenFile == "" {
-		return fieldErr("api.ui", "needs api.token_file: the web UI reads the API over TCP, which is served only with a token")
+	if err := validateTokens(c.API); err != nil {
+		return err
+	}
+	if c.API.UI && c.API.TokenFile == "" && len(c.API.Tokens) == 0 {
+		return fieldErr("api.ui", "needs api.token_file or api.tokens: the web UI reads the API over TCP, which is served only with a token")
 	}
 	if err := c.API.validateTLS(); err != nil {
 		return err
@@ -934,4 +966,39 @@ func sortedFieldNames(fields map[string][]int) []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// validateTokens checks api.tokens: a name (an ID) given once, an absolute
+// file and a known scope each. The files are read when the agent starts.
+func validateTokens(c APIConfig) error {
+	names := map[string]string{}
+	if c.TokenFile != "" {
+		names[DefaultTokenName] = "api.token_file"
+	}
+	for i, t := range c.Tokens {
+		key := fmt.Sprintf("api.tokens[%d]", i)
+		if err := ValidateID(key+".name", t.Name); err != nil {
+			return err
+		}
+		if prev, ok := names[t.Name]; ok {
+			msg := fmt.Sprintf("%q is also the name of %s", t.Name, prev)
+			if prev == "api.token_file" {
+				msg = fmt.Sprintf("%q is the name of the token of api.token_file", t.Name)
+			}
+			return fieldErr(key+".name", msg)
+		}
+		names[t.Name] = key
+		if t.File == "" {
+			return fieldErr(key+".file", "must be set")
+		}
+		if !filepath.IsAbs(t.File) {
+			return fieldErr(key+".file", fmt.Sprintf("%q is not an absolute path", t.File))
+		}
+		switch t.Scope {
+		case TokenScopeRead, TokenScopeClaim, TokenScopeOperator:
+		default:
+			return fieldErr(key+".scope", fmt.Sprintf("%q: want read, claim or operator", t.Scope))
+		}
+	}
+	return nil
 }

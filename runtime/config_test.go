@@ -124,7 +124,7 @@ func TestParseConfig_Errors(t *testing.T) {
 		want string // the whole message
 	}{
 		{"unknown top key", "data_dir: /d\nsocket: /x\n", `line 2: socket: unknown key (known here: allocations, api, cluster, data_dir, docker, log, plugins, secrets, store, volumes)`},
-		{"unknown nested key", "api:\n  socket: /x\n  sockett: /y\n", `line 3: api.sockett: unknown key (known here: http_addr, insecure_tcp, socket, tls, token_file, ui)`},
+		{"unknown nested key", "api:\n  socket: /x\n  sockett: /y\n", `line 3: api.sockett: unknown key (known here: http_addr, insecure_tcp, socket, tls, token_file, tokens, ui)`},
 		{"unknown allocation key", "allocations:\n  - id: a\n    plugin: p\n    typ: node\n", `line 4: allocations[0].typ: unknown key (known here: command, env, id, image, plugin, socket, type)`},
 		{"duration as int", "plugins:\n  rpc_timeout: 30\n", `line 2: plugins.rpc_timeout: want a duration like "30s" or "500ms"`},
 		{"duration without unit", "plugins:\n  rpc_timeout: \"30\"\n", `line 2: plugins.rpc_timeout: "30": want a duration like "30s" or "500ms"`},
@@ -175,7 +175,16 @@ func TestParseConfig_Errors(t *testing.T) {
 		{"relative data dir", "data_dir: var/lib\n", `line 1: data_dir: "var/lib" is not an absolute path`},
 		{"bad http addr", "api:\n  http_addr: localhost\n", `line 2: api.http_addr: "localhost" is not host:port`},
 		{"bad port", "api:\n  http_addr: localhost:http\n", `line 2: api.http_addr: "localhost:http": port must be a number from 0 to 65535`},
-		{"ui without token", "api:\n  ui: true\n", `line 2: api.ui: needs api.token_file: the web UI reads the API over TCP, which is served only with a token`},
+		{"ui without token", "api:\n  ui: true\n", `line 2: api.ui: needs api.token_file or api.tokens: the web UI reads the API over TCP, which is served only with a token`},
+		{"token without name", "api:\n  tokens:\n    - {file: /t, scope: read}\n", `api.tokens[0].name: must not be empty`},
+		{"token bad name", "api:\n  tokens:\n    - {name: a/b, file: /t, scope: read}\n", `api.tokens[0].name:`},
+		{"token without file", "api:\n  tokens:\n    - {name: a, scope: read}\n", `api.tokens[0].file: must be set`},
+		{"token relative file", "api:\n  tokens:\n    - {name: a, file: t, scope: read}\n", `api.tokens[0].file: "t" is not an absolute path`},
+		{"token unknown scope", "api:\n  tokens:\n    - {name: a, file: /a, scope: read}\n    - {name: b, file: /b, scope: admin}\n", `api.tokens[1].scope: "admin": want read, claim or operator`},
+		{"token without scope", "api:\n  tokens:\n    - {name: a, file: /a}\n", `api.tokens[0].scope: "": want read, claim or operator`},
+		{"token duplicate name", "api:\n  tokens:\n    - {name: a, file: /a, scope: read}\n    - {name: a, file: /b, scope: claim}\n", `api.tokens[1].name: "a" is also the name of api.tokens[0]`},
+		{"token named like token_file", "api:\n  token_file: /t\n  tokens:\n    - {name: default, file: /a, scope: read}\n", `api.tokens[0].name: "default" is the name of the token of api.token_file`},
+		{"token unknown key", "api:\n  tokens:\n    - {name: a, file: /a, scope: read, value: x}\n", `api.tokens[0].value: unknown key`},
 		{"long exec socket", "data_dir: /" + strings.Repeat("d", 80) + "\nallocations:\n  - {id: " + strings.Repeat("a", 30) + ", plugin: p, type: node, command: [x]}\n",
 			"over the 107-byte unix socket limit"},
 	} {

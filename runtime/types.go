@@ -122,6 +122,10 @@ const (
 	// audit of its only actions); Message names the action, its target
 	// and how the API answered, Volume and Alloc the claim, if any.
 	EventUIAction = "ui-action"
+	// EventAPIWrite: a request of the API that changes something (any
+	// method but GET and HEAD) was answered; Token names its token and
+	// the message has the method, path and status.
+	EventAPIWrite = "api-write"
 	// EventsDropped tells a subscriber that it fell behind and lost events;
 	// Message says how many.
 	EventsDropped = "events-dropped"
@@ -806,7 +810,11 @@ type Event struct {
 	// Snapshot is set on the snapshot events (the source volume is
 	// Volume).
 	Snapshot string `json:"snapshot,omitempty"`
-	Message  string `json:"message"`
+	// Token is the name (never the value) of the API token that made the
+	// write an EventAPIWrite or EventUIAction records ("unix" for the
+	// unix socket).
+	Token   string `json:"token,omitempty"`
+	Message string `json:"message"`
 }
 
 // Validate checks e (for producers and decoders of events).

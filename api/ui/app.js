@@ -9,6 +9,11 @@ const maxEvents = 500;
 let logStreams = null; // AbortController of the plugin page's log streams
 let logs = new Map(); // allocation ID -> lines shown on the plugin page
 let signedIn = false;
+// session is the signed-in token's {name, scope} (GET /v1/whoami): the
+// forced release and the fence are offered to an operator session only,
+// as the agent refuses them to the others (403).
+let session = null;
+const canOperate = () => session !== null && session.scope === 'operator';
 
 function h(tag, props = {}, ...kids) {
   const el = document.createElement(tag);
@@ -181,7 +186,7 @@ function overview() {
         h('td', {}, n.id, n.self ? h('span', { class: 'muted' }, ' (this agent)') : ''),
         h('td', {}, badge(n.status === 'up' ? 'ok' : 'bad', n.status)),
         h('td', {}, n.claims), h('td', {}, fmtTime(n.last_seen)),
-        h('td', {}, n.status !== 'up' && !n.self ? h('button', { class: 'danger', type: 'button', onclick: () => fence(n) }, 'Fence…') : ''))),
+        h('td', {}, n.status !== 'up' && !n.self && canOperate() ? h('button', { class: 'danger', type: 'button', onclick: () => fence(n) }, 'Fence…') : ''))),
       'No hosts.')));
   }
   out.push(h('section', { id: 'plugins' }, h('h2', {}, 'Plugins'), table(['Plugin', 'Health', ['Controllers', { class: 'wide' }], 'Nodes', 'Singleton', ['Provider', { class: 'wide' }], ['Version', { class: 'wide' }]],
@@ -213,7 +218,7 @@ function claimRows(v, claims) {
       c.repair ? h('div', { class: 'muted', 'data-repair': c.repair }, c.repair) : ''),
     h('td', { class: 'error' }, c.last_error || ''),
     // Another host's claim is released there, or fenced with its host.
-    h('td', {}, c.state === 'remote' ? '' : h('button', { class: 'danger', type: 'button', onclick: () => forceRelease(v, c) }, 'Force release…'))));
+    h('td', {}, c.state === 'remote' || !canOperate() ? '' : h('button', { class: 'danger', type: 'button', onclick: () => forceRelease(v, c) }, 'Force release…'))));
 }
 
 function eventRows(evs) {
@@ -380,6 +385,8 @@ async function follow() {
 
 function showLogin(message) {
   signedIn = false;
+  session = null;
+  document.getElementById('whoami').hidden = true;
   document.getElementById('logout').hidden = true;
   // Whether the event stream is live means nothing before signing in.
   document.getElementById('live').hidden = true;
@@ -400,7 +407,7 @@ function showLogin(message) {
       }
     },
   }, input, h('button', { type: 'submit' }, 'Sign in'));
-  main.replaceChildren(h('h1', {}, 'Sign in'), h('p', {}, "Give the agent's API token (the file api.token_file names). It is kept as a session cookie."), form, err);
+  main.replaceChildren(h('h1', {}, 'Sign in'), h('p', {}, "Give an API token of the agent (api.token_file or api.tokens); the UI offers what its scope allows. It is kept as a session cookie."), form, err);
   document.body.dataset.page = 'login';
   input.focus();
 }
@@ -408,6 +415,7 @@ function showLogin(message) {
 async function start() {
   try {
     await load();
+    session = await api('/v1/whoami');
   } catch (e) {
     if (e.status === 401) { showLogin(); return; }
     main.replaceChildren(h('h1', {}, 'No access'), h('p', {}, e.message));
@@ -415,6 +423,9 @@ async function start() {
     return;
   }
   signedIn = true;
+  const who = document.getElementById('whoami');
+  who.textContent = `signed in as ${session.name} (${session.scope})`;
+  who.hidden = false;
   document.getElementById('logout').hidden = false;
   document.getElementById('live').hidden = false;
   render();

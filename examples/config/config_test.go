@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -34,6 +35,9 @@ func TestSampleConfig_Load(t *testing.T) {
 	got := cfg
 	got.Allocations = nil
 	want.Allocations = nil
+	if len(got.API.Tokens) == 0 {
+		got.API.Tokens = nil // "tokens: []"
+	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("the sample's values are not the defaults it says it shows:\n got %+v\nwant %+v", got, want)
 	}
@@ -106,6 +110,13 @@ func TestSampleConfig_EveryKey(t *testing.T) {
 
 	var missing []string
 	for _, k := range configKeys(reflect.TypeFor[runtime.Config](), "") {
+		// A key of the items of a list the sample leaves empty (api.tokens:
+		// a token's file must exist for the agent to start) is documented
+		// by a commented-out example item.
+		if list, leaf, ok := strings.Cut(k, "[]."); ok && have[list] && !strings.Contains(leaf, ".") &&
+			regexp.MustCompile(`(?m)^\s*#\s+(- )?`+regexp.QuoteMeta(leaf)+`: \S`).Match(data) {
+			continue
+		}
 		if !have[k] {
 			missing = append(missing, k)
 		}

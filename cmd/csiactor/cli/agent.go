@@ -311,11 +311,9 @@ func (e *env) runAgent(ctx context.Context, cfg runtime.Config, dev bool) (err e
 	defer errLogW.Close()
 	httpErrLog := log.New(errLogW, "", 0)
 
-	var token string
-	if cfg.API.TokenFile != "" {
-		if token, err = api.ReadTokenFile(cfg.API.TokenFile); err != nil {
-			return err
-		}
+	tokens, err := api.NewTokens(api.TokenSpecs(cfg.API), lg.WithField("component", "api"))
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	// The TLS files load before anything starts; recordEvent is set once
 	// the agent is up, before the reloader runs.
@@ -410,7 +408,8 @@ func (e *env) runAgent(ctx context.Context, cfg runtime.Config, dev bool) (err e
 	unixSrv := newServer(api.NewHandler(agent, opts))
 	tcpOpts := opts
 	tcpOpts.UI = cfg.API.UI
-	tcpSrv := newServer(api.NewTCPHandler(agent, token, tcpOpts))
+	tcpOpts.Tokens = tokens
+	tcpSrv := newServer(api.NewTCPHandler(agent, "", tcpOpts))
 	errc := make(chan error, 2)
 	serve := func(srv *http.Server, l net.Listener) {
 		if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
@@ -425,13 +424,15 @@ func (e *env) runAgent(ctx context.Context, cfg runtime.Config, dev bool) (err e
 	addr := "unix://" + socket
 	tcpAddr := scheme + "://" + tcpL.Addr().String()
 	fmt.Fprintf(e.stdout, "csiactor agent: API on %s\n", addr)
-	if token != "" {
+	if tokens.Configured() {
 		fmt.Fprintf(e.stdout, "csiactor agent: metrics, health and the API (with the bearer token) on %s\n", tcpAddr)
 	} else {
 		fmt.Fprintf(e.stdout, "csiactor agent: metrics and health on %s\n", tcpAddr)
 	}
-	if cfg.API.UI {
+	if cfg.API.UI && cfg.API.TokenFile != "" {
 		fmt.Fprintf(e.stdout, "csiactor agent: web UI on %s/ui/ (sign in with the token in %s)\n", tcpAddr, cfg.API.TokenFile)
+	} else if cfg.API.UI {
+		fmt.Fprintf(e.stdout, "csiactor agent: web UI on %s/ui/ (sign in with a token of api.tokens)\n", tcpAddr)
 	}
 	if dev {
 		fmt.Fprintf(e.stdout, "csiactor agent: dev mode, data dir %s (removed on exit)\n\n    export %s=%s\n\n", cfg.DataDir, AddressEnv, addr)

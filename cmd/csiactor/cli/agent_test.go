@@ -244,6 +244,57 @@ func TestAgent_ConfigFile_TokenOpensTCP(t *testing.T) {
 	}
 }
 
+// A live agent with api.tokens: each token within its scope, a 403
+// naming the scope beyond it, and a token file rotated, then removed,
+// without a restart.
+func TestAgent_ConfigFile_ScopedTokens(t *testing.T) {
+	h := newHarness()
+	dir := t.TempDir()
+	write := func(name, value string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(value+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	monitor := write("monitor", "mon-111")
+	cfgFile := filepath.Join(dir, "csiactor.yaml")
+	cfgText := "data_dir: " + filepath.Join(dir, "data") + "\napi:\n  tokens:\n" +
+		"    - {name: monitor, file: " + monitor + ", scope: read}\n" +
+		"    - {name: scheduler, file: " + write("scheduler", "sched-222") + ", scope: claim}\n"
+	if err := os.WriteFile(cfgFile, []byte(cfgText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tcp, stdout, _, stop := startAgent(t, h, "-config", cfgFile, "-http-addr", "127.0.0.1:0")
+	if !strings.Contains(stdout.String(), "metrics, health and the API (with the bearer token) on "+tcp) {
+		t.Errorf("stdout:\n%s", stdout.String())
+	}
+	as := func(token string, args ...string) result {
+		return runCLI(t, map[string]string{cli.TokenEnv: token}, append(args, "-address", tcp)...)
+	}
+	as("mon-111", "plugin", "list").want(t, 0, "NAME  PROVIDER  VERSION  CONTROLLERS  NODES  CONTROLLER REQUIRED\n")
+	r := as("sched-222", "alloc", "deregister", "hp1")
+	r.want(t, 1, "")
+	r.contains(t, "stderr", `csiactor: this request needs the operator scope; token "scheduler" has claim`)
+
+	// Rotation: the new value works, the old one is refused.
+	tmp := write(".monitor.new", "mon-333")
+	if err := os.Rename(tmp, monitor); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the rotated token to work", func() bool { return as("mon-333", "plugin", "list").code == 0 })
+	as("mon-111", "plugin", "list").want(t, 1, "")
+	// Removed: revoked; the other token works on.
+	if err := os.Remove(monitor); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the removed token refused", func() bool { return as("mon-333", "plugin", "list").code == 1 })
+	as("sched-222", "plugin", "list").want(t, 0, "NAME  PROVIDER  VERSION  CONTROLLERS  NODES  CONTROLLER REQUIRED\n")
+	if code := stop(); code != 0 {
+		t.Errorf("exit code %d", code)
+	}
+}
+
 func TestAgent_Dev_TempDirAndExamplePlugin(t *testing.T) {
 	h := newHarness()
 	_, stdout, _, stop := startAgent(t, h, "-dev", "-http-addr", "127.0.0.1:0")
@@ -284,6 +335,21 @@ func TestAgent_Errors(t *testing.T) {
 	if err := os.WriteFile(exampleCfg, []byte("allocations:\n  - {id: example, plugin: p, type: node, socket: /run/p.sock}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	openToken := filepath.Join(dir, "open-token")
+	if err := os.WriteFile(openToken, []byte("0pen-t0ken\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(openToken, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	openTokenCfg := filepath.Join(dir, "open-token.yaml")
+	if err := os.WriteFile(openTokenCfg, []byte("data_dir: "+filepath.Join(dir, "d4")+"\napi:\n  tokens:\n    - {name: m, file: "+openToken+", scope: read}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	badScopeCfg := filepath.Join(dir, "bad-scope.yaml")
+	if err := os.WriteFile(badScopeCfg, []byte("api:\n  tokens:\n    - {name: m, file: "+openToken+", scope: admin}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name  string
 		args  []string
@@ -300,6 +366,9 @@ func TestAgent_Errors(t *testing.T) {
 		{"empty http addr", []string{"-data-dir", filepath.Join(dir, "d1"), "-http-addr", ""}, nil, 2, "-http-addr must not be empty"},
 		{"dev allocation ID taken", []string{"-dev", "-config", exampleCfg, "-http-addr", "127.0.0.1:0"}, nil, 1,
 			`csiactor: -dev: allocations[0] of the config file has the ID "example", which -dev gives the example plugin`},
+		{"token file open to others", []string{"-config", openTokenCfg, "-http-addr", "127.0.0.1:0"}, nil, 1,
+			"csiactor: config: api.tokens[0].file: token file " + openToken + ": mode 0644 lets group or others read it; chmod 600 it"},
+		{"unknown token scope", []string{"-config", badScopeCfg}, nil, 1, `api.tokens[0].scope: "admin": want read, claim or operator`},
 		{"bad http addr", []string{"-data-dir", filepath.Join(dir, "d1"), "-http-addr", "nowhere"}, nil, 1, `config: api.http_addr: "nowhere" is not host:port`},
 		{"new agent fails", []string{"-data-dir", filepath.Join(dir, "d2"), "-http-addr", "127.0.0.1:0"},
 			func(h *agentHarness) { h.newErr = errors.New("store: locked") }, 1, "csiactor: agent: store: locked"},
