@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
 	"github.com/csiactor/csiactor/actors/claim"
@@ -326,6 +327,16 @@ func (r *Runtime) startCluster(ctx context.Context) error {
 	}
 	r.cluster = s
 	r.cache = newVolumeCache(r.cfg.Cluster.VolumeCache)
+	if r.reg != nil {
+		r.cacheGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "csiactor_cluster_volumes_kept",
+			Help: "Volume definitions this host keeps in cluster mode: those it has claims on and at most cluster.volume_cache others.",
+		}, func() float64 { return float64(r.cache.len()) })
+		if err := r.reg.Register(r.cacheGauge); err != nil {
+			r.cacheGauge = nil
+			return fmt.Errorf("cluster: register metrics: %w", err)
+		}
+	}
 	return nil
 }
 

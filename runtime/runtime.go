@@ -109,7 +109,8 @@ type Runtime struct {
 	mirrored map[string]int64
 	// cache orders the volumes this host keeps in cluster mode, and
 	// bounds the ones it has no claim on (cluster.volume_cache).
-	cache *volumeCache
+	cache      *volumeCache
+	cacheGauge prometheus.Collector // csiactor_cluster_volumes_kept, when registered
 }
 
 // New validates cfg (with defaults applied) and returns a runtime that has
@@ -426,6 +427,9 @@ func (r *Runtime) teardownLocked(ctx context.Context) error {
 	}
 	if r.restarts != nil && r.reg != nil {
 		r.reg.Unregister(r.restarts)
+	}
+	if r.cacheGauge != nil {
+		r.reg.Unregister(r.cacheGauge)
 	}
 	if r.store != nil {
 		if err := r.store.Close(); err != nil {

@@ -30,13 +30,8 @@ const volumesListPage = 500
 // claims, for the volumes it keeps, and the cluster's definition for the
 // others.
 func (r *Runtime) VolumesPage(ctx context.Context, filter VolumeFilter, perPage int, token string) (vs []Volume, next string, err error) {
-	if perPage < 1 || perPage > MaxVolumesPerPage {
-		return nil, "", fieldErr("per_page", fmt.Sprintf("%d: want 1 to %d", perPage, MaxVolumesPerPage))
-	}
-	if token != "" {
-		if ValidateID("next_token", token) != nil {
-			return nil, "", fieldErr("next_token", fmt.Sprintf("%q is not a token this API gave", token))
-		}
+	if err := ValidatePage(perPage, token); err != nil {
+		return nil, "", err
 	}
 	if err := filter.Validate(); err != nil {
 		return nil, "", err
@@ -57,6 +52,18 @@ func (r *Runtime) VolumesPage(ctx context.Context, filter VolumeFilter, perPage 
 		return out, next, nil
 	}
 	return r.clusterVolumesPage(ctx, filter, f, perPage, token)
+}
+
+// ValidatePage checks the page size and token of a listing; the error is
+// a *FieldError naming per_page or next_token.
+func ValidatePage(perPage int, token string) error {
+	if perPage < 1 || perPage > MaxVolumesPerPage {
+		return fieldErr("per_page", fmt.Sprintf("%d: want 1 to %d", perPage, MaxVolumesPerPage))
+	}
+	if token != "" && ValidateID("next_token", token) != nil {
+		return fieldErr("next_token", fmt.Sprintf("%q is not a token this API gave", token))
+	}
+	return nil
 }
 
 // clusterVolumesPage is VolumesPage in cluster mode.
@@ -120,7 +127,6 @@ func (r *Runtime) listedVolume(ctx context.Context, e cluster.VolumeEvent) (volu
 	v.Created = cv.Created
 	return v, true
 }
-
 
 // Volumes lists the volumes that match filter, by ID: every page of
 // VolumesPage in cluster mode.
