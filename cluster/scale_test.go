@@ -402,31 +402,13 @@ func runScale(b *testing.B, n, volumes, claims int) scaleResult {
 	for i := range more {
 		more[i] = fmt.Sprintf("more-%05d", i)
 	}
-	work := make(chan int)
-	errs := make(chan error, scaleRegisterWorkers)
-	var wg sync.WaitGroup
-	for range scaleRegisterWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				a := as[i%n]
-				if _, err := a.rt.RegisterVolume(ctx, more[i], volSpec(more[i], am)); err != nil {
-					errs <- fmt.Errorf("register %s on %s: %w", more[i], a.node, err)
-					return
-				}
-			}
-		}()
-	}
-	for i := range more {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		b.Fatal(err)
-	}
+	scaleParallel(b, len(more), func(i int) error {
+		a := as[i%n]
+		if _, err := a.rt.RegisterVolume(ctx, more[i], volSpec(more[i], am)); err != nil {
+			return fmt.Errorf("register %s on %s: %w", more[i], a.node, err)
+		}
+		return nil
+	})
 	res.register = time.Since(start) / time.Duration(len(more))
 	res.eventsPerPut = readEtcdCounters(b).sub(before).events / float64(len(more))
 
@@ -562,29 +544,44 @@ func seedVolumes(b *testing.B, endpoints []string, ids []string) {
 	}
 	tmpl := string(resp.Kvs[0].Value)
 	rest := ids[1:]
-	work := make(chan []string)
+	scaleParallel(b, (len(rest)+scaleSeedTxn-1)/scaleSeedTxn, func(i int) error {
+		batch := rest[i*scaleSeedTxn : min(len(rest), (i+1)*scaleSeedTxn)]
+		ops := make([]clientv3.Op, 0, len(batch))
+		for _, id := range batch {
+			ops = append(ops, clientv3.OpPut(prefix+id, strings.ReplaceAll(tmpl, ids[0], id)))
+		}
+		_, err := cli.Txn(ctx).Then(ops...).Commit()
+		return err
+	})
+}
+
+// scaleParallel calls fn(0) to fn(n-1), scaleRegisterWorkers at a time,
+// and fails b with the first error.
+func scaleParallel(b *testing.B, n int, fn func(i int) error) {
+	b.Helper()
+	work := make(chan int)
 	errs := make(chan error, scaleRegisterWorkers)
 	var wg sync.WaitGroup
 	for range scaleRegisterWorkers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for batch := range work {
-				ops := make([]clientv3.Op, 0, len(batch))
-				for _, id := range batch {
-					ops = append(ops, clientv3.OpPut(prefix+id, strings.ReplaceAll(tmpl, ids[0], id)))
-				}
-				if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			for i := range work {
+				if err := fn(i); err != nil {
 					errs <- err
 					return
 				}
 			}
 		}()
 	}
-	for len(rest) > 0 {
-		k := min(len(rest), scaleSeedTxn)
-		work <- rest[:k]
-		rest = rest[k:]
+	for i := range n {
+		select {
+		case work <- i:
+		case err := <-errs:
+			close(work)
+			wg.Wait()
+			b.Fatal(err)
+		}
 	}
 	close(work)
 	wg.Wait()
