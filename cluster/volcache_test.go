@@ -272,3 +272,38 @@ func TestCluster_VolumesPaging(t *testing.T) {
 	}
 	as[1].waitFreed("p100", "b1")
 }
+
+// TestCluster_PluginVolumeOneID: a plugin volume registered as one ID is
+// refused under another on a host that does not keep the first (409
+// naming it, nothing registered), and free again once the first is
+// deregistered.
+func TestCluster_PluginVolumeOneID(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t)) // last: after the agents and the server stopped
+	srv := etcdtest.Start(t)
+	ctx := context.Background()
+	a, b := startAgent(t, "a", srv.Endpoint()), startAgent(t, "b", srv.Endpoint())
+	const am = "single-node-writer"
+	spec := volSpec("first", am) // external ID ext-first
+	if _, err := b.rt.RegisterVolume(ctx, "first", spec); err != nil {
+		t.Fatal(err)
+	}
+	_, err := a.rt.RegisterVolume(ctx, "second", spec)
+	if !errors.Is(err, runtime.ErrConflict) || !strings.Contains(err.Error(), `registered in the cluster as volume "first"`) {
+		t.Fatalf("the same plugin volume as another ID on a host that does not keep it = %v, want ErrConflict naming first", err)
+	}
+	if _, err := a.rt.Volume(ctx, "second"); !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("second after the refusal: %v, want ErrNotFound", err)
+	}
+	if got := a.kept(); got != 0 {
+		t.Errorf("a keeps %d definitions after the refusal, want 0", got)
+	}
+	if err := b.rt.DeleteVolume(ctx, "first", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.rt.RegisterVolume(ctx, "second", spec); err != nil {
+		t.Fatalf("the plugin volume as another ID once the first is deregistered: %v", err)
+	}
+	if _, err := b.rt.RegisterVolume(ctx, "first", spec); !errors.Is(err, runtime.ErrConflict) {
+		t.Fatalf("first again, now that the plugin volume is second: %v, want ErrConflict", err)
+	}
+}

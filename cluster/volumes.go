@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -17,25 +18,105 @@ func (s *Session) volumeKey(id string) string { return s.key("volumes", id) }
 // host's record has it (see Applied). The same definition again is a
 // no-op; another one is ErrConflict.
 func (s *Session) PutVolume(ctx context.Context, id string, def []byte) error {
+	return s.PutVolumeOf(ctx, id, "", "", def)
+}
+
+// externalKey is the key that names the volume ID the plugin volume
+// externalID of plugin is registered as.
+func (s *Session) externalKey(plugin, externalID string) string {
+	return s.key("external", url.PathEscape(plugin), url.PathEscape(externalID))
+}
+
+// PutVolumeOf is PutVolume for the plugin volume externalID of plugin
+// (none when externalID is empty): it also records that the plugin volume
+// is registered as id, in the same transaction, and fails with
+// ErrConflict naming the other ID when another volume of the cluster is
+// registered for it (one plugin volume has one ID at most, so that the
+// claim limits of its access mode hold across hosts).
+func (s *Session) PutVolumeOf(ctx context.Context, id, plugin, externalID string, def []byte) error {
 	key := s.volumeKey(id)
+	for range maxCAS {
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}
+		ops := []clientv3.Op{clientv3.OpPut(key, string(def))}
+		if externalID != "" {
+			xk := s.externalKey(plugin, externalID)
+			owner, xrev, err := s.ExternalOwner(ctx, plugin, externalID)
+			if err != nil {
+				return err
+			}
+			if owner != "" && owner != id {
+				return fmt.Errorf("%w: plugin %s's volume %q is registered in the cluster as volume %q", ErrConflict, plugin, externalID, owner)
+			}
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(xk), "=", xrev))
+			ops = append(ops, clientv3.OpPut(xk, id))
+		}
+		rctx, cancel := s.reqCtx(ctx)
+		start := time.Now()
+		resp, err := s.cli.Txn(rctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(key)).Commit()
+		cancel()
+		s.metrics.observe("txn", start)
+		if err != nil {
+			return fmt.Errorf("%w: register volume %q: %w", ErrUnavailable, id, err)
+		}
+		if resp.Succeeded {
+			s.Applied(id, resp.Header.Revision)
+			return nil
+		}
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			if bytes.Equal(kvs[0].Value, def) {
+				s.Applied(id, kvs[0].ModRevision)
+				return nil
+			}
+			return fmt.Errorf("%w: volume %q is registered in the cluster with a different definition", ErrConflict, id)
+		}
+		// The plugin volume's record changed meanwhile: read it again.
+	}
+	return fmt.Errorf("%w: the record of volume %q kept changing", ErrUnavailable, id)
+}
+
+// ExternalOwner returns the ID the plugin volume externalID of plugin is
+// registered as in the cluster, empty when none (or when that volume was
+// deregistered since), and the mod revision of the record that says so
+// (0 for none).
+func (s *Session) ExternalOwner(ctx context.Context, plugin, externalID string) (string, int64, error) {
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	xk := s.externalKey(plugin, externalID)
+	start := time.Now()
+	resp, err := s.cli.Get(rctx, xk)
+	s.metrics.observe("get", start)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: read the ID of plugin %s's volume %q: %w", ErrUnavailable, plugin, externalID, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return "", 0, nil
+	}
+	owner, rev := string(resp.Kvs[0].Value), resp.Kvs[0].ModRevision
+	def, _, err := s.VolumeDefRev(ctx, owner)
+	if err != nil {
+		return "", 0, err
+	}
+	if def == nil {
+		return "", rev, nil // deregistered: the record is free
+	}
+	return owner, rev, nil
+}
+
+// ForgetExternal removes the record that the plugin volume externalID of
+// plugin is registered as id (after id was deregistered), unless it names
+// another volume. A record left behind is harmless: ExternalOwner checks
+// that its volume is still there.
+func (s *Session) ForgetExternal(ctx context.Context, id, plugin, externalID string) error {
+	xk := s.externalKey(plugin, externalID)
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
 	start := time.Now()
-	resp, err := s.cli.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(def))).Else(clientv3.OpGet(key)).Commit()
+	_, err := s.cli.Txn(rctx).If(clientv3.Compare(clientv3.Value(xk), "=", id)).Then(clientv3.OpDelete(xk)).Commit()
 	s.metrics.observe("txn", start)
 	if err != nil {
-		return fmt.Errorf("%w: register volume %q: %w", ErrUnavailable, id, err)
+		return fmt.Errorf("%w: forget the ID of plugin %s's volume %q: %w", ErrUnavailable, plugin, externalID, err)
 	}
-	if resp.Succeeded {
-		s.Applied(id, resp.Header.Revision)
-		return nil
-	}
-	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 && bytes.Equal(kvs[0].Value, def) {
-		s.Applied(id, kvs[0].ModRevision)
-		return nil
-	}
-	return fmt.Errorf("%w: volume %q is registered in the cluster with a different definition", ErrConflict, id)
+	return nil
 }
 
 // UpdateVolume replaces volume id's definition, read at mod revision rev

@@ -590,6 +590,15 @@ func (r *Runtime) registerShared(ctx context.Context, id string, spec VolumeSpec
 	if !isNew || err != nil {
 		return v, err
 	}
+	// Refused before this host registers it: the plugin volume may be
+	// another volume of the cluster, which this host does not keep.
+	owner, _, err := r.cluster.ExternalOwner(ctx, spec.Plugin, spec.ExternalID)
+	if err != nil {
+		return v, mapErr(err)
+	}
+	if owner != "" && owner != id {
+		return v, kinderr.Errorf(ErrConflict, "plugin %s's volume %q is registered in the cluster as volume %q", spec.Plugin, spec.ExternalID, owner)
+	}
 	if v, err = r.volumes.Register(ctx, vs); err != nil {
 		return v, mapErr(err)
 	}
@@ -630,7 +639,7 @@ func (r *Runtime) shareVolume(ctx context.Context, cv clusterVolume) error {
 	if err != nil {
 		return err
 	}
-	err = r.cluster.PutVolume(ctx, cv.ID, def)
+	err = r.cluster.PutVolumeOf(ctx, cv.ID, cv.Spec.Plugin, cv.Spec.ExternalID, def)
 	if err == nil {
 		r.cache.touch(cv.ID)
 	}

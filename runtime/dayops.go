@@ -140,6 +140,7 @@ func (r *Runtime) ForceDeregisterVolume(ctx context.Context, id string) error {
 		return err
 	}
 	defer release()
+	plugin, ext := r.externalOf(ctx, id)
 	if _, err := r.volumes.ForceDeregister(ctx, id); err != nil {
 		return mapErr(err)
 	}
@@ -147,6 +148,7 @@ func (r *Runtime) ForceDeregisterVolume(ctx context.Context, id string) error {
 		if err := r.cluster.DeleteVolume(ctx, id); err != nil {
 			return fmt.Errorf("volume %q is forgotten on this host, but not in the cluster: %w", id, mapErr(err))
 		}
+		r.forgetExternal(ctx, id, plugin, ext)
 	}
 	return nil
 }

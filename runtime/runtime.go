@@ -676,9 +676,11 @@ func (r *Runtime) DeleteVolume(ctx context.Context, id string, deleteToo bool) e
 			return err
 		}
 		defer release()
+		plugin, ext := r.externalOf(ctx, id)
 		if err := r.cluster.DeleteVolume(ctx, id); err != nil {
 			return mapErr(err)
 		}
+		r.forgetExternal(ctx, id, plugin, ext)
 	}
 	var err error
 	if deleteToo {

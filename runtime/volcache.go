@@ -220,6 +220,28 @@ func (r *Runtime) unhold(id string) {
 	}
 }
 
+// externalOf returns the plugin and external ID of this host's record of
+// volume id, empty when it has none.
+func (r *Runtime) externalOf(ctx context.Context, id string) (plugin, ext string) {
+	v, err := r.volumes.Get(ctx, id)
+	if err != nil {
+		return "", ""
+	}
+	return v.Plugin, v.ExternalID
+}
+
+// forgetExternal removes the cluster's record that the plugin volume ext
+// of plugin is volume id, deregistered now; a failure is logged (the
+// record left behind is harmless, see cluster.Session.ForgetExternal).
+func (r *Runtime) forgetExternal(ctx context.Context, id, plugin, ext string) {
+	if r.cluster == nil || ext == "" {
+		return
+	}
+	if err := r.cluster.ForgetExternal(ctx, id, plugin, ext); err != nil {
+		r.log.WithFields(logrus.Fields{"component": "cluster", "volume": id}).WithError(err).Info("cannot remove the record of a deregistered volume's plugin volume from etcd; left behind")
+	}
+}
+
 // keeps reports whether this host keeps volume id (has a record of it, or
 // a call is bringing one): the cluster's changes of other volumes are
 // not applied here.
