@@ -370,6 +370,7 @@ func runScale(b *testing.B, n, volumes, claims int) scaleResult {
 		cfg := benchConfig(b, node, members[0].Endpoint())
 		cfg.Cluster.Etcd.Endpoints = etcdtest.Endpoints(members)
 		cfg.Cluster.LeaseTTL = 0
+		cfg.Cluster.Etcd.DialTimeout = 0 // the production default
 		cfg.Plugins.HeartbeatInterval = runtime.DefaultHeartbeatInterval
 		as[i] = startAgentWith(b, node, cfg)
 	}
@@ -390,9 +391,19 @@ func runScale(b *testing.B, n, volumes, claims int) scaleResult {
 		startAgent(i)
 	}
 	res.startAgents = time.Since(start)
-	if vs, err := as[n-1].rt.Volumes(ctx, runtime.VolumeFilter{}); err != nil || len(vs) != volumes {
-		b.Fatalf("the last agent lists %d volumes (%v), want %d", len(vs), err, volumes)
-	}
+	// Every volume listed by the last agent (a page read may time out
+	// while the machine is busy with many agents: tried again).
+	waitFor(b, "every volume listed on the last agent", scaleWait, time.Second, func() (bool, error) {
+		vs, err := as[n-1].rt.Volumes(ctx, runtime.VolumeFilter{})
+		if err != nil {
+			b.Logf("listing on the last agent: %v", err)
+			return false, nil
+		}
+		if len(vs) != volumes {
+			return false, fmt.Errorf("the last agent lists %d volumes, want %d", len(vs), volumes)
+		}
+		return true, nil
+	})
 
 	// More volumes registered through the agents in turn: what each
 	// registration costs, and the watch events it sends.
