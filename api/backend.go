@@ -61,6 +61,10 @@ type Backend interface {
 	ModifyVolume(ctx context.Context, id string, req runtime.ModifyRequest) (runtime.Volume, error)
 	// Volumes lists the volumes that match filter, by ID.
 	Volumes(ctx context.Context, filter runtime.VolumeFilter) ([]runtime.Volume, error)
+	// VolumesPage lists one page of them (see
+	// runtime.Runtime.VolumesPage): at most perPage from token on, and
+	// the next page's token, empty on the last.
+	VolumesPage(ctx context.Context, filter runtime.VolumeFilter, perPage int, token string) ([]runtime.Volume, string, error)
 	// Volume returns one volume, or ErrNotFound.
 	Volume(ctx context.Context, id string) (runtime.Volume, error)
 	// Claim claims the volume volumeID for req.Alloc and publishes it; it

@@ -185,6 +185,12 @@ func (c *Client) DeregisterAllocation(ctx context.Context, id string) error {
 
 // Volumes lists the volumes that match filter.
 func (c *Client) Volumes(ctx context.Context, filter runtime.VolumeFilter) ([]runtime.Volume, error) {
+	var out []runtime.Volume
+	return out, c.do(ctx, http.MethodGet, "/v1/volumes", volumeQuery(filter), nil, &out)
+}
+
+// volumeQuery is the query of a listing with filter.
+func volumeQuery(filter runtime.VolumeFilter) url.Values {
 	q := url.Values{}
 	if filter.Plugin != "" {
 		q.Set("plugin", filter.Plugin)
@@ -195,8 +201,32 @@ func (c *Client) Volumes(ctx context.Context, filter runtime.VolumeFilter) ([]ru
 	if filter.AllHosts {
 		q.Set("all_hosts", "true")
 	}
+	return q
+}
+
+// NextTokenHeader is the response header of a page of a listing that
+// gives the next page's next_token; a last page has none.
+const NextTokenHeader = "X-Csiactor-Next-Token"
+
+// VolumesPage lists one page of the volumes that match filter: at most
+// perPage from token (empty: the first page) on, and the next page's
+// token, empty on the last page.
+func (c *Client) VolumesPage(ctx context.Context, filter runtime.VolumeFilter, perPage int, token string) ([]runtime.Volume, string, error) {
+	q := volumeQuery(filter)
+	q.Set("per_page", strconv.Itoa(perPage))
+	if token != "" {
+		q.Set("next_token", token)
+	}
+	resp, err := c.send(ctx, http.MethodGet, "/v1/volumes", q, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	defer resp.Body.Close()
 	var out []runtime.Volume
-	return out, c.do(ctx, http.MethodGet, "/v1/volumes", q, nil, &out)
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, "", fmt.Errorf("GET /v1/volumes: decode answer: %w", err)
+	}
+	return out, resp.Header.Get(NextTokenHeader), nil
 }
 
 // Volume returns the volume id.

@@ -496,7 +496,7 @@ func (s *server) allocationLogs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) volumes(w http.ResponseWriter, r *http.Request) {
-	q, ok := query(w, r, "plugin", "node", "all_hosts")
+	q, ok := query(w, r, "plugin", "node", "all_hosts", "per_page", "next_token")
 	if !ok {
 		return
 	}
@@ -508,10 +508,34 @@ func (s *server) volumes(w http.ResponseWriter, r *http.Request) {
 	if !valid(w, f.Validate()) {
 		return
 	}
-	vs, err := s.b.Volumes(r.Context(), f)
+	if !q.Has("per_page") {
+		if q.Has("next_token") {
+			writeError(w, http.StatusBadRequest, "next_token: give per_page with it")
+			return
+		}
+		vs, err := s.b.Volumes(r.Context(), f)
+		if err != nil {
+			writeBackendError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, nonNil(vs))
+		return
+	}
+	perPage, err := strconv.Atoi(q.Get("per_page"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("per_page: %q: want a whole number from 1 to %d", q.Get("per_page"), runtime.MaxVolumesPerPage))
+		return
+	}
+	if !valid(w, runtime.ValidatePage(perPage, q.Get("next_token"))) {
+		return
+	}
+	vs, next, err := s.b.VolumesPage(r.Context(), f, perPage, q.Get("next_token"))
 	if err != nil {
 		writeBackendError(w, err)
 		return
+	}
+	if next != "" {
+		w.Header().Set(NextTokenHeader, next)
 	}
 	writeJSON(w, http.StatusOK, nonNil(vs))
 }

@@ -47,44 +47,62 @@ func (s *Session) VolumeDefs(ctx context.Context, ids []string) ([][]byte, error
 	return out, nil
 }
 
-// PutVolumes records the definitions defs of the volumes ids, new to the
-// cluster, as PutVolume records one, and returns one error per volume in
-// ids' order (nil: recorded, or recorded already with the same
-// definition; ErrConflict: the cluster has another definition). It writes
-// MaxTxnOps definitions per transaction, each creating its keys only if
-// none of them exists; a volume that exists leaves its page, which is
-// written again without it. ids must not repeat.
-func (s *Session) PutVolumes(ctx context.Context, ids []string, defs [][]byte) []error {
-	errs := make([]error, len(ids))
-	for lo := 0; lo < len(ids); lo += MaxTxnOps {
-		hi := min(lo+MaxTxnOps, len(ids))
+// NewVolume is one volume of PutVolumes: its ID, its definition, and the
+// plugin volume it is registered for (ExternalID empty: none), which gets
+// the record PutVolumeOf writes.
+type NewVolume struct {
+	ID, Plugin, ExternalID string
+	Def                    []byte
+}
+
+// PutVolumes records the definitions of vols, new to the cluster, as
+// PutVolumeOf records one, and returns one error per volume in vols'
+// order (nil: recorded, or recorded already with the same definition;
+// ErrConflict: the cluster has another definition, or its plugin volume
+// is registered as another volume). It writes MaxTxnOps/2 volumes per
+// transaction (a definition and its plugin volume's record each), each
+// creating its keys only if none of them exists; a volume whose key
+// exists leaves its page, which is written again without it, and one
+// whose plugin volume has a record (of a volume deregistered since, or
+// another) is settled alone by PutVolumeOf. IDs must not repeat.
+func (s *Session) PutVolumes(ctx context.Context, vols []NewVolume) []error {
+	errs := make([]error, len(vols))
+	const per = MaxTxnOps / 2
+	for lo := 0; lo < len(vols); lo += per {
+		hi := min(lo+per, len(vols))
 		page := make([]int, 0, hi-lo)
 		for i := lo; i < hi; i++ {
 			page = append(page, i)
 		}
-		s.putPage(ctx, ids, defs, page, errs)
+		s.putPage(ctx, vols, page, errs)
 	}
 	return errs
 }
 
-// putPage writes the definitions at the indexes page in one transaction
-// (see PutVolumes), setting errs of each.
-func (s *Session) putPage(ctx context.Context, ids []string, defs [][]byte, page []int, errs []error) {
+// putPage writes the volumes at the indexes page in one transaction (see
+// PutVolumes), setting errs of each.
+func (s *Session) putPage(ctx context.Context, vols []NewVolume, page []int, errs []error) {
 	for round := 0; len(page) > 0; round++ {
 		if round == maxPutRounds {
 			for _, i := range page {
-				errs[i] = fmt.Errorf("%w: register volume %q: other hosts kept registering volumes of the same page; try again", ErrUnavailable, ids[i])
+				errs[i] = fmt.Errorf("%w: register volume %q: other hosts kept registering volumes of the same page; try again", ErrUnavailable, vols[i].ID)
 			}
 			return
 		}
-		cmps := make([]clientv3.Cmp, len(page))
-		puts := make([]clientv3.Op, len(page))
-		gets := make([]clientv3.Op, len(page))
-		for k, i := range page {
-			key := s.volumeKey(ids[i])
-			cmps[k] = clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
-			puts[k] = clientv3.OpPut(key, string(defs[i]))
-			gets[k] = clientv3.OpGet(key)
+		var cmps []clientv3.Cmp
+		var puts, gets []clientv3.Op
+		for _, i := range page {
+			v := vols[i]
+			key := s.volumeKey(v.ID)
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
+			puts = append(puts, clientv3.OpPut(key, string(v.Def)))
+			gets = append(gets, clientv3.OpGet(key))
+			if v.ExternalID != "" {
+				xk := s.externalKey(v.Plugin, v.ExternalID)
+				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(xk), "=", 0))
+				puts = append(puts, clientv3.OpPut(xk, v.ID))
+				gets = append(gets, clientv3.OpGet(xk, clientv3.WithCountOnly()))
+			}
 		}
 		rctx, cancel := s.reqCtx(ctx)
 		start := time.Now()
@@ -93,29 +111,39 @@ func (s *Session) putPage(ctx context.Context, ids []string, defs [][]byte, page
 		s.metrics.observe("txn", start)
 		if err != nil {
 			for _, i := range page {
-				errs[i] = fmt.Errorf("%w: register volume %q: %w", ErrUnavailable, ids[i], err)
+				errs[i] = fmt.Errorf("%w: register volume %q: %w", ErrUnavailable, vols[i].ID, err)
 			}
 			return
 		}
 		applied := make(map[string]int64, len(page))
 		if resp.Succeeded {
 			for _, i := range page {
-				applied[ids[i]] = resp.Header.Revision
+				applied[vols[i].ID] = resp.Header.Revision
 			}
 			s.appliedAll(applied)
 			return
 		}
 		// Some exist: settle those, and write the rest again.
 		rest := page[:0]
-		for k, i := range page {
+		k := 0
+		for _, i := range page {
+			v := vols[i]
 			kvs := resp.Responses[k].GetResponseRange().GetKvs()
+			k++
+			recorded := false
+			if v.ExternalID != "" {
+				recorded = resp.Responses[k].GetResponseRange().GetCount() > 0
+				k++
+			}
 			switch {
-			case len(kvs) == 0:
-				rest = append(rest, i)
-			case bytes.Equal(kvs[0].Value, defs[i]):
-				applied[ids[i]] = kvs[0].ModRevision
+			case len(kvs) > 0 && bytes.Equal(kvs[0].Value, v.Def):
+				applied[v.ID] = kvs[0].ModRevision
+			case len(kvs) > 0:
+				errs[i] = fmt.Errorf("%w: volume %q is registered in the cluster with a different definition", ErrConflict, v.ID)
+			case recorded:
+				errs[i] = s.PutVolumeOf(ctx, v.ID, v.Plugin, v.ExternalID, v.Def)
 			default:
-				errs[i] = fmt.Errorf("%w: volume %q is registered in the cluster with a different definition", ErrConflict, ids[i])
+				rest = append(rest, i)
 			}
 		}
 		s.appliedAll(applied)

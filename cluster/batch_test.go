@@ -222,11 +222,13 @@ func checkRegisterVolumes(t *testing.T, a *hostpathAgent, c *api.Client, endpoin
 	a.settled("after every claim is released", hostpath.Want{})
 }
 
-// TestSession_PutVolumes: 300 definitions in pages of cluster.MaxTxnOps;
-// two of them exist already (one the same, one another definition): the
-// page holding them is written again without them, the same one is a
-// no-op, the other ErrConflict, and etcd holds every other one as given.
-// VolumeDefs reads them back in order, nil for an absent one.
+// TestSession_PutVolumes: 300 definitions in pages of cluster.MaxTxnOps/2,
+// each with its plugin volume; two of them exist already (one the same,
+// one another definition), and one's plugin volume is registered as
+// another volume: the page holding them is written again without them,
+// the same one is a no-op, the other two ErrConflict, and etcd holds every
+// other one as given, with the record of its plugin volume. VolumeDefs
+// reads them back in order, nil for an absent one.
 func TestSession_PutVolumes(t *testing.T) {
 	t.Cleanup(leakcheck.Check(t))
 	srv := etcdtest.Start(t)
@@ -238,18 +240,26 @@ func TestSession_PutVolumes(t *testing.T) {
 	if err := s.PutVolume(ctx, "v0131", []byte("theirs")); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.PutVolumeOf(ctx, "other", "p", "x0200", []byte("def-other")); err != nil {
+		t.Fatal(err)
+	}
 	var ids []string
-	var defs [][]byte
+	var vols []cluster.NewVolume
 	for i := range 300 {
 		id := fmt.Sprintf("v%04d", i)
-		ids, defs = append(ids, id), append(defs, []byte("def-"+id))
+		ids = append(ids, id)
+		vols = append(vols, cluster.NewVolume{ID: id, Plugin: "p", ExternalID: fmt.Sprintf("x%04d", i), Def: []byte("def-" + id)})
 	}
-	errs := s.PutVolumes(ctx, ids, defs)
+	errs := s.PutVolumes(ctx, vols)
 	for i, err := range errs {
 		switch {
 		case i == 131:
 			if !errors.Is(err, cluster.ErrConflict) || !strings.Contains(err.Error(), `volume "v0131" is registered in the cluster with a different definition`) {
 				t.Errorf("v0131: %v, want ErrConflict", err)
+			}
+		case i == 200:
+			if !errors.Is(err, cluster.ErrConflict) || !strings.Contains(err.Error(), `plugin p's volume "x0200" is registered in the cluster as volume "other"`) {
+				t.Errorf("v0200: %v, want ErrConflict naming volume other", err)
 			}
 		case err != nil:
 			t.Errorf("%s: %v", ids[i], err)
@@ -261,8 +271,11 @@ func TestSession_PutVolumes(t *testing.T) {
 	}
 	for i, def := range got[:300] {
 		want := "def-" + ids[i]
-		if i == 131 {
+		switch i {
+		case 131:
 			want = "theirs"
+		case 200:
+			want = ""
 		}
 		if string(def) != want {
 			t.Errorf("%s holds %q, want %q", ids[i], def, want)
@@ -272,7 +285,17 @@ func TestSession_PutVolumes(t *testing.T) {
 		t.Errorf("absent volume: %q, want nil", got[300])
 	}
 	if n := etcdKeys(t, srv.Endpoint(), cluster.DefaultPrefix+"/volumes/"); n != 300 {
-		t.Errorf("etcd holds %d definitions, want 300", n)
+		t.Errorf("etcd holds %d definitions, want 300 (299 and other)", n)
+	}
+	// Written: all but v0130 (there before, without a record), v0131 and
+	// v0200; and other's.
+	if n := etcdKeys(t, srv.Endpoint(), cluster.DefaultPrefix+"/external/"); n != 298 {
+		t.Errorf("etcd holds %d plugin volume records, want 298", n)
+	}
+	for _, x := range []struct{ ext, want string }{{"x0007", "v0007"}, {"x0200", "other"}, {"x0131", ""}} {
+		if owner, _, err := s.ExternalOwner(ctx, "p", x.ext); err != nil || owner != x.want {
+			t.Errorf("the owner of plugin volume %s: %q, %v; want %q", x.ext, owner, err, x.want)
+		}
 	}
 }
 
@@ -323,5 +346,42 @@ func TestRegisterVolumes_TwoHosts(t *testing.T) {
 	})
 	if n := etcdKeys(t, srv.Endpoint(), runtime.DefaultClusterPrefix+"/volumes/"); n != 6 {
 		t.Errorf("etcd holds %d definitions, want 6", n)
+	}
+}
+
+// TestRegisterVolumes_KeptBounded: a batch registered on a host with
+// cluster.volume_cache 4 leaves it keeping 4 of the new volumes (the rest
+// evicted here, still in etcd and readable), and records each plugin
+// volume's ID, so that another host registering one of them under another
+// ID is refused naming the batch's volume.
+func TestRegisterVolumes_KeptBounded(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	srv := etcdtest.Start(t)
+	ctx := context.Background()
+	cfg := clusterConfig(t, "a", srv.Endpoint())
+	cfg.Cluster.VolumeCache = 4
+	a := startAgentWith(t, "a", cfg)
+	b := startAgent(t, "b", srv.Endpoint())
+	var entries []runtime.CreateVolumeSpec
+	for i := range 20 {
+		id := fmt.Sprintf("k%02d", i)
+		entries = append(entries, runtime.CreateVolumeSpec{ID: id, VolumeSpec: volSpec(id, "single-node-writer")})
+	}
+	res, err := a.rt.RegisterVolumes(ctx, entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Status != runtime.BatchRegistered {
+			t.Fatalf("%+v, want registered", r)
+		}
+	}
+	eventually(t, "a down to its cache of 4", func() (bool, error) { return a.kept() == 4, nil })
+	if v, err := a.rt.Volume(ctx, "k00"); err != nil || v.ExternalID != "ext-k00" {
+		t.Fatalf("k00 on a after its eviction: %+v, %v", v, err)
+	}
+	_, err = b.rt.RegisterVolume(ctx, "dup", volSpec("k07", "single-node-writer"))
+	if !errors.Is(err, runtime.ErrConflict) || !strings.Contains(err.Error(), `registered in the cluster as volume "k07"`) {
+		t.Fatalf("b registers plugin volume ext-k07 as dup: %v; want ErrConflict naming k07", err)
 	}
 }

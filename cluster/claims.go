@@ -347,11 +347,18 @@ func sortClaims(cs []HostClaim) {
 // AllClaims returns the claims of every host on every volume that has
 // one, by volume ID, read in one request.
 func (s *Session) AllClaims(ctx context.Context) (map[string][]HostClaim, error) {
+	prefix := s.claimsKey("")
+	return s.claimsRange(ctx, prefix, clientv3.GetPrefixRangeEnd(prefix))
+}
+
+// claimsRange returns the claims documents of the keys from key to end
+// (excluded), by volume ID.
+func (s *Session) claimsRange(ctx context.Context, key, end string) (map[string][]HostClaim, error) {
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
 	prefix := s.claimsKey("")
 	start := time.Now()
-	resp, err := s.cli.Get(rctx, prefix, clientv3.WithPrefix())
+	resp, err := s.cli.Get(rctx, key, clientv3.WithRange(end))
 	s.metrics.observe("get", start)
 	if err != nil {
 		return nil, fmt.Errorf("%w: list claims: %w", ErrUnavailable, err)

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/csiactor/csiactor/internal/etcdtest"
 	"github.com/csiactor/csiactor/internal/metrictest"
@@ -37,9 +39,12 @@ const (
 	defaultScaleAgents  = "3"
 	defaultScaleVolumes = 1000
 	defaultScaleClaims  = 200
-	// scaleRegisterWorkers is how many volume registrations are in flight
-	// at once during the set-up.
+	// scaleRegisterWorkers is how many volume registrations (or etcd
+	// transactions of them) are in flight at once.
 	scaleRegisterWorkers = 16
+	// scaleRegisterMore is how many volumes are registered through the
+	// agents once they run, for the cost of a registration.
+	scaleRegisterMore = 200
 	// scaleIdle is the window in which the cluster's background traffic
 	// (lease renewals, liveness keys, host lists) is measured, to be
 	// subtracted from the claims' traffic.
@@ -53,14 +58,16 @@ const (
 // CSIACTOR_SCALE_AGENTS (default 3), N agents in this process (each a
 // runtime.Runtime in cluster mode with its own data dir on tmpfs, store,
 // etcd session and watches, and a fake plugin as a monolith allocation) on
-// a fresh 3-member embedded etcd, with CSIACTOR_SCALE_VOLUMES volumes
-// (default 1,000) registered through the agents in turn. Then
-// CSIACTOR_SCALE_CLAIMS claims (default 200) one at a time, each by a
-// random agent on a volume not claimed before, released and freed on the
-// agent before the next. It reports, per N:
+// a fresh 3-member embedded etcd holding CSIACTOR_SCALE_VOLUMES volume
+// definitions (default 1,000: the first registered through the first
+// agent, the others written straight to etcd as copies of it before the
+// other agents start). Then CSIACTOR_SCALE_CLAIMS claims (default 200)
+// one at a time, each by a random agent on a volume not claimed before,
+// released and freed on the agent before the next. It reports, per N:
 //
 //   - claim-p50-ms, claim-p99-ms: the runtime's Claim of a
-//     single-node-writer volume, admission in etcd and publish through the
+//     single-node-writer volume, the definition read from etcd (the agent
+//     never saw the volume), admission in etcd and publish through the
 //     fake plugin (no mount);
 //   - etcd-reqs/claim, etcd-rx-B/claim, etcd-tx-B/claim, peer-B/claim:
 //     requests the etcd members received from clients (gRPC messages:
@@ -70,31 +77,37 @@ const (
 //   - bg-reqs/s, bg-rx-B/s, bg-tx-B/s: that background, the whole cluster
 //     idle (lease renewals, liveness keys, host lists);
 //   - events/volume-put, events/claim: watch events the members sent to
-//     the agents per volume registered, and per claim;
+//     the agents per volume registered through the agents (200 of them,
+//     once they run), and per claim;
+//   - register-ms/volume: those 200 registrations, 16 at a time, per
+//     volume; seed-s: the time to write the others straight to etcd;
+//     start-s/agent: the agents started one after the other;
 //   - heap-MiB/agent: the live heap (after GC) of one more agent that
 //     joins the fleet in a process of its own (the test binary again, on
-//     a data dir of its own), once ready (every volume definition read and
-//     mirrored), less the process's before it started the agent (with
-//     CSIACTOR_SCALE_HEAPPROFILE=FILE that process writes its heap profile
-//     there);
+//     a data dir of its own), once ready, less the process's before it
+//     started the agent (with CSIACTOR_SCALE_HEAPPROFILE=FILE that
+//     process writes its heap profile there); heap-full-cache-MiB/agent:
+//     the same once it has read cluster.volume_cache volumes (its default),
+//     which it keeps;
 //   - fleet-heap-MiB/agent: live heap with the agents running, less the
 //     same after they are stopped (the etcd members, fake plugins and the
 //     benchmark stay), over N: an average that also counts what the etcd
 //     members hold for the agents, and moves with the members' own heap;
 //   - db-MiB, db-inuse-MiB: the etcd database of a member, file and in use;
 //   - restart-ready-s: one agent stopped, then started again on its data
-//     dir, until runtime.Ready reports ready; restart-synced-s: until it
-//     also has a volume registered on another agent once it was ready,
-//     whose ID sorts after every other (so its volume watch has read every
-//     definition: Ready does not wait for that).
+//     dir, until runtime.Ready reports ready (it reads from etcd only the
+//     definitions it keeps: restart-kept-volumes); restart-synced-s: until
+//     it also serves a volume registered on another agent once it was
+//     ready.
 //
 // The etcd counters are the process-wide ones of the embedded members
 // (grpc_server_msg_received_total, etcd_network_client_grpc_*_bytes_total,
 // etcd_network_peer_sent_bytes_total, etcd_debugging_mvcc_events_total),
 // summed over the three. It runs once per N whatever -benchtime says
-// (`make bench` gives it 1x). The full campaign of the issue:
+// (`make bench` gives it 1x). The campaign of docs/operations.md's sizing
+// section:
 //
-//	CSIACTOR_SCALE_AGENTS=3,10,30,100 CSIACTOR_SCALE_VOLUMES=10000 \
+//	CSIACTOR_SCALE_AGENTS=10,100,300 CSIACTOR_SCALE_VOLUMES=100000 CSIACTOR_SCALE_CLAIMS=10000 \
 //	  go test -run '^$' -bench '^BenchmarkScale$' -benchtime 1x -timeout 3h ./cluster/
 func BenchmarkScale(b *testing.B) {
 	agents := scaleEnvInts(b, scaleAgentsEnv, defaultScaleAgents)
@@ -144,9 +157,13 @@ type scaleResult struct {
 	heapPerAgent            float64 // bytes, of the agent that joins last
 	fleetHeapPerAgent       float64 // bytes, the fleet's average
 	dbSize, dbInUse         int64
+	heapFullCache           float64 // bytes, the same agent once it read DefaultVolumeCache volumes
 	restart                 time.Duration
 	restartSynced           time.Duration
-	register                time.Duration // every volume registered and on every agent
+	restartKept             float64       // volume definitions the restarted agent keeps
+	register                time.Duration // per volume registered through the agents, once they run
+	seed                    time.Duration // the volumes written straight to etcd
+	startAgents             time.Duration // the agents but the first started, one after the other
 }
 
 type scaleMetric struct {
@@ -169,12 +186,16 @@ func (r scaleResult) metrics() []scaleMetric {
 		{r.eventsPerPut, "events/volume-put"},
 		{r.eventsPerClaim, "events/claim"},
 		{r.heapPerAgent / mib, "heap-MiB/agent"},
+		{r.heapFullCache / mib, "heap-full-cache-MiB/agent"},
 		{r.fleetHeapPerAgent / mib, "fleet-heap-MiB/agent"},
 		{float64(r.dbSize) / mib, "db-MiB"},
 		{float64(r.dbInUse) / mib, "db-inuse-MiB"},
 		{r.restart.Seconds(), "restart-ready-s"},
 		{r.restartSynced.Seconds(), "restart-synced-s"},
-		{r.register.Seconds(), "register-s"},
+		{r.restartKept, "restart-kept-volumes"},
+		{float64(r.register.Microseconds()) / 1000, "register-ms/volume"},
+		{r.seed.Seconds(), "seed-s"},
+		{r.startAgents.Seconds() / float64(max(r.agents-1, 1)), "start-s/agent"},
 	}
 }
 
@@ -217,23 +238,27 @@ func (c etcdCounters) sub(o etcdCounters) etcdCounters {
 // commas), for BenchmarkScale's heap per agent.
 const scaleJoinEnv = "CSIACTOR_SCALE_JOIN"
 
+// scaleJoinReadEnv is how many volumes (scaleVolumeID 0 on) scaleJoinChild
+// reads once ready.
+const scaleJoinReadEnv = "CSIACTOR_SCALE_JOIN_READ"
+
 // scaleJoinHeap runs scaleJoinChild in a process of its own on endpoints
-// and returns the heap it reports.
-func scaleJoinHeap(b *testing.B, endpoints []string) float64 {
+// and returns the heaps it reports: once ready, and once it has read
+// volumes read.
+func scaleJoinHeap(b *testing.B, endpoints []string, read int) (ready, full float64) {
 	b.Helper()
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), scaleJoinEnv+"="+strings.Join(endpoints, ","))
+	cmd.Env = append(os.Environ(), scaleJoinEnv+"="+strings.Join(endpoints, ","), scaleJoinReadEnv+"="+strconv.Itoa(read))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
 		b.Fatalf("the joining agent's process: %v: %s", err, stderr.Bytes())
 	}
-	var heap float64
-	if _, err := fmt.Sscanf(string(out), "heap=%g", &heap); err != nil {
+	if _, err := fmt.Sscanf(string(out), "heap=%g full=%g", &ready, &full); err != nil {
 		b.Fatalf("the joining agent's process printed %q: %v", out, err)
 	}
-	return heap
+	return ready, full
 }
 
 // scaleJoinChild starts an agent on a new data dir (tmpfs where there is
@@ -293,7 +318,14 @@ func scaleJoinChild() int {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	fmt.Printf("heap=%d\n", liveHeap()-base)
+	ready := liveHeap() - base
+	read, _ := strconv.Atoi(os.Getenv(scaleJoinReadEnv))
+	for i := range read {
+		if _, err := rt.Volume(ctx, scaleVolumeID(i)); err != nil {
+			return fail(err)
+		}
+	}
+	fmt.Printf("heap=%d full=%d\n", ready, liveHeap()-base)
 	if p := os.Getenv("CSIACTOR_SCALE_HEAPPROFILE"); p != "" {
 		f, err := os.Create(p)
 		if err != nil {
@@ -322,62 +354,74 @@ func runScale(b *testing.B, n, volumes, claims int) scaleResult {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	members := etcdtest.StartCluster(b, 3)
+	const am = "single-node-writer"
+	ids := make([]string, volumes)
+	for i := range ids {
+		ids[i] = scaleVolumeID(i)
+	}
 
 	// The agents, each with the production lease TTL (its renewals are
 	// the background traffic) and plugin heartbeat (the tests' 500 ms
 	// would have the process probe 2N fake plugins a second, a load no
 	// host of a real fleet carries for the others).
 	as := make([]*agent, n)
-	for i := range as {
+	startAgent := func(i int) {
 		node := fmt.Sprintf("s%03d", i)
 		cfg := benchConfig(b, node, members[0].Endpoint())
 		cfg.Cluster.Etcd.Endpoints = etcdtest.Endpoints(members)
 		cfg.Cluster.LeaseTTL = 0
+		cfg.Cluster.Etcd.DialTimeout = 0 // the production default
 		cfg.Plugins.HeartbeatInterval = runtime.DefaultHeartbeatInterval
 		as[i] = startAgentWith(b, node, cfg)
 	}
 
-	// Register the volumes through the agents in turn.
-	const am = "single-node-writer"
-	ids := make([]string, volumes)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("vol-%05d", i)
-	}
-	before := readEtcdCounters(b)
-	start := time.Now()
-	work := make(chan int)
-	errs := make(chan error, scaleRegisterWorkers)
-	var wg sync.WaitGroup
-	for range scaleRegisterWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				a := as[i%n]
-				if _, err := a.rt.RegisterVolume(ctx, ids[i], volSpec(ids[i], am)); err != nil {
-					errs <- fmt.Errorf("register %s on %s: %w", ids[i], a.node, err)
-					return
-				}
-			}
-		}()
-	}
-	for i := range ids {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	// The cluster's volumes: the first registered through the first
+	// agent, the others written straight to etcd as that definition with
+	// their own ID (bulk registration is not what this measures), before
+	// the other agents join.
+	startAgent(0)
+	if _, err := as[0].rt.RegisterVolume(ctx, ids[0], volSpec(ids[0], am)); err != nil {
 		b.Fatal(err)
 	}
-	for _, a := range as {
-		waitFor(b, "every volume on "+a.node, scaleWait, 100*time.Millisecond, func() (bool, error) {
-			vs, err := a.rt.Volumes(ctx, runtime.VolumeFilter{})
-			return len(vs) == volumes, err
-		})
+	start := time.Now()
+	seedVolumes(b, etcdtest.Endpoints(members), ids)
+	res.seed = time.Since(start)
+	start = time.Now()
+	for i := 1; i < n; i++ {
+		startAgent(i)
 	}
-	res.register = time.Since(start)
-	res.eventsPerPut = readEtcdCounters(b).sub(before).events / float64(volumes)
+	res.startAgents = time.Since(start)
+	// Every volume listed by the last agent (a page read may time out
+	// while the machine is busy with many agents: tried again).
+	waitFor(b, "every volume listed on the last agent", scaleWait, time.Second, func() (bool, error) {
+		vs, err := as[n-1].rt.Volumes(ctx, runtime.VolumeFilter{})
+		if err != nil {
+			b.Logf("listing on the last agent: %v", err)
+			return false, nil
+		}
+		if len(vs) != volumes {
+			return false, fmt.Errorf("the last agent lists %d volumes, want %d", len(vs), volumes)
+		}
+		return true, nil
+	})
+
+	// More volumes registered through the agents in turn: what each
+	// registration costs, and the watch events it sends.
+	before := readEtcdCounters(b)
+	start = time.Now()
+	more := make([]string, scaleRegisterMore)
+	for i := range more {
+		more[i] = fmt.Sprintf("more-%05d", i)
+	}
+	scaleParallel(b, len(more), func(i int) error {
+		a := as[i%n]
+		if _, err := a.rt.RegisterVolume(ctx, more[i], volSpec(more[i], am)); err != nil {
+			return fmt.Errorf("register %s on %s: %w", more[i], a.node, err)
+		}
+		return nil
+	})
+	res.register = time.Since(start) / time.Duration(len(more))
+	res.eventsPerPut = readEtcdCounters(b).sub(before).events / float64(len(more))
 
 	// The background, idle.
 	idle := readEtcdCounters(b)
@@ -448,7 +492,8 @@ func runScale(b *testing.B, n, volumes, claims int) scaleResult {
 
 	// A restart: one agent stopped, then started on its data dir until
 	// ready. Its fake plugin goes on serving, as a plugin process outlives
-	// a restart of the agent.
+	// a restart of the agent. It keeps the volumes it claimed (up to
+	// cluster.volume_cache), and reads only those from etcd.
 	ai := rng.IntN(n)
 	a := as[ai]
 	a.stop()
@@ -459,6 +504,7 @@ func runScale(b *testing.B, n, volumes, claims int) scaleResult {
 		return r.Status == runtime.ReadyOK, err
 	})
 	res.restart = time.Since(t0)
+	res.restartKept, _ = metrictest.Value(b, a.reg, "csiactor_cluster_volumes_kept", nil)
 	last := "zz-after-restart"
 	if _, err := as[(ai+1)%n].rt.RegisterVolume(ctx, last, volSpec(last, am)); err != nil {
 		b.Fatal(err)
@@ -473,9 +519,9 @@ func runScale(b *testing.B, n, volumes, claims int) scaleResult {
 	res.restartSynced = time.Since(t0)
 
 	// One more agent joins, in a process of its own: its live heap once
-	// ready (every definition read and mirrored), less the same process's
-	// before it started the agent.
-	res.heapPerAgent = scaleJoinHeap(b, etcdtest.Endpoints(members))
+	// ready, less the same process's before it started the agent; then
+	// once it has read as many volumes as its cache keeps.
+	res.heapPerAgent, res.heapFullCache = scaleJoinHeap(b, etcdtest.Endpoints(members), min(volumes, runtime.DefaultVolumeCache))
 
 	for _, a := range as {
 		a.stop()
@@ -483,4 +529,75 @@ func runScale(b *testing.B, n, volumes, claims int) scaleResult {
 	withoutAgents := liveHeap()
 	res.fleetHeapPerAgent = (float64(withAgents) - float64(withoutAgents)) / float64(n)
 	return res
+}
+
+// scaleVolumeID is the ID of BenchmarkScale's volume i.
+func scaleVolumeID(i int) string { return fmt.Sprintf("vol-%06d", i) }
+
+// scaleSeedTxn is how many definitions seedVolumes writes per etcd
+// transaction (etcd's default limit is 128 operations).
+const scaleSeedTxn = 128
+
+// seedVolumes writes the definitions of ids[1:] to etcd as copies of
+// ids[0]'s, with their own ID and external ID.
+func seedVolumes(b *testing.B, endpoints []string, ids []string) {
+	b.Helper()
+	ctx := context.Background()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cli.Close()
+	prefix := runtime.DefaultClusterPrefix + "/volumes/"
+	resp, err := cli.Get(ctx, prefix+ids[0])
+	if err != nil || len(resp.Kvs) != 1 {
+		b.Fatalf("the definition of %s: %v", ids[0], err)
+	}
+	tmpl := string(resp.Kvs[0].Value)
+	rest := ids[1:]
+	scaleParallel(b, (len(rest)+scaleSeedTxn-1)/scaleSeedTxn, func(i int) error {
+		batch := rest[i*scaleSeedTxn : min(len(rest), (i+1)*scaleSeedTxn)]
+		ops := make([]clientv3.Op, 0, len(batch))
+		for _, id := range batch {
+			ops = append(ops, clientv3.OpPut(prefix+id, strings.ReplaceAll(tmpl, ids[0], id)))
+		}
+		_, err := cli.Txn(ctx).Then(ops...).Commit()
+		return err
+	})
+}
+
+// scaleParallel calls fn(0) to fn(n-1), scaleRegisterWorkers at a time,
+// and fails b with the first error.
+func scaleParallel(b *testing.B, n int, fn func(i int) error) {
+	b.Helper()
+	work := make(chan int)
+	errs := make(chan error, scaleRegisterWorkers)
+	var wg sync.WaitGroup
+	for range scaleRegisterWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				if err := fn(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for i := range n {
+		select {
+		case work <- i:
+		case err := <-errs:
+			close(work)
+			wg.Wait()
+			b.Fatal(err)
+		}
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
 }

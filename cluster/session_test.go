@@ -291,7 +291,7 @@ func TestSession_UpdateVolume(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = a.WatchVolumes(wctx, func(e cluster.VolumeEvent) {
+		_ = a.WatchVolumes(wctx, func() []string { return []string{"v1"} }, func(e cluster.VolumeEvent) {
 			select {
 			case got <- e:
 			default:
@@ -313,20 +313,22 @@ func TestSession_UpdateVolume(t *testing.T) {
 // TestSession_DeleteVolumeAfterFree: this host's claim freed just before
 // (its removal from etcd may still be under way) does not hold a
 // deregistration back; another host's claim does, named.
-// TestSession_WatchVolumesPages: a listing of more definitions than one
-// page reads every one once, in pages at one revision (a definition
-// written between two pages comes from the watch, after the listing),
-// and says it is complete only after the last.
+// TestSession_WatchVolumesPages: reading more held definitions than one
+// transaction reads every one once, and says it is complete only after
+// the last; a definition written after it comes from the watch.
 func TestSession_WatchVolumesPages(t *testing.T) {
 	t.Cleanup(leakcheck.Check(t))
 	srv := etcdtest.Start(t)
 	a := open(t, "a", srv.Endpoint())
 	ctx := context.Background()
-	const n = 1234 // two full pages and a part
+	const n = 1234 // many transactions and a part
+	held := make([]string, 0, n)
 	for i := range n {
-		if err := a.PutVolume(ctx, fmt.Sprintf("v%04d", i), []byte("def")); err != nil {
+		id := fmt.Sprintf("v%04d", i)
+		if err := a.PutVolume(ctx, id, []byte("def")); err != nil {
 			t.Fatal(err)
 		}
+		held = append(held, id)
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -336,7 +338,7 @@ func TestSession_WatchVolumesPages(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = a.WatchVolumes(wctx, func(e cluster.VolumeEvent) {
+		_ = a.WatchVolumes(wctx, func() []string { return held }, func(e cluster.VolumeEvent) {
 			mu.Lock()
 			defer mu.Unlock()
 			seen[e.ID]++

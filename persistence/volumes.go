@@ -215,6 +215,12 @@ func (s *Store) checkpointForScan(ctx context.Context) error {
 // volume is one consistent record, but the walk is not one snapshot: a
 // volume put or deleted during the walk may or may not be seen.
 func (s *Store) ForEachVolume(ctx context.Context, fn func(Volume) error) error {
+	return s.ForEachVolumeFrom(ctx, "", fn)
+}
+
+// ForEachVolumeFrom is ForEachVolume from the first volume whose ID is
+// from or sorts after it: a page of a listing.
+func (s *Store) ForEachVolumeFrom(ctx context.Context, from string, fn func(Volume) error) error {
 	if err := s.checkpointForScan(ctx); err != nil {
 		return err
 	}
@@ -226,7 +232,7 @@ func (s *Store) ForEachVolume(ctx context.Context, fn func(Volume) error) error 
 			c := tx.Bucket([]byte(bucketVolumes)).Cursor()
 			var k, data []byte
 			if after == nil {
-				k, data = c.First()
+				k, data = c.Seek([]byte(from))
 			} else if k, data = c.Seek(after); k != nil && bytes.Equal(k, after) {
 				k, data = c.Next()
 			}

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/csiactor/csiactor/actors/volume"
+	"github.com/csiactor/csiactor/cluster"
 )
 
 // MaxBatchVolumes is the most entries one RegisterVolumes call (one POST
@@ -227,25 +228,30 @@ func (r *Runtime) registerBatchShared(ctx context.Context, entries []CreateVolum
 		_, res[be.i].Err = r.RegisterVolume(ctx, be.spec.ID, entries[be.i].VolumeSpec)
 	})()
 	r.registerBatchLocal(ctx, fresh, res)
-	var shareIDs []string
-	var shareDefs [][]byte
+	var vols []cluster.NewVolume
 	var shared []batchEntry
 	for _, be := range fresh {
 		if res[be.i].Err != nil {
 			continue
 		}
-		def, err := clusterVolume{ID: be.spec.ID, Spec: entries[be.i].VolumeSpec}.encode(r.keys)
+		spec := entries[be.i].VolumeSpec
+		def, err := clusterVolume{ID: be.spec.ID, Spec: spec}.encode(r.keys)
 		if err != nil {
 			res[be.i].Err = err
 			continue
 		}
-		shareIDs, shareDefs, shared = append(shareIDs, be.spec.ID), append(shareDefs, def), append(shared, be)
+		vols = append(vols, cluster.NewVolume{ID: be.spec.ID, Plugin: spec.Plugin, ExternalID: spec.ExternalID, Def: def})
+		shared = append(shared, be)
 	}
 	if len(shared) == 0 {
 		return
 	}
-	for k, err := range r.cluster.PutVolumes(ctx, shareIDs, shareDefs) {
-		res[shared[k].i].Err = err
+	for k, err := range r.cluster.PutVolumes(ctx, vols) {
+		if res[shared[k].i].Err = mapErr(err); err == nil {
+			// Kept here like any volume this host was asked about: the
+			// cache evicts what exceeds cluster.volume_cache.
+			r.cache.touch(vols[k].ID)
+		}
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
 	"github.com/csiactor/csiactor/actors/claim"
@@ -53,6 +54,11 @@ type ClusterConfig struct {
 	// Prefix is the etcd key prefix of the cluster. Zero means
 	// DefaultClusterPrefix.
 	Prefix string `yaml:"prefix"`
+	// VolumeCache is how many volume definitions the agent keeps in
+	// memory (and in its store) beyond those it has claims on: the most
+	// recently used. The others stay in etcd only and are read from there
+	// when asked for. Zero means DefaultVolumeCache.
+	VolumeCache int `yaml:"volume_cache"`
 	// FenceAfter, when set, fences a host automatically once it has been
 	// down this long (as the plugin's controller leader saw it): the
 	// controller leader of each plugin unpublishes the host's claims on
@@ -112,6 +118,7 @@ func (c *ClusterConfig) withDefaults() *ClusterConfig {
 	setDefault(&d.LeaseTTL, DefaultLeaseTTL)
 	setDefault(&d.Prefix, DefaultClusterPrefix)
 	setDefault(&d.Etcd.DialTimeout, DefaultEtcdDialTimeout)
+	setDefault(&d.VolumeCache, DefaultVolumeCache)
 	return &d
 }
 
@@ -161,6 +168,9 @@ func (c *ClusterConfig) Validate() error {
 	}
 	if !strings.HasPrefix(c.Prefix, "/") || strings.HasSuffix(c.Prefix, "/") || strings.ContainsRune(c.Prefix, 0) {
 		return fieldErr("cluster.prefix", fmt.Sprintf("%q: want a key prefix like \"/csiactor/v1\" (a leading '/', no trailing one)", c.Prefix))
+	}
+	if c.VolumeCache < 0 {
+		return fieldErr("cluster.volume_cache", fmt.Sprintf("%d is negative; want a number of volume definitions, or 0 for the default (%d)", c.VolumeCache, DefaultVolumeCache))
 	}
 	switch {
 	case c.FenceAfter < 0:
@@ -316,6 +326,17 @@ func (r *Runtime) startCluster(ctx context.Context) error {
 		return fmt.Errorf("cluster: %w", mapErr(err))
 	}
 	r.cluster = s
+	r.cache = newVolumeCache(r.cfg.Cluster.VolumeCache)
+	if r.reg != nil {
+		r.cacheGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "csiactor_cluster_volumes_kept",
+			Help: "Volume definitions this host keeps in cluster mode: those it has claims on and at most cluster.volume_cache others.",
+		}, func() float64 { return float64(r.cache.len()) })
+		if err := r.reg.Register(r.cacheGauge); err != nil {
+			r.cacheGauge = nil
+			return fmt.Errorf("cluster: register metrics: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -347,20 +368,29 @@ func (r *Runtime) afterVolumesStarted(ctx context.Context) error {
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	r.clusterCancel = cancel
-	r.wg.Add(3)
+	for _, id := range r.volumes.IDs() {
+		r.cache.touch(id)
+	}
+	r.wg.Add(4)
 	go func() {
 		defer r.wg.Done()
-		_ = r.cluster.WatchVolumes(wctx, r.clusterVolumeChanged, func() { r.clusterListed.Store(true) })
+		_ = r.cluster.WatchVolumes(wctx, r.volumes.IDs, r.clusterVolumeChanged, func() { r.clusterListed.Store(true) })
 	}()
+	go r.evictLoop(wctx)
 	go r.followRejoins(wctx)
 	go r.followControllers(wctx)
 	return nil
 }
 
 // clusterVolumeChanged mirrors here a volume definition of the cluster
-// (every host has every volume, whatever its plugin knows: see
-// volume.Manager.Mirror), and deregisters a volume deregistered there.
+// that this host keeps (see keeps: whatever its plugin knows, see
+// volume.Manager.Mirror), and deregisters such a volume deregistered
+// there. The changes of the volumes it does not keep are dropped: a call
+// that needs one reads it from etcd (see hold).
 func (r *Runtime) clusterVolumeChanged(e cluster.VolumeEvent) {
+	if !r.keeps(e.ID) {
+		return
+	}
 	log := r.log.WithFields(logrus.Fields{"component": "cluster", "volume": e.ID})
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Plugins.RPCTimeout)
 	defer cancel()
@@ -373,7 +403,15 @@ func (r *Runtime) clusterVolumeChanged(e cluster.VolumeEvent) {
 		if e.Rev <= r.mirrored[e.ID] {
 			return // registered again since, and mirrored already
 		}
-		delete(r.mirrored, e.ID)
+		if r.cache.pinned(e.ID) {
+			// A hold may be mirroring an older definition it read:
+			// this revision keeps it from doing so.
+			r.mirrored[e.ID] = e.Rev
+		} else {
+			delete(r.mirrored, e.ID)
+			r.cache.drop(e.ID)
+			r.cluster.Forget(e.ID)
+		}
 		err := r.volumes.Deregister(ctx, e.ID)
 		if err != nil && !errors.Is(err, volume.ErrNotFound) {
 			log.WithError(err).Warn("volume deregistered in the cluster cannot be deregistered here")
@@ -441,6 +479,7 @@ func (r *Runtime) mirror(ctx context.Context, cv clusterVolume, rev int64) (volu
 	}
 	r.mirrored[cv.ID] = rev
 	r.cluster.Applied(cv.ID, rev)
+	r.cache.touch(cv.ID)
 	return v, nil
 }
 
@@ -551,6 +590,15 @@ func (r *Runtime) registerShared(ctx context.Context, id string, spec VolumeSpec
 	if !isNew || err != nil {
 		return v, err
 	}
+	// Refused before this host registers it: the plugin volume may be
+	// another volume of the cluster, which this host does not keep.
+	owner, _, err := r.cluster.ExternalOwner(ctx, spec.Plugin, spec.ExternalID)
+	if err != nil {
+		return v, mapErr(err)
+	}
+	if owner != "" && owner != id {
+		return v, kinderr.Errorf(ErrConflict, "plugin %s's volume %q is registered in the cluster as volume %q", spec.Plugin, spec.ExternalID, owner)
+	}
 	if v, err = r.volumes.Register(ctx, vs); err != nil {
 		return v, mapErr(err)
 	}
@@ -591,7 +639,10 @@ func (r *Runtime) shareVolume(ctx context.Context, cv clusterVolume) error {
 	if err != nil {
 		return err
 	}
-	err = r.cluster.PutVolume(ctx, cv.ID, def)
+	err = r.cluster.PutVolumeOf(ctx, cv.ID, cv.Spec.Plugin, cv.Spec.ExternalID, def)
+	if err == nil {
+		r.cache.touch(cv.ID)
+	}
 	if errors.Is(err, cluster.ErrConflict) && r.keys.Enabled() {
 		// Sealed secrets differ at every encoding: the same definition
 		// again is still a no-op.

@@ -42,7 +42,7 @@ func TestParseConfig_ClusterDefaults(t *testing.T) {
 	}
 	host, _ := os.Hostname()
 	c := cfg.WithDefaults().Cluster
-	if c.NodeID != host || c.LeaseTTL != DefaultLeaseTTL || c.Prefix != DefaultClusterPrefix || c.Etcd.DialTimeout != DefaultEtcdDialTimeout {
+	if c.NodeID != host || c.LeaseTTL != DefaultLeaseTTL || c.Prefix != DefaultClusterPrefix || c.Etcd.DialTimeout != DefaultEtcdDialTimeout || c.VolumeCache != DefaultVolumeCache {
 		t.Fatalf("defaults = %+v", c)
 	}
 	// No cluster section: local mode.
@@ -55,7 +55,7 @@ func TestParseConfig_ClusterDefaults(t *testing.T) {
 func TestParseConfig_ClusterErrors(t *testing.T) {
 	ep := "cluster:\n  etcd:\n    endpoints: [http://127.0.0.1:2379]\n"
 	for _, tc := range []struct{ name, in, want string }{
-		{"unknown key", "cluster:\n  node: a\n", `line 2: cluster.node: unknown key (known here: etcd, fence_after, lease_ttl, node_id, prefix)`},
+		{"unknown key", "cluster:\n  node: a\n", `line 2: cluster.node: unknown key (known here: etcd, fence_after, lease_ttl, node_id, prefix, volume_cache)`},
 		{"unknown etcd key", "cluster:\n  etcd:\n    endpoint: x\n", `line 3: cluster.etcd.endpoint: unknown key (known here: dial_timeout, endpoints, password_file, tls, username)`},
 		{"unknown tls key", "cluster:\n  etcd:\n    tls: {cacert: /x}\n", `line 3: cluster.etcd.tls.cacert: unknown key (known here: ca, cert, key)`},
 		{"no endpoints", "cluster:\n  node_id: a\n", `line 1: cluster.etcd.endpoints: give at least one etcd client URL`},
@@ -71,6 +71,8 @@ func TestParseConfig_ClusterErrors(t *testing.T) {
 		{"cert without key", ep + "    tls: {cert: /c.pem}\n", `cluster.etcd.tls.cert: give both cert and key, or neither`},
 		{"user without password", ep + "    username: u\n", `cluster.etcd.username: give both username and password_file, or neither`},
 		{"negative dial timeout", ep + "    dial_timeout: -1s\n", `cluster.etcd.dial_timeout: -1s is negative`},
+		{"negative volume_cache", ep + "  volume_cache: -1\n", `line 4: cluster.volume_cache: -1 is negative; want a number of volume definitions, or 0 for the default (2000)`},
+		{"volume_cache not a number", ep + "  volume_cache: many\n", `line 4: cluster.volume_cache:`},
 		{"negative fence_after", ep + "  fence_after: -1s\n", `line 4: cluster.fence_after: -1s is negative`},
 		{"fence_after within the ttl", ep + "  fence_after: 12s\n", `line 4: cluster.fence_after: 12s: want longer than lease_ttl (10s) plus the self-fence margin (2.5s), or 0 (off)`},
 		{"fence_after equal to ttl plus margin", ep + "  lease_ttl: 4s\n  fence_after: 5s\n", `cluster.fence_after: 5s: want longer than lease_ttl (4s) plus the self-fence margin (1s)`},

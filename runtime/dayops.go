@@ -68,6 +68,11 @@ func (r *Runtime) ClaimWait(ctx context.Context, volumeID string, req ClaimReque
 	if err != nil {
 		return Claim{}, err
 	}
+	release, err := r.hold(ctx, volumeID)
+	if err != nil {
+		return Claim{}, err
+	}
+	defer release()
 	c, err := waitOut(ctx, pluginWaiter{r: r, op: "claim", vol: volumeID, alloc: req.Alloc}, func() (volume.Claim, error) {
 		return r.claimApplied(ctx, func() (volume.Claim, error) { return r.volumes.ClaimWait(ctx, vr, wait) })
 	})
@@ -130,6 +135,12 @@ func (r *Runtime) ForceDeregisterVolume(ctx context.Context, id string) error {
 	if r.cluster != nil {
 		defer r.markDeleting(id, 1)()
 	}
+	release, err := r.hold(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer release()
+	plugin, ext := r.externalOf(ctx, id)
 	if _, err := r.volumes.ForceDeregister(ctx, id); err != nil {
 		return mapErr(err)
 	}
@@ -137,6 +148,7 @@ func (r *Runtime) ForceDeregisterVolume(ctx context.Context, id string) error {
 		if err := r.cluster.DeleteVolume(ctx, id); err != nil {
 			return fmt.Errorf("volume %q is forgotten on this host, but not in the cluster: %w", id, mapErr(err))
 		}
+		r.forgetExternal(ctx, id, plugin, ext)
 	}
 	return nil
 }

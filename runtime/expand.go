@@ -57,6 +57,11 @@ func (r *Runtime) ExpandVolume(ctx context.Context, id string, req ExpandRequest
 	if err := r.ready(); err != nil {
 		return Volume{}, err
 	}
+	release, err := r.hold(ctx, id)
+	if err != nil {
+		return Volume{}, err
+	}
+	defer release()
 	v, err := waitOut(ctx, pluginWaiter{r: r, op: "expansion", vol: id}, func() (volume.Volume, error) {
 		return r.volumes.Expand(ctx, id, req.CapacityBytes)
 	})

@@ -56,6 +56,11 @@ func (r *Runtime) ModifyVolume(ctx context.Context, id string, req ModifyRequest
 	if err := r.ready(); err != nil {
 		return Volume{}, err
 	}
+	release, err := r.hold(ctx, id)
+	if err != nil {
+		return Volume{}, err
+	}
+	defer release()
 	v, err := waitOut(ctx, pluginWaiter{r: r, op: "modification", vol: id}, func() (volume.Volume, error) {
 		return r.volumes.Modify(ctx, id, req.MutableParameters)
 	})

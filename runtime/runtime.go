@@ -107,6 +107,10 @@ type Runtime struct {
 	// it. mirrorMu, held across each mirror, guards it.
 	mirrorMu sync.Mutex
 	mirrored map[string]int64
+	// cache orders the volumes this host keeps in cluster mode, and
+	// bounds the ones it has no claim on (cluster.volume_cache).
+	cache      *volumeCache
+	cacheGauge prometheus.Collector // csiactor_cluster_volumes_kept, when registered
 }
 
 // New validates cfg (with defaults applied) and returns a runtime that has
@@ -424,6 +428,9 @@ func (r *Runtime) teardownLocked(ctx context.Context) error {
 	if r.restarts != nil && r.reg != nil {
 		r.reg.Unregister(r.restarts)
 	}
+	if r.cacheGauge != nil {
+		r.reg.Unregister(r.cacheGauge)
+	}
 	if r.store != nil {
 		if err := r.store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close store: %w", err))
@@ -620,6 +627,13 @@ func (r *Runtime) CreateVolume(ctx context.Context, spec CreateVolumeSpec) (Volu
 	}
 	vs.CapacityBytes = spec.CapacityBytes
 	vs.Topology = spec.Topology
+	if spec.ContentSource != nil && spec.ContentSource.Volume != "" {
+		release, err := r.hold(ctx, spec.ContentSource.Volume)
+		if err != nil {
+			return Volume{}, err
+		}
+		defer release()
+	}
 	if spec.ContentSource != nil {
 		vs.CloneOf = spec.ContentSource.Volume
 		vs.FromSnapshot = spec.ContentSource.Snapshot
@@ -657,9 +671,16 @@ func (r *Runtime) DeleteVolume(ctx context.Context, id string, deleteToo bool) e
 		// Checked across every host first: deleting through the
 		// controller destroys the data another host may use.
 		defer r.markDeleting(id, 1)()
+		release, err := r.hold(ctx, id)
+		if err != nil {
+			return err
+		}
+		defer release()
+		plugin, ext := r.externalOf(ctx, id)
 		if err := r.cluster.DeleteVolume(ctx, id); err != nil {
 			return mapErr(err)
 		}
+		r.forgetExternal(ctx, id, plugin, ext)
 	}
 	var err error
 	if deleteToo {
@@ -668,30 +689,6 @@ func (r *Runtime) DeleteVolume(ctx context.Context, id string, deleteToo bool) e
 		err = r.volumes.Deregister(ctx, id)
 	}
 	return mapErr(err)
-}
-
-// Volumes lists the volumes that match filter, by ID.
-func (r *Runtime) Volumes(ctx context.Context, filter VolumeFilter) ([]Volume, error) {
-	if err := filter.Validate(); err != nil {
-		return nil, err
-	}
-	if err := r.ready(); err != nil {
-		return nil, err
-	}
-	vs, err := r.volumes.List(ctx, volume.Filter{Plugin: filter.Plugin, NodeID: filter.Node})
-	if err != nil {
-		return nil, mapErr(err)
-	}
-	var recorded map[string][]cluster.HostClaim
-	if filter.AllHosts && r.cluster != nil {
-		recorded, _ = r.cluster.AllClaims(ctx) // unreachable: this host's claims only
-	}
-	out := make([]Volume, 0, len(vs))
-	for _, v := range vs {
-		out = append(out, r.withHosts(volumeFromManager(v), recorded[v.ID]))
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out, nil
 }
 
 // Volume returns one volume with its claims and past claims, or an error
@@ -703,6 +700,11 @@ func (r *Runtime) Volume(ctx context.Context, id string) (Volume, error) {
 	if err := r.ready(); err != nil {
 		return Volume{}, err
 	}
+	release, err := r.hold(ctx, id)
+	if err != nil {
+		return Volume{}, err
+	}
+	defer release()
 	v, err := r.volumes.Get(ctx, id)
 	if err != nil {
 		return Volume{}, mapErr(err)
@@ -725,6 +727,11 @@ func (r *Runtime) Claim(ctx context.Context, volumeID string, req ClaimRequest) 
 	if err != nil {
 		return Claim{}, err
 	}
+	release, err := r.hold(ctx, volumeID)
+	if err != nil {
+		return Claim{}, err
+	}
+	defer release()
 	c, err := waitOut(ctx, pluginWaiter{r: r, op: "claim", vol: volumeID, alloc: req.Alloc}, func() (volume.Claim, error) {
 		return r.claimApplied(ctx, func() (volume.Claim, error) { return r.volumes.Claim(ctx, vr) })
 	})

@@ -154,6 +154,14 @@ func (r *Runtime) snapshotEvent(e snapshot.Event) {
 type volumeSources struct{ r *Runtime }
 
 func (v volumeSources) Source(ctx context.Context, id string) (string, string, bool, error) {
+	release, err := v.r.hold(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return "", "", false, nil
+	}
+	if err != nil {
+		return "", "", false, err
+	}
+	defer release()
 	vol, err := v.r.volumes.Get(ctx, id)
 	if err != nil {
 		if errors.Is(mapErr(err), ErrNotFound) {
@@ -269,6 +277,11 @@ func (r *Runtime) Snapshots(ctx context.Context, f SnapshotFilter) ([]Snapshot, 
 	explicit := f.Plugin != ""
 	var sourceExt string
 	if f.Volume != "" {
+		release, err := r.hold(ctx, f.Volume)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
 		v, err := r.volumes.Get(ctx, f.Volume)
 		if err != nil {
 			return nil, mapErr(err)

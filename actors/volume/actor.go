@@ -27,9 +27,12 @@ type volumeActor struct {
 	h   *handle
 	log *logrus.Entry
 
-	rec   *persistence.Volume // last persisted record, never modified; nil when not registered
-	queue []any               // work waiting for the slot, in order
-	slot  slot                // who holds the volume's one RPC slot
+	rec *persistence.Volume // last persisted record, never modified; nil when not registered
+	// evicted: the record is being forgotten by Manager.Evict, which
+	// records no event.
+	evicted bool
+	queue   []any // work waiting for the slot, in order
+	slot    slot  // who holds the volume's one RPC slot
 	// allocs is what is in flight for each alloc, by alloc: an entry
 	// exists while something is (see allocWork).
 	allocs    map[string]*allocWork

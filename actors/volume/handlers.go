@@ -831,6 +831,11 @@ func (a *volumeActor) deregister(ctx actor.Context, req *deregisterRequest) {
 		a.forceDeregister(ctx, req)
 		return
 	}
+	if req.evict {
+		a.evicted = true
+		a.remove(ctx, req)
+		return
+	}
 	if !req.delete {
 		a.remove(ctx, req)
 		return
@@ -968,7 +973,9 @@ func (a *volumeActor) forget(ctx actor.Context, deleted bool, point string) erro
 	if err := a.m.store.DeleteVolume(context.Background(), a.h.id); err != nil {
 		return fmt.Errorf("delete volume %q: %w", a.h.id, err)
 	}
-	a.m.recordRemoved(a.rec, deleted)
+	if !a.evicted {
+		a.m.recordRemoved(a.rec, deleted)
+	}
 	a.m.stats.forget(a.h.id)
 	last := a.rec
 	a.rec = nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +33,7 @@ type Store interface {
 	Volume(ctx context.Context, id string) (persistence.Volume, error)
 	DeleteVolume(ctx context.Context, id string) error
 	ForEachVolume(ctx context.Context, fn func(persistence.Volume) error) error
+	ForEachVolumeFrom(ctx context.Context, from string, fn func(persistence.Volume) error) error
 }
 
 // Plugins gives volumes the CSI clients of plugin singletons; see
@@ -738,6 +740,51 @@ func (m *Manager) deregister(ctx context.Context, id string, del bool) error {
 	return err
 }
 
+// Evict forgets this host's record of volume id without an event and
+// without asking the plugin: the volume stays wherever else it is defined
+// (in cluster mode, in etcd, from where Mirror brings it back). It fails
+// with ErrInUse while the volume has claims or past claims here, and
+// with ErrNotFound for a volume this host does not know.
+func (m *Manager) Evict(ctx context.Context, id string) error {
+	if err := claim.CheckName("id", id); err != nil {
+		return err
+	}
+	r, err := m.ask(ctx, id, false, func(ch chan<- reply) any {
+		return &deregisterRequest{ctx: ctx, evict: true, reply: ch}
+	})
+	if err == nil {
+		err = r.err
+	}
+	return err
+}
+
+// Known reports whether volume id is registered on this host. It never
+// blocks on the volume's actor.
+func (m *Manager) Known(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.index[id]
+	return ok
+}
+
+// IDs returns the IDs of the volumes registered on this host, unordered.
+func (m *Manager) IDs() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]string, 0, len(m.index))
+	for id := range m.index {
+		out = append(out, id)
+	}
+	return out
+}
+
+// Count returns how many volumes are registered on this host.
+func (m *Manager) Count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.index)
+}
+
 // Claim claims the volume for an allocation and publishes it to the
 // allocation's target path, one persisted step at a time; it returns the
 // published claim. Claiming again with the same allocation and mode returns
@@ -860,6 +907,50 @@ func (m *Manager) List(ctx context.Context, f Filter) ([]Volume, error) {
 		out[i] = m.withStats(ctx, out[i], support)
 	}
 	return out, nil
+}
+
+// ListPage is List for one page: at most limit volumes (all when limit is
+// 0) that f matches, in ID order, from the first ID at or after from. next
+// is the ID of the first matching volume after the page, empty on the
+// last page.
+func (m *Manager) ListPage(ctx context.Context, f Filter, from string, limit int) (vs []Volume, next string, err error) {
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
+		return nil, "", ErrShutdown
+	}
+	errFull := errors.New("page full")
+	err = m.store.ForEachVolumeFrom(ctx, from, func(v persistence.Volume) error {
+		if !f.match(&v) {
+			return nil
+		}
+		if limit > 0 && len(vs) == limit {
+			next = strings.Clone(v.ID)
+			return errFull
+		}
+		vs = append(vs, viewOf(&v))
+		return nil
+	})
+	if err != nil && !errors.Is(err, errFull) {
+		return nil, "", fmt.Errorf("list volumes: %w", err)
+	}
+	// Outside the store's transaction, as in List.
+	support := map[string]statsSupport{}
+	for i := range vs {
+		vs[i] = m.withStats(ctx, vs[i], support)
+	}
+	return vs, next, nil
+}
+
+// MirrorView is the status a volume of spec would have on a host that
+// mirrored it (see Mirror) and holds no claim on it, without registering
+// it: for listing the cluster's volumes this host does not hold.
+func MirrorView(spec Spec) Volume {
+	v := spec.record(time.Time{})
+	v.AccessibleTopology = cloneTopology(spec.AccessibleTopology)
+	v.MutableParameters = maps.Clone(spec.MutableParameters)
+	return viewOf(v)
 }
 
 // Live returns the number of volume actors in memory (for status and

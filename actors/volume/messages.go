@@ -34,6 +34,7 @@ type deregisterRequest struct {
 	ctx    context.Context
 	delete bool
 	force  bool     // forget past claims that are not freed (ForceDeregister)
+	evict  bool     // forget the record only, without an event (Evict)
 	left   []string // force: what the past claims may leave
 	reply  chan<- reply
 }

@@ -290,6 +290,25 @@ func (f Filter) match(v *persistence.Volume) bool {
 	return false
 }
 
+// Matches reports whether f matches the volume status v, as List
+// selects records.
+func (f Filter) Matches(v Volume) bool {
+	if f.Plugin != "" && v.Plugin != f.Plugin {
+		return false
+	}
+	if f.NodeID == "" {
+		return true
+	}
+	for _, cs := range [][]Claim{v.Claims, v.PastClaims} {
+		for i := range cs {
+			if cs[i].NodeID == f.NodeID {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // viewOf is the status of the record v; it shares no map or slice with v.
 func viewOf(v *persistence.Volume) Volume {
 	out := Volume{

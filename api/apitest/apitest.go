@@ -21,6 +21,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -659,6 +660,24 @@ func (b *Backend) Volumes(_ context.Context, f runtime.VolumeFilter) ([]runtime.
 		out = append(out, copyVolume(v))
 	}
 	return out, nil
+}
+
+// VolumesPage implements api.Backend: the volumes of Volumes from token
+// (an ID) on, perPage at a time.
+func (b *Backend) VolumesPage(ctx context.Context, f runtime.VolumeFilter, perPage int, token string) ([]runtime.Volume, string, error) {
+	if err := runtime.ValidatePage(perPage, token); err != nil {
+		return nil, "", err
+	}
+	vs, err := b.Volumes(ctx, f)
+	if err != nil {
+		return nil, "", err
+	}
+	i, _ := slices.BinarySearchFunc(vs, token, func(v runtime.Volume, id string) int { return strings.Compare(v.ID, id) })
+	vs = vs[i:]
+	if len(vs) > perPage {
+		return vs[:perPage], vs[perPage].ID, nil
+	}
+	return vs, "", nil
 }
 
 // Volume implements api.Backend.

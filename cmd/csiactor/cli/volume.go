@@ -40,6 +40,8 @@ func volumeListCommand() *command {
 		usage:   "csiactor volume list [flags]",
 		help: `Lists the volumes (GET /v1/volumes), optionally only those of one plugin or claimed on one node.
 CLAIMS counts this host's claims; with -all-hosts, in cluster mode, every host's.
+It asks for -per-page volumes at a time (per_page and next_token) and
+follows the pages to the last.
 
 With -external -plugin P, lists instead the volumes the plugin's controller
 has (ListVolumes; GET /v1/plugins/P/volumes, every page), registered here
@@ -50,6 +52,7 @@ does not know. With -json, prints every page's volumes as one JSON array.`,
 		node := fs.String("node", "", "only volumes claimed on the node `id`")
 		allHosts := fs.Bool("all-hosts", false, "in cluster mode, show the claims of every host (one etcd read)")
 		external := fs.Bool("external", false, "list the plugin's own volumes (needs -plugin)")
+		perPage := fs.Int("per-page", defaultVolumesPerPage, "ask the agent for `n` volumes at a time (1 to 1000)")
 		return func(ctx context.Context, e *env, cl *api.Client, cf *clientFlags, args []string) error {
 			if err := wantArgs(args); err != nil {
 				return err
@@ -61,9 +64,20 @@ does not know. With -json, prints every page's volumes as one JSON array.`,
 			if err := usageFromField(f.Validate(), flagNames{"plugin": "-plugin", "node": "-node"}); err != nil {
 				return err
 			}
-			vs, err := cl.Volumes(ctx, f)
-			if err != nil {
+			if err := usageFromField(runtime.ValidatePage(*perPage, ""), flagNames{"per_page": "-per-page"}); err != nil {
 				return err
+			}
+			vs := []runtime.Volume{}
+			for token := ""; ; {
+				page, next, err := cl.VolumesPage(ctx, f, *perPage, token)
+				if err != nil {
+					return err
+				}
+				vs = append(vs, page...)
+				if next == "" {
+					break
+				}
+				token = next
 			}
 			if cf.json {
 				return printJSON(e.stdout, vs)
@@ -88,6 +102,9 @@ does not know. With -json, prints every page's volumes as one JSON array.`,
 		}
 	})
 }
+
+// defaultVolumesPerPage is volume list's -per-page.
+const defaultVolumesPerPage = 500
 
 func volumeStatusCommand() *command {
 	return clientLeaf(&command{
