@@ -308,26 +308,13 @@ func TestRegisterVolumes_TwoHosts(t *testing.T) {
 	srv := etcdtest.Start(t)
 	a, b := startAgent(t, "a", srv.Endpoint()), startAgent(t, "b", srv.Endpoint())
 	ctx := context.Background()
-	var entries []runtime.CreateVolumeSpec
-	for i := range 5 {
-		id := fmt.Sprintf("v%d", i)
-		entries = append(entries, runtime.CreateVolumeSpec{ID: id, VolumeSpec: volSpec(id, "single-node-writer")})
-	}
-	res, err := a.rt.RegisterVolumes(ctx, entries)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range res {
-		if r.Status != runtime.BatchRegistered {
-			t.Fatalf("on a: %+v", r)
-		}
-	}
+	entries := registerAll(t, a, "v%d", 5)
 	for _, e := range entries {
 		b.waitVolume(e.ID)
 	}
 	entries[2].Parameters = map[string]string{"tier": "gold"}
 	entries = append(entries, runtime.CreateVolumeSpec{ID: "v5", VolumeSpec: volSpec("v5", "single-node-writer")})
-	res, err = b.rt.RegisterVolumes(ctx, entries)
+	res, err := b.rt.RegisterVolumes(ctx, entries)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,26 +349,35 @@ func TestRegisterVolumes_KeptBounded(t *testing.T) {
 	cfg.Cluster.VolumeCache = 4
 	a := startAgentWith(t, "a", cfg)
 	b := startAgent(t, "b", srv.Endpoint())
+	registerAll(t, a, "k%02d", 20)
+	eventually(t, "a down to its cache of 4", func() (bool, error) { return a.kept() == 4, nil })
+	if v, err := a.rt.Volume(ctx, "k00"); err != nil || v.ExternalID != "ext-k00" {
+		t.Fatalf("k00 on a after its eviction: %+v, %v", v, err)
+	}
+	_, err := b.rt.RegisterVolume(ctx, "dup", volSpec("k07", "single-node-writer"))
+	if !errors.Is(err, runtime.ErrConflict) || !strings.Contains(err.Error(), `registered in the cluster as volume "k07"`) {
+		t.Fatalf("b registers plugin volume ext-k07 as dup: %v; want ErrConflict naming k07", err)
+	}
+}
+
+// registerAll registers n volumes named by format and their index through
+// one batch on a, and fails the test unless each is registered; it
+// returns the batch's entries.
+func registerAll(t *testing.T, a *agent, format string, n int) []runtime.CreateVolumeSpec {
+	t.Helper()
 	var entries []runtime.CreateVolumeSpec
-	for i := range 20 {
-		id := fmt.Sprintf("k%02d", i)
+	for i := range n {
+		id := fmt.Sprintf(format, i)
 		entries = append(entries, runtime.CreateVolumeSpec{ID: id, VolumeSpec: volSpec(id, "single-node-writer")})
 	}
-	res, err := a.rt.RegisterVolumes(ctx, entries)
+	res, err := a.rt.RegisterVolumes(context.Background(), entries)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range res {
 		if r.Status != runtime.BatchRegistered {
-			t.Fatalf("%+v, want registered", r)
+			t.Fatalf("on %s: %+v, want registered", a.node, r)
 		}
 	}
-	eventually(t, "a down to its cache of 4", func() (bool, error) { return a.kept() == 4, nil })
-	if v, err := a.rt.Volume(ctx, "k00"); err != nil || v.ExternalID != "ext-k00" {
-		t.Fatalf("k00 on a after its eviction: %+v, %v", v, err)
-	}
-	_, err = b.rt.RegisterVolume(ctx, "dup", volSpec("k07", "single-node-writer"))
-	if !errors.Is(err, runtime.ErrConflict) || !strings.Contains(err.Error(), `registered in the cluster as volume "k07"`) {
-		t.Fatalf("b registers plugin volume ext-k07 as dup: %v; want ErrConflict naming k07", err)
-	}
+	return entries
 }
