@@ -60,11 +60,17 @@ func unreadable(claims []published) (n int, first string) {
 // killPlugin SIGKILLs d's one plugin process and returns its PID.
 func (h *host) killPlugin(d driver) int {
 	h.t.Helper()
+	return h.signalPlugin(d, syscall.SIGKILL)
+}
+
+// signalPlugin sends sig to d's one plugin process and returns its PID.
+func (h *host) signalPlugin(d driver, sig syscall.Signal) int {
+	h.t.Helper()
 	pids := testbin.ProcessesWith(d.dir(h))
 	if len(pids) != 1 {
 		h.t.Fatalf("want one %s process, found %v", d.plugin, pids)
 	}
-	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(pids[0], sig); err != nil {
 		h.t.Fatal(err)
 	}
 	return pids[0]
@@ -355,13 +361,7 @@ func TestAgent_FUSEPluginStopped_HungMount(t *testing.T) {
 	h.killTimeout = "1s"
 	a := h.startWith(fuseDriver)
 	claims := h.claimMany(fuseDriver, 1, 2)
-	pids := testbin.ProcessesWith(fuseDriver.dir(h))
-	if len(pids) != 1 {
-		t.Fatalf("want one plugin process, found %v", pids)
-	}
-	if err := syscall.Kill(pids[0], syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	pid := h.signalPlugin(fuseDriver, syscall.SIGSTOP)
 	// The API answers while the probes of the hung mounts wait.
 	var slowest time.Duration
 	h.eventually("a mount-broken event", settleDeadline, func() (bool, string) {
@@ -377,7 +377,7 @@ func TestAgent_FUSEPluginStopped_HungMount(t *testing.T) {
 	if slowest > commandTimeout/4 {
 		t.Errorf("volume list took %s while the mounts hung", slowest)
 	}
-	h.waitNewPlugin(fuseDriver, pids[0])
+	h.waitNewPlugin(fuseDriver, pid)
 	h.waitPluginHealthy(fuseDriver)
 	h.healTime(claims, time.Now())
 	h.checkSettled(fuseDriver, "after the heal")
@@ -449,13 +449,7 @@ func TestAgent_FUSEPluginStopped_PeriodicProbeTimesOut(t *testing.T) {
 	h.volumesExtra = "  mount_check_interval: 1s\n"
 	a := h.startWith(fuseDriver)
 	claims := h.claimMany(fuseDriver, 1, 2)
-	pids := testbin.ProcessesWith(fuseDriver.dir(h))
-	if len(pids) != 1 {
-		t.Fatalf("want one plugin process, found %v", pids)
-	}
-	if err := syscall.Kill(pids[0], syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	pid := h.signalPlugin(fuseDriver, syscall.SIGSTOP)
 	var slowest time.Duration
 	h.eventually("a mount-broken event with cause timeout", settleDeadline, func() (bool, string) {
 		start := time.Now()
@@ -478,10 +472,10 @@ func TestAgent_FUSEPluginStopped_PeriodicProbeTimesOut(t *testing.T) {
 	if v, _ := value(a.metrics(), "csiactor_mounts_broken_total", map[string]string{"plugin": "example", "cause": "timeout"}); v < 1 {
 		t.Errorf("csiactor_mounts_broken_total{cause=timeout} = %g, want at least 1", v)
 	}
-	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	h.waitNewPlugin(fuseDriver, pids[0])
+	h.waitNewPlugin(fuseDriver, pid)
 	h.waitPluginHealthy(fuseDriver)
 	h.healTime(claims, time.Now())
 	h.checkSettled(fuseDriver, "after the heal")
