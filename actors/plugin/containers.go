@@ -96,19 +96,8 @@ func (a *Actor) adoptContainer(engine string) (bool, error) {
 // when it stops.
 func (a *Actor) watchContainer(c *container.Container) {
 	a.ctr = c
-	a.killedFor = ""
-	a.nodeTimeouts, a.hungCheck = 0, false
 	a.status.ContainerID, a.status.ImageDigest = c.ID(), c.ImageID()
-	a.restartHealthClock()
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		select {
-		case <-c.Exited():
-			a.send(&ctrExited{owner: a, c: c})
-		case <-a.ctx.Done():
-		}
-	}()
+	a.watchExit(c.Exited(), func() { a.send(&ctrExited{owner: a, c: c}) })
 }
 
 func (a *Actor) onCtrExited(ctx actor.Context, m *ctrExited) {

@@ -67,17 +67,26 @@ func (a *Actor) startProcess() {
 // it exits.
 func (a *Actor) watchProcess(p *proc.Process) {
 	a.proc = p
+	a.status.PID, a.status.PIDStart = p.PID(), p.StartTicks()
+	a.watchExit(p.Exited(), func() {
+		a.send(&procExited{owner: a, p: p})
+		_ = p.Wait(context.Background()) // output drained; bounded by proc
+	})
+}
+
+// watchExit starts the health clock and the hung-RPC count of a new
+// process or container, and calls exited, in a goroutine the actor waits
+// for, when exitedCh closes (not once the actor stops).
+func (a *Actor) watchExit(exitedCh <-chan struct{}, exited func()) {
 	a.killedFor = ""
 	a.nodeTimeouts, a.hungCheck = 0, false
-	a.status.PID, a.status.PIDStart = p.PID(), p.StartTicks()
 	a.restartHealthClock()
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
 		select {
-		case <-p.Exited():
-			a.send(&procExited{owner: a, p: p})
-			_ = p.Wait(context.Background()) // output drained; bounded by proc
+		case <-exitedCh:
+			exited()
 		case <-a.ctx.Done():
 		}
 	}()
