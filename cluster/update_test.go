@@ -149,6 +149,9 @@ func TestCluster_UpdateRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	n2.waitFreed(vol, "a2")
+	// n2 frees its claim locally first, then in etcd: n1 shows the
+	// claim (as remote) until then, and refuses the update meanwhile.
+	n1.waitFreed(vol, "a2")
 	// Released everywhere: the other fields change again.
 	spec.Parameters = map[string]string{"tier": "gold"}
 	if _, err := n1.rt.RegisterVolume(ctx, vol, spec); err != nil {
