@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -23,12 +24,67 @@ const maxPutRounds = 4
 // ids' order (nil for a volume it does not have), reading MaxTxnOps keys
 // per transaction.
 func (s *Session) VolumeDefs(ctx context.Context, ids []string) ([][]byte, error) {
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = s.volumeKey(id)
+	}
+	kvs, err := s.readKeys(ctx, keys, "volume definitions")
+	if err != nil {
+		return nil, err
+	}
 	out := make([][]byte, len(ids))
-	for lo := 0; lo < len(ids); lo += MaxTxnOps {
-		page := ids[lo:min(lo+MaxTxnOps, len(ids))]
+	for i, kv := range kvs {
+		if kv != nil {
+			out[i] = kv.Value
+		}
+	}
+	return out, nil
+}
+
+// ExternalOwners is ExternalOwner for many plugin volumes of plugin at
+// once: the ID each of externalIDs is registered as in the cluster, in
+// externalIDs' order (empty for none), in two reads of MaxTxnOps keys per
+// transaction (the records, then whether their volumes are still there).
+func (s *Session) ExternalOwners(ctx context.Context, plugin string, externalIDs []string) ([]string, error) {
+	keys := make([]string, len(externalIDs))
+	for i, x := range externalIDs {
+		keys[i] = s.externalKey(plugin, x)
+	}
+	recs, err := s.readKeys(ctx, keys, "plugin volume records")
+	if err != nil {
+		return nil, err
+	}
+	owners := make([]string, len(externalIDs))
+	for i, kv := range recs {
+		if kv != nil {
+			owners[i] = string(kv.Value)
+			keys[i] = s.volumeKey(owners[i])
+		} else {
+			keys[i] = s.volumeKey("") // never a volume: read as none
+		}
+	}
+	defs, err := s.readKeys(ctx, keys, "volume definitions", clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, err
+	}
+	for i, kv := range defs {
+		if kv == nil {
+			owners[i] = "" // deregistered since: the record is free
+		}
+	}
+	return owners, nil
+}
+
+// readKeys reads keys, MaxTxnOps per transaction, and returns what etcd
+// holds of each in keys' order (nil for a key it does not have); what
+// names them in an error.
+func (s *Session) readKeys(ctx context.Context, keys []string, what string, opts ...clientv3.OpOption) ([]*mvccpb.KeyValue, error) {
+	out := make([]*mvccpb.KeyValue, len(keys))
+	for lo := 0; lo < len(keys); lo += MaxTxnOps {
+		page := keys[lo:min(lo+MaxTxnOps, len(keys))]
 		ops := make([]clientv3.Op, len(page))
-		for i, id := range page {
-			ops[i] = clientv3.OpGet(s.volumeKey(id))
+		for i, k := range page {
+			ops[i] = clientv3.OpGet(k, opts...)
 		}
 		rctx, cancel := s.reqCtx(ctx)
 		start := time.Now()
@@ -36,11 +92,11 @@ func (s *Session) VolumeDefs(ctx context.Context, ids []string) ([][]byte, error
 		cancel()
 		s.metrics.observe("txn", start)
 		if err != nil {
-			return nil, fmt.Errorf("%w: read %d volume definitions: %w", ErrUnavailable, len(page), err)
+			return nil, fmt.Errorf("%w: read %d %s: %w", ErrUnavailable, len(page), what, err)
 		}
 		for i, r := range resp.Responses {
 			if kvs := r.GetResponseRange().GetKvs(); len(kvs) > 0 {
-				out[lo+i] = kvs[0].Value
+				out[lo+i] = kvs[0]
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/csiactor/csiactor/api"
 	"github.com/csiactor/csiactor/internal/etcdtest"
+	"github.com/csiactor/csiactor/internal/fakeplugin"
 	"github.com/csiactor/csiactor/internal/leakcheck"
 	"github.com/csiactor/csiactor/internal/metrictest"
 	"github.com/csiactor/csiactor/runtime"
@@ -305,5 +306,72 @@ func TestCluster_PluginVolumeOneID(t *testing.T) {
 	}
 	if _, err := b.rt.RegisterVolume(ctx, "first", spec); !errors.Is(err, runtime.ErrConflict) {
 		t.Fatalf("first again, now that the plugin volume is second: %v, want ErrConflict", err)
+	}
+}
+
+// TestCluster_ExternalVolumesRegisteredAs: a plugin's own volumes, listed
+// on a host that does not keep the ones another host registered, name
+// the cluster volume each is registered as (one etcd read for the page),
+// and none once it is deregistered.
+func TestCluster_ExternalVolumesRegisteredAs(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t)) // last: after the agents and the server stopped
+	srv := etcdtest.Start(t)
+	ctx := context.Background()
+	a, b := startAgent(t, "a", srv.Endpoint()), startAgent(t, "b", srv.Endpoint())
+	const plugin = "lister"
+	for _, x := range []*agent{a, b} {
+		p, ep := fakeplugin.Start(t, fakeplugin.Config{ListVolumes: true, NodeID: "csi-" + x.node})
+		for _, id := range []string{"ext-1", "ext-2", "ext-3"} {
+			p.AddVolume(fakeplugin.Volume{ID: id, CapacityBytes: 1 << 20})
+		}
+		if _, err := x.rt.RegisterAllocation(ctx, plugin+"-"+x.node, runtime.AllocationSpec{
+			Plugin: plugin, Type: runtime.TypeMonolith, Socket: ep[len("unix://"):],
+		}); err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, waitLimit)
+		err := x.rt.WaitHealthy(wctx, plugin, runtime.TypeMonolith)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := func(ext string) runtime.VolumeSpec {
+		return runtime.VolumeSpec{Plugin: plugin, ExternalID: ext,
+			Capabilities: []runtime.Capability{{AccessMode: "single-node-writer", AttachmentMode: "file-system"}}}
+	}
+	if _, err := b.rt.RegisterVolume(ctx, "on-b", spec("ext-1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.rt.RegisterVolume(ctx, "on-a", spec("ext-3")); err != nil {
+		t.Fatal(err)
+	}
+	registeredAs := func(x *agent) map[string]string {
+		t.Helper()
+		got, err := x.rt.ListExternalVolumes(ctx, plugin, runtime.ExternalVolumesQuery{})
+		if err != nil {
+			t.Fatalf("external volumes of %s on %s: %v", plugin, x.node, err)
+		}
+		m := map[string]string{}
+		for _, v := range got.Volumes {
+			m[v.ExternalID] = v.RegisteredAs
+		}
+		return m
+	}
+	want := map[string]string{"ext-1": "on-b", "ext-2": "", "ext-3": "on-a"}
+	for _, x := range []*agent{a, b} {
+		if got := registeredAs(x); !maps.Equal(got, want) {
+			t.Errorf("registered_as on %s = %v, want %v", x.node, got, want)
+		}
+	}
+	if got := a.kept(); got != 1 {
+		t.Errorf("a keeps %d definitions after listing, want 1 (its own)", got)
+	}
+	if err := b.rt.DeleteVolume(ctx, "on-b", false); err != nil {
+		t.Fatal(err)
+	}
+	want["ext-1"] = ""
+	if got := registeredAs(a); !maps.Equal(got, want) {
+		t.Errorf("registered_as on a once on-b is deregistered = %v, want %v", got, want)
 	}
 }

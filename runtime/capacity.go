@@ -122,7 +122,8 @@ type ExternalVolume struct {
 	// PublishedNodeIDs are the nodes the plugin says it is published to.
 	PublishedNodeIDs []string `json:"published_node_ids,omitempty"`
 	// RegisteredAs is the ID the volume is registered under on this
-	// agent; "" when it is not registered here.
+	// agent (in cluster mode: in the cluster, by any host); "" when it
+	// is not registered.
 	RegisteredAs string `json:"registered_as,omitempty"`
 }
 
@@ -186,7 +187,7 @@ func (r *Runtime) PluginCapacity(ctx context.Context, name string, q CapacityQue
 
 // ListExternalVolumes lists one page of the volumes the active controller
 // of plugin name has (ListVolumes), each with the ID it is registered
-// under here, if any. It fails with ErrInvalid when the controller has no
+// under here (in cluster mode: in the cluster), if any. It fails with ErrInvalid when the controller has no
 // LIST_VOLUMES capability; a token the plugin no longer knows is
 // ErrPluginUnavailable (Aborted: list again from the start). It is a
 // query: it is sent once, and not retried.
@@ -215,5 +216,35 @@ func (r *Runtime) ListExternalVolumes(ctx context.Context, name string, q Extern
 		}
 		out.Volumes = append(out.Volumes, ev)
 	}
+	if err := r.clusterOwners(ctx, name, out.Volumes); err != nil {
+		return ExternalVolumes{}, err
+	}
 	return out, nil
+}
+
+// clusterOwners fills in, in cluster mode, the ID each of vs that this
+// host does not keep is registered as in the cluster (one read of etcd
+// for all of them): another host's volumes are registered too.
+func (r *Runtime) clusterOwners(ctx context.Context, plugin string, vs []ExternalVolume) error {
+	if r.cluster == nil {
+		return nil
+	}
+	var unknown []string
+	var at []int
+	for i, v := range vs {
+		if v.RegisteredAs == "" {
+			unknown, at = append(unknown, v.ExternalID), append(at, i)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	owners, err := r.cluster.ExternalOwners(ctx, plugin, unknown)
+	if err != nil {
+		return mapErr(err)
+	}
+	for j, i := range at {
+		vs[i].RegisteredAs = owners[j]
+	}
+	return nil
 }
