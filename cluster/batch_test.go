@@ -337,10 +337,11 @@ func TestRegisterVolumes_TwoHosts(t *testing.T) {
 }
 
 // TestRegisterVolumes_KeptBounded: a batch registered on a host with
-// cluster.volume_cache 4 leaves it keeping 4 of the new volumes (the rest
-// evicted here, still in etcd and readable), and records each plugin
-// volume's ID, so that another host registering one of them under another
-// ID is refused naming the batch's volume.
+// cluster.volume_cache 4 writes the new volumes to etcd only: the host
+// keeps none of them until it is asked about one (read from etcd then,
+// and kept), never more than its cache, and records each plugin volume's
+// ID, so that another host registering one of them under another ID is
+// refused naming the batch's volume.
 func TestRegisterVolumes_KeptBounded(t *testing.T) {
 	t.Cleanup(leakcheck.Check(t))
 	srv := etcdtest.Start(t)
@@ -350,6 +351,18 @@ func TestRegisterVolumes_KeptBounded(t *testing.T) {
 	a := startAgentWith(t, "a", cfg)
 	b := startAgent(t, "b", srv.Endpoint())
 	registerAll(t, a, "k%02d", 20)
+	if got := a.kept(); got != 0 {
+		t.Errorf("a keeps %d definitions after its batch, want none", got)
+	}
+	if vs, err := a.rt.Volumes(ctx, runtime.VolumeFilter{}); err != nil || len(vs) != 20 {
+		t.Fatalf("volumes listed on a after its batch: %d, %v; want 20", len(vs), err)
+	}
+	for i := range 6 {
+		id := fmt.Sprintf("k%02d", i)
+		if v, err := a.rt.Volume(ctx, id); err != nil || v.ExternalID != "ext-"+id {
+			t.Fatalf("%s read on a: %+v, %v", id, v, err)
+		}
+	}
 	eventually(t, "a down to its cache of 4", func() (bool, error) { return a.kept() == 4, nil })
 	if v, err := a.rt.Volume(ctx, "k00"); err != nil || v.ExternalID != "ext-k00" {
 		t.Fatalf("k00 on a after its eviction: %+v, %v", v, err)
@@ -357,6 +370,23 @@ func TestRegisterVolumes_KeptBounded(t *testing.T) {
 	_, err := b.rt.RegisterVolume(ctx, "dup", volSpec("k07", "single-node-writer"))
 	if !errors.Is(err, runtime.ErrConflict) || !strings.Contains(err.Error(), `registered in the cluster as volume "k07"`) {
 		t.Fatalf("b registers plugin volume ext-k07 as dup: %v; want ErrConflict naming k07", err)
+	}
+	// The same in a batch: etcd refuses the entry, and b keeps no record.
+	res, err := b.rt.RegisterVolumes(ctx, []runtime.CreateVolumeSpec{
+		{ID: "dup2", VolumeSpec: volSpec("k08", "single-node-writer")},
+		{ID: "new", VolumeSpec: volSpec("new", "single-node-writer")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Status != runtime.BatchRefused || !strings.Contains(res[0].Error, `"k08"`) || res[1].Status != runtime.BatchRegistered {
+		t.Fatalf("b's batch with plugin volume ext-k08 as dup2 = %+v; want dup2 refused naming k08, new registered", res)
+	}
+	if _, err := b.rt.Volume(ctx, "dup2"); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("dup2 on b after its refusal: %v, want ErrNotFound", err)
+	}
+	if v, err := a.rt.Volume(ctx, "new"); err != nil || v.ExternalID != "ext-new" {
+		t.Errorf("b's new volume read on a: %+v, %v", v, err)
 	}
 }
 

@@ -71,8 +71,9 @@ type batchEntry struct {
 // The registrations of volumes new to this host are validated with their
 // plugin as RegisterVolume does and written in one store commit, with one
 // EventVolumesRegistered event; in cluster mode the definitions of volumes
-// new to the cluster are then written to etcd, MaxTxnOps (128) per
-// transaction, each creating its keys only if they are absent. Entries for
+// new to the cluster are written to etcd instead (not to this host's
+// store), MaxTxnOps (128) per transaction, each creating its keys only if
+// they are absent. Entries for
 // registered volumes go through RegisterVolume (no-op or update), creates
 // through CreateVolume, a few at a time.
 func (r *Runtime) RegisterVolumes(ctx context.Context, entries []CreateVolumeSpec) ([]BatchResult, error) {
@@ -199,8 +200,9 @@ func (r *Runtime) registerBatchLocal(ctx context.Context, regs []batchEntry, res
 // registerBatchShared is registerBatchLocal in cluster mode, where etcd
 // holds the definitions: a volume the cluster has goes through
 // RegisterVolume (a no-op, or an update by compare-and-swap); the others
-// are registered here in one batch (this host's plugin validates them),
-// then shared, MaxTxnOps definitions per etcd transaction.
+// are validated by this host's plugin, then written to etcd alone,
+// MaxTxnOps definitions per transaction. This host keeps no record of
+// them until it is asked about one, as of any volume of the cluster.
 func (r *Runtime) registerBatchShared(ctx context.Context, entries []CreateVolumeSpec, regs []batchEntry, res []BatchResult) {
 	if len(regs) == 0 {
 		return
@@ -227,31 +229,34 @@ func (r *Runtime) registerBatchShared(ctx context.Context, entries []CreateVolum
 	defer startEach(known, func(be batchEntry) {
 		_, res[be.i].Err = r.RegisterVolume(ctx, be.spec.ID, entries[be.i].VolumeSpec)
 	})()
-	r.registerBatchLocal(ctx, fresh, res)
-	var vols []cluster.NewVolume
-	var shared []batchEntry
-	for _, be := range fresh {
-		if res[be.i].Err != nil {
-			continue
-		}
-		spec := entries[be.i].VolumeSpec
-		def, err := clusterVolume{ID: be.spec.ID, Spec: spec}.encode(r.keys)
-		if err != nil {
-			res[be.i].Err = err
-			continue
-		}
-		vols = append(vols, cluster.NewVolume{ID: be.spec.ID, Plugin: spec.Plugin, ExternalID: spec.ExternalID, Def: def})
-		shared = append(shared, be)
-	}
-	if len(shared) == 0 {
+	if len(fresh) == 0 {
 		return
 	}
-	for k, err := range r.cluster.PutVolumes(ctx, vols) {
-		if res[shared[k].i].Err = mapErr(err); err == nil {
-			// Kept here like any volume this host was asked about: the
-			// cache evicts what exceeds cluster.volume_cache.
-			r.cache.touch(vols[k].ID)
+	specs := make([]volume.Spec, len(fresh))
+	for k, be := range fresh {
+		specs[k] = be.spec
+	}
+	errs := r.volumes.RegisterBatchWith(ctx, specs, func(accepted []int) []error {
+		out := make([]error, len(accepted))
+		vols := make([]cluster.NewVolume, 0, len(accepted))
+		var at []int // indexes into accepted of vols
+		for k, i := range accepted {
+			spec := entries[fresh[i].i].VolumeSpec
+			def, err := clusterVolume{ID: specs[i].ID, Spec: spec}.encode(r.keys)
+			if err != nil {
+				out[k] = err
+				continue
+			}
+			vols = append(vols, cluster.NewVolume{ID: specs[i].ID, Plugin: spec.Plugin, ExternalID: spec.ExternalID, Def: def})
+			at = append(at, k)
 		}
+		for n, err := range r.cluster.PutVolumes(ctx, vols) {
+			out[at[n]] = err
+		}
+		return out
+	})
+	for k, err := range errs {
+		res[fresh[k].i].Err = err
 	}
 }
 

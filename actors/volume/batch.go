@@ -48,6 +48,22 @@ const batchEventIDs = 10
 // that would start the actor of one of its new volumes fails with
 // ErrConflict ("being registered by a batch").
 func (m *Manager) RegisterBatch(ctx context.Context, specs []Spec) []error {
+	return m.registerBatch(ctx, specs, nil)
+}
+
+// RegisterBatchWith is RegisterBatch for volumes whose records another
+// store keeps (the cluster's etcd): the volumes new to this host are
+// validated, and reserved while the batch runs, as RegisterBatch does,
+// but not written here. commit gets the indexes in specs of every spec
+// accepted (the new ones validated, and those registered here already,
+// after Register) and returns one error per index (nil: written there);
+// the new ones it wrote make one EventVolumesRegistered. This host keeps
+// no record of them until a request reads one.
+func (m *Manager) RegisterBatchWith(ctx context.Context, specs []Spec, commit func(accepted []int) []error) []error {
+	return m.registerBatch(ctx, specs, commit)
+}
+
+func (m *Manager) registerBatch(ctx context.Context, specs []Spec, commit func([]int) []error) []error {
 	errs := make([]error, len(specs))
 	var fresh, known []int // indexes into specs
 	seen := make(map[string]int, len(specs))
@@ -89,6 +105,11 @@ func (m *Manager) RegisterBatch(ctx context.Context, specs []Spec) []error {
 	})
 	m.logNotes(specs, fresh, errs, notes, noteErrs)
 	now := time.Now()
+	if commit != nil {
+		<-registered
+		m.commitBatch(specs, fresh, errs, commit, now)
+		return errs
+	}
 	var recs []persistence.Volume
 	var written []int
 	for _, i := range fresh {
@@ -120,6 +141,33 @@ func (m *Manager) RegisterBatch(ctx context.Context, specs []Spec) []error {
 	m.mu.Unlock()
 	m.recordBatch(specs, written, now)
 	return errs
+}
+
+// commitBatch hands the accepted specs (errs[i] nil) to commit and
+// records its answers in errs; the fresh ones it wrote make the batch's
+// event.
+func (m *Manager) commitBatch(specs []Spec, fresh []int, errs []error, commit func([]int) []error, now time.Time) {
+	var accepted []int
+	for i := range specs {
+		if errs[i] == nil {
+			accepted = append(accepted, i)
+		}
+	}
+	if len(accepted) == 0 {
+		return
+	}
+	for k, err := range commit(accepted) {
+		errs[accepted[k]] = err
+	}
+	var written []int
+	for _, i := range fresh {
+		if errs[i] == nil {
+			written = append(written, i)
+		}
+	}
+	if len(written) > 0 {
+		m.recordBatch(specs, written, now)
+	}
 }
 
 // reserveBatch sorts the valid specs (errs[i] nil) into fresh, new to this
