@@ -360,6 +360,7 @@ func TestNewTokens_Errors(t *testing.T) {
 		{"empty", []api.TokenSpec{spec(0, "a", empty, api.ScopeRead)}, "api.tokens[0].file: token file " + empty + " is empty"},
 		{"unknown scope", []api.TokenSpec{spec(0, "a", good, api.ScopeRead), spec(1, "b", good, "admin")}, `api.tokens[1].scope: "admin": want read, claim or operator`},
 		{"public scope", []api.TokenSpec{spec(0, "a", good, api.ScopePublic)}, `api.tokens[0].scope: "public"`},
+		{"the unix socket's name", []api.TokenSpec{spec(0, "unix", good, api.ScopeRead)}, `api.tokens[0].name: "unix" is the name the unix socket's requests are recorded under`},
 		{"empty name", []api.TokenSpec{spec(0, "", good, api.ScopeRead)}, "api.tokens[0].name: must not be empty"},
 		{"same name", []api.TokenSpec{spec(0, "a", good, api.ScopeRead), spec(1, "a", open, api.ScopeRead)}, `api.tokens[1].name: "a" is also the name of api.tokens[0]`},
 		{"same value", []api.TokenSpec{{Key: "api.token_file", Name: "default", File: good, Scope: api.ScopeOperator}, spec(0, "a", same, api.ScopeRead)},

@@ -57,7 +57,7 @@ func (s Scope) Allows(need Scope) bool {
 // UnixTokenName is the name the requests of the unix socket are recorded
 // under (in their log line and event): the socket has no token; its file
 // permissions let only root or its owner in, with ScopeOperator.
-const UnixTokenName = "unix"
+const UnixTokenName = runtime.UnixTokenName
 
 // DefaultTokenName is the name of the token of api.token_file.
 const DefaultTokenName = runtime.DefaultTokenName
@@ -172,7 +172,8 @@ func stampOf(fi os.FileInfo) fileStamp {
 
 // NewTokens reads the token files of specs. A file that is missing,
 // unreadable, readable by group or others or empty, an unknown scope, an
-// empty or repeated name and a value that two tokens share are errors
+// empty or repeated name, the name UnixTokenName and a value that two
+// tokens share are errors
 // naming the config key, never the value. log receives the errors of
 // later reads (nil discards them).
 func NewTokens(specs []TokenSpec, log *logrus.Entry) (*Tokens, error) {
@@ -184,6 +185,9 @@ func NewTokens(specs []TokenSpec, log *logrus.Entry) (*Tokens, error) {
 	for _, sp := range specs {
 		if sp.Name == "" {
 			return nil, fmt.Errorf("%s.name: must not be empty", sp.Key)
+		}
+		if sp.Name == UnixTokenName {
+			return nil, fmt.Errorf("%s.name: %q is the name the unix socket's requests are recorded under; choose another", sp.Key, sp.Name)
 		}
 		if prev, ok := names[sp.Name]; ok {
 			return nil, fmt.Errorf("%s.name: %q is also the name of %s", sp.Key, sp.Name, prev)

@@ -151,6 +151,10 @@ const (
 // DefaultTokenName is the name of the token of api.token_file.
 const DefaultTokenName = "default"
 
+// UnixTokenName is the name the requests of the API's unix socket are
+// recorded under (it has no token); no token of api.tokens may take it.
+const UnixTokenName = "unix"
+
 // TokenConfig is one bearer token of the API's TCP listener: the token in
 // File (mode 0600, one line), known as Name in logs and events, allowed
 // what Scope allows.
@@ -979,6 +983,9 @@ func validateTokens(c APIConfig) error {
 		key := fmt.Sprintf("api.tokens[%d]", i)
 		if err := ValidateID(key+".name", t.Name); err != nil {
 			return err
+		}
+		if t.Name == UnixTokenName {
+			return fieldErr(key+".name", fmt.Sprintf("%q is the name the unix socket's requests are recorded under; choose another", t.Name))
 		}
 		if prev, ok := names[t.Name]; ok {
 			msg := fmt.Sprintf("%q is also the name of %s", t.Name, prev)
