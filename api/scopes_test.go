@@ -225,6 +225,38 @@ func TestTCPHandler_Writes_RecordTokenName(t *testing.T) {
 	}
 }
 
+// The api-write event of a write whose body, not its path, names its
+// object names it too: the volume a create makes (and its plugin), the
+// alloc of a claim; so `events -volume` and `-alloc` find who did it.
+func TestTCPHandler_Writes_NameBodyObjects(t *testing.T) {
+	tokens, err := api.NewTokens(scopeSpecs(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &uiBackend{Backend: apitest.NewBackend()}
+	rc := serveTokens(t, b, tokens, api.Options{})
+	admin, scheduler := "Bearer "+scopeTokens[2].value, "Bearer "+scopeTokens[1].value
+	for _, w := range []struct{ method, path, body, auth string }{
+		{"PUT", "/v1/allocations/a1", `{"plugin":"p","type":"monolith","socket":"/run/p.sock"}`, admin},
+		{"POST", "/v1/volumes", `{"id":"v1","plugin":"p","capabilities":[{"access_mode":"single-node-writer","attachment_mode":"file-system"}]}`, admin},
+		{"POST", "/v1/volumes/v1/claims", `{"alloc":"a1","mode":"write","access_mode":"single-node-writer","attachment_mode":"file-system"}`, scheduler},
+	} {
+		if r := rc.do(w.method, w.path, w.body, "Authorization", w.auth, "Content-Type", "application/json"); r.status >= 300 {
+			t.Fatalf("%s %s: %d %s", w.method, w.path, r.status, r.body)
+		}
+	}
+	evs, _ := b.events()
+	type about struct{ token, plugin, volume, alloc string }
+	var got []about
+	for _, e := range evs {
+		got = append(got, about{e.Token, e.Plugin, e.Volume, e.Alloc})
+	}
+	want := []about{{"admin", "", "", "a1"}, {"admin", "p", "v1", ""}, {"scheduler", "", "v1", "a1"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("api-write events name %+v, want %+v", got, want)
+	}
+}
+
 // waitStatus sends GET /v1/whoami with token until it answers want.
 func waitStatus(t *testing.T, rc *rawClient, token string, want int) rawResponse {
 	t.Helper()

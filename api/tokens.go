@@ -75,6 +75,10 @@ type Identity struct {
 type reqInfo struct {
 	id       Identity
 	recorded bool
+	// about names the objects of a write that its body, not its path,
+	// names (the volume a create makes, the alloc of a claim), for its
+	// EventAPIWrite.
+	about runtime.Event
 }
 
 type reqInfoKey struct{}
