@@ -124,8 +124,8 @@ type APIConfig struct {
 	// "default".
 	Tokens []TokenConfig `yaml:"tokens,omitempty"`
 	// UI serves the web UI at /ui/ on HTTPAddr. It reads the agent's state
-	// through the API over TCP, so it needs TokenFile: the UI asks for the
-	// token once and keeps a session cookie.
+	// through the API over TCP, so it needs TokenFile or Tokens: the UI asks
+	// for a token once and keeps a session cookie.
 	UI bool `yaml:"ui"`
 	// TLS, when set, serves HTTPAddr over TLS (1.2 or newer) with its
 	// files, read again when they change.
