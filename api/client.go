@@ -555,8 +555,14 @@ func decodeError(resp *http.Response) error {
 		return &Error{Status: resp.StatusCode, Message: eb.Error}
 	}
 	msg := strings.TrimSpace(string(data))
-	if msg == "" {
+	switch {
+	case msg == "":
 		msg = http.StatusText(resp.StatusCode)
+	case resp.StatusCode == http.StatusBadRequest && msg == plainToTLS:
+		msg = "the agent serves TLS on this address: use an https:// address"
 	}
 	return &Error{Status: resp.StatusCode, Message: strconv.Itoa(resp.StatusCode) + " " + msg}
 }
+
+// plainToTLS is what Go's HTTPS servers answer a plain HTTP request with.
+const plainToTLS = "Client sent an HTTP request to an HTTPS server."

@@ -49,6 +49,11 @@ func TestClient_WithTLSConfig(t *testing.T) {
 	if err := c.Health(ctx); err == nil || !strings.Contains(err.Error(), "certificate required") {
 		t.Errorf("Health without a client certificate: %v", err)
 	}
+	// http:// to the TLS listener: told to use https://.
+	c = newClient(t, "http://"+l.Addr().String(), api.WithToken("tok"))
+	if err := c.Health(ctx); err == nil || !strings.Contains(err.Error(), "the agent serves TLS on this address: use an https:// address") {
+		t.Errorf("Health over http:// to a TLS listener: %v, want the hint to use https://", err)
+	}
 	for _, a := range []string{"http://127.0.0.1:1", "unix:///run/api.sock"} {
 		if _, err := api.NewClient(a, api.WithTLSConfig(&tls.Config{})); !errors.Is(err, api.ErrBadAddress) || !strings.Contains(err.Error(), "TLS settings need an https:// address") {
 			t.Errorf("NewClient(%q, WithTLSConfig): %v, want ErrBadAddress", a, err)

@@ -578,6 +578,7 @@ func (s *server) createVolume(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &spec) || !valid(w, spec.Validate()) {
 		return
 	}
+	infoOf(r.Context()).about = runtime.Event{Volume: spec.ID, Plugin: spec.Plugin}
 	v, err := s.b.CreateVolume(r.Context(), spec)
 	if err != nil {
 		writeBackendError(w, err)
@@ -662,6 +663,7 @@ func (s *server) claim(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) || !valid(w, req.Validate()) {
 		return
 	}
+	infoOf(r.Context()).about.Alloc = req.Alloc
 	if wait > 0 {
 		s.claimWait(w, r, id, req, wait)
 		return
@@ -992,18 +994,19 @@ func (s *server) logged(h http.Handler) http.Handler {
 		// A 4xx changed nothing (bad input, unknown object, conflict, or
 		// refused by authentication or scope): its log line is enough.
 		if write && ri.id.Name != "" && !ri.recorded && (sw.status < 400 || sw.status >= 500) {
-			s.recordWrite(r, sw.status, ri.id)
+			s.recordWrite(r, sw.status, ri)
 		}
 	})
 }
 
 // recordWrite records the write r, answered status, as an EventAPIWrite
-// naming id's token.
-func (s *server) recordWrite(r *http.Request, status int, id Identity) {
+// naming its token and the objects its path and ri.about name.
+func (s *server) recordWrite(r *http.Request, status int, ri *reqInfo) {
 	rec, ok := s.b.(EventRecorder)
 	if !ok {
 		return
 	}
+	id := ri.id
 	ev := runtime.Event{Type: runtime.EventAPIWrite, Token: id.Name,
 		Message: fmt.Sprintf("%s %s by token %q: %d %s", r.Method, r.URL.Path, id.Name, status, http.StatusText(status))}
 	// The objects the path names, for filters on the events.
@@ -1021,6 +1024,14 @@ func (s *server) recordWrite(r *http.Request, status int, id Identity) {
 			ev.Plugin = segs[1]
 		case "snapshots":
 			ev.Snapshot = segs[1]
+		}
+	}
+	for _, f := range []struct {
+		dst *string
+		v   string
+	}{{&ev.Volume, ri.about.Volume}, {&ev.Alloc, ri.about.Alloc}, {&ev.Plugin, ri.about.Plugin}, {&ev.Snapshot, ri.about.Snapshot}} {
+		if f.v != "" {
+			*f.dst = f.v
 		}
 	}
 	if err := rec.RecordEvent(ev); err != nil && !errors.Is(err, runtime.ErrShutdown) {

@@ -70,6 +70,7 @@ func (s *server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &spec) || !valid(w, spec.Validate()) {
 		return
 	}
+	infoOf(r.Context()).about = runtime.Event{Snapshot: spec.ID, Volume: spec.SourceVolume}
 	sb, ok := s.snapshotsBackend(w)
 	if !ok {
 		return

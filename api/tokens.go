@@ -57,7 +57,7 @@ func (s Scope) Allows(need Scope) bool {
 // UnixTokenName is the name the requests of the unix socket are recorded
 // under (in their log line and event): the socket has no token; its file
 // permissions let only root or its owner in, with ScopeOperator.
-const UnixTokenName = "unix"
+const UnixTokenName = runtime.UnixTokenName
 
 // DefaultTokenName is the name of the token of api.token_file.
 const DefaultTokenName = runtime.DefaultTokenName
@@ -75,6 +75,10 @@ type Identity struct {
 type reqInfo struct {
 	id       Identity
 	recorded bool
+	// about names the objects of a write that its body, not its path,
+	// names (the volume a create makes, the alloc of a claim), for its
+	// EventAPIWrite.
+	about runtime.Event
 }
 
 type reqInfoKey struct{}
@@ -119,25 +123,27 @@ func TokenSpecs(cfg runtime.APIConfig) []TokenSpec {
 	return specs
 }
 
-// tokenCheckInterval is how often, at most, the token files are looked at
-// again (on a request).
-const tokenCheckInterval = time.Second
+// racyWindow is how recent a token file's modification time may be, when
+// the file is read, for its stamp not to be trusted: file systems keep
+// modification times in coarse ticks (milliseconds, or whole seconds), so
+// a file rewritten in place with the same length within one tick keeps its
+// stamp. Such a file is read again at every request until it is older.
+const racyWindow = 2 * time.Second
 
 // Tokens is the set of bearer tokens of the TCP listener. Their files are
-// looked at again, at most once a second, when a request comes: a file
-// whose modification time, size, inode or mode changed is read again, so
-// that a new value works and the old one is refused from then on; a file
-// removed or made invalid revokes its token (with an error logged naming
-// its config key, never the value) until it is valid again.
+// looked at again (one stat each) at every request: a file whose
+// modification time, size, inode or mode changed is read again, so that a
+// new value works and the old one is refused from that request on; a file
+// removed or made invalid revokes its token at once (with an error logged
+// naming its config key, never the value) until it is valid again.
 //
 // A Tokens is safe for concurrent use.
 type Tokens struct {
 	log *logrus.Entry
 	now func() time.Time
 
-	mu        sync.Mutex
-	entries   []*tokenEntry // guarded by mu
-	lastCheck time.Time     // guarded by mu
+	mu      sync.Mutex
+	entries []*tokenEntry // guarded by mu
 }
 
 // tokenEntry is one token. Its fields but spec are guarded by Tokens.mu.
@@ -146,6 +152,10 @@ type tokenEntry struct {
 	value  string // "" while revoked
 	digest [sha256.Size]byte
 	stat   fileStamp
+	// racy says the file was modified less than racyWindow before it was
+	// read, so its stamp may hide a later rewrite: it is read again at
+	// every request until it is older.
+	racy bool
 }
 
 // fileStamp is what says a token file changed.
@@ -166,7 +176,8 @@ func stampOf(fi os.FileInfo) fileStamp {
 
 // NewTokens reads the token files of specs. A file that is missing,
 // unreadable, readable by group or others or empty, an unknown scope, an
-// empty or repeated name and a value that two tokens share are errors
+// empty or repeated name, the name UnixTokenName and a value that two
+// tokens share are errors
 // naming the config key, never the value. log receives the errors of
 // later reads (nil discards them).
 func NewTokens(specs []TokenSpec, log *logrus.Entry) (*Tokens, error) {
@@ -179,6 +190,9 @@ func NewTokens(specs []TokenSpec, log *logrus.Entry) (*Tokens, error) {
 		if sp.Name == "" {
 			return nil, fmt.Errorf("%s.name: must not be empty", sp.Key)
 		}
+		if sp.Name == UnixTokenName {
+			return nil, fmt.Errorf("%s.name: %q is the name the unix socket's requests are recorded under; choose another", sp.Key, sp.Name)
+		}
 		if prev, ok := names[sp.Name]; ok {
 			return nil, fmt.Errorf("%s.name: %q is also the name of %s", sp.Key, sp.Name, prev)
 		}
@@ -187,7 +201,7 @@ func NewTokens(specs []TokenSpec, log *logrus.Entry) (*Tokens, error) {
 			return nil, fmt.Errorf("%s.scope: %q: want read, claim or operator", sp.Key, sp.Scope)
 		}
 		e := &tokenEntry{spec: sp}
-		if err := e.read(); err != nil {
+		if err := e.read(t.now()); err != nil {
 			return nil, fmt.Errorf("%s: %w", fileKey(sp), err)
 		}
 		if other := t.sameValueLocked(e); other != nil {
@@ -195,7 +209,6 @@ func NewTokens(specs []TokenSpec, log *logrus.Entry) (*Tokens, error) {
 		}
 		t.entries = append(t.entries, e)
 	}
-	t.lastCheck = t.now()
 	return t, nil
 }
 
@@ -218,8 +231,8 @@ func fileKey(sp TokenSpec) string {
 	return sp.Key + ".file"
 }
 
-// read reads e's file into e.
-func (e *tokenEntry) read() error {
+// read reads e's file into e at time now.
+func (e *tokenEntry) read(now time.Time) error {
 	fi, err := os.Stat(e.spec.File)
 	if err != nil {
 		return fmt.Errorf("token file: %w", err)
@@ -229,6 +242,7 @@ func (e *tokenEntry) read() error {
 		return err
 	}
 	e.value, e.digest, e.stat = tok, sha256.Sum256([]byte(tok)), stampOf(fi)
+	e.racy = now.Sub(fi.ModTime()) < racyWindow
 	return nil
 }
 
@@ -247,23 +261,16 @@ func (t *Tokens) Configured() bool {
 	return len(t.entries) > 0
 }
 
-// refreshLocked reads again the files that changed, at most once every
-// tokenCheckInterval.
+// refreshLocked looks at every token file and reads again those that
+// changed (and those whose stamp is too recent to be trusted).
 func (t *Tokens) refreshLocked() {
 	now := t.now()
-	if now.Sub(t.lastCheck) < tokenCheckInterval && !now.Before(t.lastCheck) {
-		return
-	}
-	t.lastCheck = now
 	for _, e := range t.entries {
 		if e.spec.File == "" {
 			continue
 		}
 		log := t.log.WithFields(logrus.Fields{"key": fileKey(e.spec), "token": e.spec.Name})
 		fi, err := os.Stat(e.spec.File)
-		if err == nil && e.value != "" && stampOf(fi) == e.stat {
-			continue
-		}
 		if err != nil {
 			if e.value != "" {
 				log.WithError(err).Error("token file gone: token revoked")
@@ -271,11 +278,11 @@ func (t *Tokens) refreshLocked() {
 			}
 			continue
 		}
-		if e.value == "" && stampOf(fi) == e.stat {
-			continue // still the invalid file we logged about
+		if stampOf(fi) == e.stat && (e.value == "" || !e.racy) {
+			continue // unchanged, or still the invalid file we logged about
 		}
-		was := e.value != ""
-		if err := e.read(); err != nil {
+		was := e.value
+		if err := e.read(now); err != nil {
 			e.value, e.stat = "", stampOf(fi)
 			log.WithError(err).Error("token file invalid: token revoked")
 			continue
@@ -285,9 +292,12 @@ func (t *Tokens) refreshLocked() {
 			log.WithField("other", fileKey(other.spec)).Error("token file holds the same token as another: token revoked")
 			continue
 		}
-		if was {
+		switch {
+		case e.value == was:
+			// A recent file read again: the same token.
+		case was != "":
 			log.Info("token file changed: new token in use")
-		} else {
+		default:
 			log.Info("token file valid again: token in use")
 		}
 	}

@@ -124,8 +124,8 @@ type APIConfig struct {
 	// "default".
 	Tokens []TokenConfig `yaml:"tokens,omitempty"`
 	// UI serves the web UI at /ui/ on HTTPAddr. It reads the agent's state
-	// through the API over TCP, so it needs TokenFile: the UI asks for the
-	// token once and keeps a session cookie.
+	// through the API over TCP, so it needs TokenFile or Tokens: the UI asks
+	// for a token once and keeps a session cookie.
 	UI bool `yaml:"ui"`
 	// TLS, when set, serves HTTPAddr over TLS (1.2 or newer) with its
 	// files, read again when they change.
@@ -150,6 +150,10 @@ const (
 
 // DefaultTokenName is the name of the token of api.token_file.
 const DefaultTokenName = "default"
+
+// UnixTokenName is the name the requests of the API's unix socket are
+// recorded under (it has no token); no token of api.tokens may take it.
+const UnixTokenName = "unix"
 
 // TokenConfig is one bearer token of the API's TCP listener: the token in
 // File (mode 0600, one line), known as Name in logs and events, allowed
@@ -979,6 +983,9 @@ func validateTokens(c APIConfig) error {
 		key := fmt.Sprintf("api.tokens[%d]", i)
 		if err := ValidateID(key+".name", t.Name); err != nil {
 			return err
+		}
+		if t.Name == UnixTokenName {
+			return fieldErr(key+".name", fmt.Sprintf("%q is the name the unix socket's requests are recorded under; choose another", t.Name))
 		}
 		if prev, ok := names[t.Name]; ok {
 			msg := fmt.Sprintf("%q is also the name of %s", t.Name, prev)

@@ -183,6 +183,7 @@ func TestParseConfig_Errors(t *testing.T) {
 		{"token unknown scope", "api:\n  tokens:\n    - {name: a, file: /a, scope: read}\n    - {name: b, file: /b, scope: admin}\n", `api.tokens[1].scope: "admin": want read, claim or operator`},
 		{"token without scope", "api:\n  tokens:\n    - {name: a, file: /a}\n", `api.tokens[0].scope: "": want read, claim or operator`},
 		{"token duplicate name", "api:\n  tokens:\n    - {name: a, file: /a, scope: read}\n    - {name: a, file: /b, scope: claim}\n", `api.tokens[1].name: "a" is also the name of api.tokens[0]`},
+		{"token named like the unix socket", "api:\n  tokens:\n    - {name: unix, file: /a, scope: read}\n", `api.tokens[0].name: "unix" is the name the unix socket's requests are recorded under`},
 		{"token named like token_file", "api:\n  token_file: /t\n  tokens:\n    - {name: default, file: /a, scope: read}\n", `api.tokens[0].name: "default" is the name of the token of api.token_file`},
 		{"token unknown key", "api:\n  tokens:\n    - {name: a, file: /a, scope: read, value: x}\n", `api.tokens[0].value: unknown key`},
 		{"long exec socket", "data_dir: /" + strings.Repeat("d", 80) + "\nallocations:\n  - {id: " + strings.Repeat("a", 30) + ", plugin: p, type: node, command: [x]}\n",
