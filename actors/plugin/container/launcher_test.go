@@ -3,6 +3,7 @@ package container_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -207,5 +208,75 @@ func TestLauncher_Errors(t *testing.T) {
 	_, err = l.Start(context.Background(), container.RunSpec{Alloc: "a", Type: "node", Image: container.Image{Image: ref}, SocketDir: base, OutputDir: base}, logrus.NewEntry(logrus.New()))
 	if !errors.Is(err, container.ErrEngineDown) || !strings.Contains(err.Error(), "docker engine at "+gone) {
 		t.Errorf("Start with no engine = %v, want ErrEngineDown naming docker and %s", err, gone)
+	}
+}
+
+// TestLauncher_OutputOnce: a burst of lines written within one second is
+// kept whole, in order, and once across a detach and an adoption (with
+// the lines written after it), under each engine. Podman's
+// Docker-compatible API stamps lines to the second, so their times do not
+// tell them apart.
+func TestLauncher_OutputOnce(t *testing.T) {
+	engs := startEngines(t)
+	for _, e := range engs {
+		t.Run(e.name, func(t *testing.T) {
+			defer leakcheck.Check(t)()
+			base := t.TempDir()
+			dir := filepath.Join(base, "plugins", "a1")
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			cfg := container.Config{DataDir: base, DockerSocket: e.socket, PodmanSocket: e.socket}
+			l, err := container.NewLauncher(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			ctx := context.Background()
+			log := logrus.NewEntry(logrus.New())
+			const n = 100
+			script := `i=0; while [ $i -lt 100 ]; do echo "line $i"; i=$((i+1)); done
+while [ ! -e ` + dir + `/go ]; do sleep 1; done; echo after; exec sleep 100000`
+			spec := container.RunSpec{Alloc: "a1", Type: "controller",
+				Image: container.Image{Image: engines.Image, Engine: e.name, Pull: container.PullNever},
+				Args:  []string{"sh", "-c", script}, SocketDir: dir, OutputDir: dir}
+			c, err := l.Start(ctx, spec, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check := func(want int) {
+				t.Helper()
+				var lines []proc.Line
+				waitFor(t, "the container's lines in the output file", func() bool {
+					lines, _ = proc.ReadOutput(dir, -1)
+					return len(lines) >= want
+				})
+				var texts []string
+				for _, ln := range lines {
+					texts = append(texts, ln.Text)
+				}
+				for i := range n {
+					if i >= len(texts) || texts[i] != fmt.Sprintf("line %d", i) {
+						t.Fatalf("kept lines %q: want line 0 to line %d in order", texts, n-1)
+					}
+				}
+				if want > n && (len(texts) != want || texts[n] != "after") {
+					t.Fatalf("kept lines after the burst %q: want [after] alone", texts[n:])
+				}
+			}
+			check(n)
+			c.Detach()
+			c2, err := l.Adopt(ctx, e.name, c.ID(), dir, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			check(n + 1)
+			if err := c2.Stop(ctx, time.Second); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
