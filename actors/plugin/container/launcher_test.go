@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -244,27 +245,34 @@ while [ ! -e ` + dir + `/go ]; do sleep 1; done; echo after; exec sleep 100000`
 			if err != nil {
 				t.Fatal(err)
 			}
-			check := func(want int) {
+			// check waits for the burst and "after" of each of runs
+			// containers (the last one's "after" when withAfter) and
+			// checks that they are kept in order, each once.
+			check := func(runs int, withAfter bool) {
 				t.Helper()
-				var lines []proc.Line
-				waitFor(t, "the container's lines in the output file", func() bool {
-					lines, _ = proc.ReadOutput(dir, -1)
-					return len(lines) >= want
-				})
-				var texts []string
-				for _, ln := range lines {
-					texts = append(texts, ln.Text)
-				}
-				for i := range n {
-					if i >= len(texts) || texts[i] != fmt.Sprintf("line %d", i) {
-						t.Fatalf("kept lines %q: want line 0 to line %d in order", texts, n-1)
+				var want []string
+				for r := range runs {
+					for i := range n {
+						want = append(want, fmt.Sprintf("line %d", i))
+					}
+					if r < runs-1 || withAfter {
+						want = append(want, "after")
 					}
 				}
-				if want > n && (len(texts) != want || texts[n] != "after") {
-					t.Fatalf("kept lines after the burst %q: want [after] alone", texts[n:])
+				var texts []string
+				waitFor(t, "the container's lines in the output file", func() bool {
+					lines, _ := proc.ReadOutput(dir, -1)
+					texts = texts[:0]
+					for _, ln := range lines {
+						texts = append(texts, ln.Text)
+					}
+					return len(texts) >= len(want)
+				})
+				if !slices.Equal(texts, want) {
+					t.Fatalf("kept lines %q, want %q", texts, want)
 				}
 			}
-			check(n)
+			check(1, false)
 			c.Detach()
 			c2, err := l.Adopt(ctx, e.name, c.ID(), dir, log)
 			if err != nil {
@@ -273,8 +281,21 @@ while [ ! -e ` + dir + `/go ]; do sleep 1; done; echo after; exec sleep 100000`
 			if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			check(n + 1)
-			if err := c2.Stop(ctx, time.Second); err != nil {
+			check(1, true)
+			// Killed and started anew (the go file there: the burst and
+			// "after" at once), maybe within the second of the last line
+			// kept: the new container's lines are its own, all kept.
+			if err := c2.Kill(ctx); err != nil {
+				t.Fatal(err)
+			}
+			<-c2.Exited()
+			c2.Detach()
+			c3, err := l.Start(ctx, spec, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(2, true)
+			if err := c3.Stop(ctx, time.Second); err != nil {
 				t.Fatal(err)
 			}
 		})

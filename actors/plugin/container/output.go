@@ -13,8 +13,8 @@ import (
 )
 
 // copyOutput copies the container's output, as the engine keeps it, to
-// the output files in dir, from after the last line kept there: each line
-// once, across agents and engine restarts. It ends when the container's
+// the output files in dir, an adopted container's from after the last
+// line kept there: each line once, across agents and engine restarts. It ends when the container's
 // output ends (it stopped) or ctx ends.
 func (ct *Container) copyOutput(ctx context.Context, dir string) {
 	defer ct.wg.Done()
@@ -25,10 +25,16 @@ func (ct *Container) copyOutput(ctx context.Context, dir string) {
 		return
 	}
 	defer func() { _ = sink.Close() }()
+	// A container this agent started has kept nothing yet; an adopted one
+	// goes on after the last line kept (by it, before the agent stopped).
+	// Only the times of its own lines tell which of them are kept: a line
+	// of a new container may have the time of its predecessor's last.
 	var k kept
-	k.last, k.atLast, err = lastKept(dir)
-	if err != nil {
-		ct.log.WithError(err).Warn("cannot read the plugin's kept output; copying the container's from its start")
+	if ct.adopted {
+		k.last, k.atLast, err = lastKept(dir)
+		if err != nil {
+			ct.log.WithError(err).Warn("cannot read the plugin's kept output; copying the container's from its start")
+		}
 	}
 	delay := 100 * time.Millisecond
 	for ctx.Err() == nil {
