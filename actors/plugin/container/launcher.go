@@ -501,8 +501,10 @@ func (ct *Container) waitExit() {
 			}
 			// The engine went away (or the wait broke): look again once
 			// it answers.
-			ct.setDown(ct.l.engineErr(ct.engine, "wait for container "+short(ct.id), err).Error())
-			ct.log.WithError(err).WithField("container", short(ct.id)).Warn("lost the container engine; retrying")
+			down := ct.l.engineErr(ct.engine, "wait for container "+short(ct.id), err)
+			ct.setDown(down.Error())
+			// The error names the engine and its socket.
+			ct.log.WithError(down).WithField("container", short(ct.id)).Warn("lost the container engine; retrying")
 		case <-ct.ctx.Done():
 			return
 		}
