@@ -45,11 +45,7 @@ func (a *Actor) startContainer() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(a.ctx, containerStartTimeout)
-	c, err := a.cfg.Containers.Start(ctx, container.RunSpec{
-		Alloc: a.spec.ID, Type: string(a.spec.Type), Image: im,
-		Args: a.spec.containerArgs(), Env: a.spec.containerEnv(),
-		SocketDir: a.procDir(), OutputDir: a.procDir(),
-	}, a.log)
+	c, err := a.cfg.Containers.Start(ctx, a.runSpec(), a.log)
 	cancel()
 	if err != nil {
 		a.startFailed(err, err.Error())
@@ -65,8 +61,19 @@ func (a *Actor) startContainer() {
 	}
 }
 
+// runSpec is how the allocation's container runs.
+func (a *Actor) runSpec() container.RunSpec {
+	return container.RunSpec{
+		Alloc: a.spec.ID, Type: string(a.spec.Type), Image: *a.spec.Image,
+		Args: a.spec.containerArgs(), Env: a.spec.containerEnv(),
+		SocketDir: a.procDir(), OutputDir: a.procDir(),
+	}
+}
+
 // adoptContainer takes over the running container of the allocation that
-// a previous agent left, and removes any other (so that two never run).
+// a previous agent left, when it runs what the spec says; the start that
+// follows otherwise removes it and any other (so that two never run, and
+// a spec changed in the config file while no agent ran takes effect).
 func (a *Actor) adoptContainer(engine string) (bool, error) {
 	ctx, cancel := context.WithTimeout(a.ctx, 30*time.Second)
 	defer cancel()
@@ -74,8 +81,13 @@ func (a *Actor) adoptContainer(engine string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	want := a.cfg.Containers.SpecDigest(a.runSpec())
 	for _, f := range found {
 		if !f.Running {
+			continue
+		}
+		if f.Spec != want {
+			a.log.WithField("container", shortID(f.ID)).Info("not adopting the plugin container of the previous agent: it was created for another spec of the allocation")
 			continue
 		}
 		c, err := a.cfg.Containers.Adopt(ctx, engine, f.ID, a.procDir(), a.log)

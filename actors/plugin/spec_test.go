@@ -48,6 +48,14 @@ func TestSpec_Validate(t *testing.T) {
 			s.Socket = ""
 			s.Image = &container.Image{Image: "i", Mounts: []container.Mount{{Source: "/a", Target: "b"}}}
 		}, `image.mounts[0].target: "b" is a relative path`},
+		{"image capabilities", func(s *Spec) {
+			s.Socket = ""
+			s.Image = &container.Image{Image: "i", Capabilities: []string{"sys_admin", "CAP_MKNOD", "ALL", "CHECKPOINT_RESTORE"}}
+		}, ""},
+		{"image unknown capability", func(s *Spec) {
+			s.Socket = ""
+			s.Image = &container.Image{Image: "i", Capabilities: []string{"SYS_ADMIN", "SYS_ADMN"}}
+		}, `image.capabilities[1]: "SYS_ADMN" is not a Linux capability`},
 		{"relative socket", func(s *Spec) { s.Socket = "run/csi.sock" }, "socket"},
 		{"tcp socket", func(s *Spec) { s.Socket = "tcp://host:1" }, "socket"},
 		{"long socket", func(s *Spec) { s.Socket = "/" + strings.Repeat("x", 107) }, "107"},

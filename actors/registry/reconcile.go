@@ -69,7 +69,8 @@ func reconcile(ctx context.Context, cfg Config) error {
 func removeStored(ctx context.Context, cfg Config, rec persistence.Allocation, why string) error {
 	log := cfg.Log.WithFields(logrus.Fields{"alloc": rec.ID, "plugin": rec.Plugin, "seq": rec.Seq})
 	killLeftover(ctx, log, cfg.DataDir, rec)
-	if len(rec.Command) > 0 {
+	removeLeftoverContainers(ctx, cfg, log, rec)
+	if len(rec.Command) > 0 || rec.Image != nil {
 		if err := os.RemoveAll(filepath.Dir(plugin.SocketPath(cfg.DataDir, rec.ID))); err != nil {
 			log.WithError(err).Warn("remove socket directory")
 		}
@@ -118,6 +119,11 @@ func putConfigured(ctx context.Context, cfg Config, spec plugin.Spec, old persis
 			// starts its own process.
 			rec.PID, rec.PIDStart = old.PID, old.PIDStart
 		}
+		if old.Image != nil && (spec.Image == nil || spec.Image.EngineName() != old.Image.EngineName()) {
+			// On the same engine the new actor replaces it (it adopts
+			// only a container created for its own spec).
+			removeLeftoverContainers(ctx, cfg, log, old)
+		}
 		if len(old.Command) > 0 && !spec.ExecManaged() {
 			if err := os.RemoveAll(filepath.Dir(plugin.SocketPath(cfg.DataDir, old.ID))); err != nil {
 				log.WithError(err).Warn("remove socket directory")
@@ -155,6 +161,24 @@ func killLeftover(ctx context.Context, log *logrus.Entry, dataDir string, rec pe
 		log.WithField("pid", rec.PID).Warn("killed the plugin process left by a previous agent")
 	}
 	return true
+}
+
+// removeLeftoverContainers removes the containers an earlier agent left
+// for the image allocation rec, which this run no longer has (removed
+// from the config file, or moved to another engine or off images): they
+// outlive the agent as processes do. An engine that does not answer
+// leaves them, logged with the name to remove them by.
+func removeLeftoverContainers(ctx context.Context, cfg Config, log *logrus.Entry, rec persistence.Allocation) {
+	ls := cfg.Plugin.Containers
+	if rec.Image == nil || ls == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, leftoverKillTimeout)
+	defer cancel()
+	engine := rec.Image.EngineName()
+	if err := ls.RemoveAll(rctx, engine, rec.ID, log); err != nil {
+		log.WithError(err).WithField("container", ls.Name(rec.ID)).Error("could not remove the plugin container left by a previous agent: remove it by hand")
+	}
 }
 
 // storedSpec is the spec of a stored allocation, with the socket of an

@@ -645,3 +645,52 @@ func TestImage_HealthTimeout(t *testing.T) {
 	a.stop()
 	a.checkNoRace()
 }
+
+// TestImage_ConfigChangedWhileDown: an image allocation changed in the
+// config file while no agent ran gets a new container made from the new
+// spec (the running one of the old spec is not adopted, and never runs
+// beside it), and one removed from the config file has its container
+// removed by the next agent, not left running for ever.
+func TestImage_ConfigChangedWhileDown(t *testing.T) {
+	t.Cleanup(leakcheck.Check(t))
+	e := startImageEngine(t, container.Docker)
+	h := imageHost(t, e)
+	d := imageDriver(e)
+	a := h.startWith(d)
+	old, _ := h.allocation(d.alloc)
+	a.stop()
+	a.checkNoRace()
+	if got := h.pluginContainers(e); !slices.Equal(got, []string{old.ContainerID}) {
+		t.Fatalf("after an orderly stop: containers %v, want %s left running", got, short(old.ContainerID))
+	}
+
+	// The same allocation with one more variable in its environment.
+	spec := h.hostpathImageSpec(e)
+	spec.Image.Env = map[string]string{"CHANGED": "yes"}
+	b, err := json.Marshal(spec.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.writeConfig(fmt.Sprintf("  - id: %s\n    plugin: %s\n    type: %s\n    image: %s\n", d.alloc, spec.Plugin, spec.Type, b))
+	a = h.startAgent()
+	al := h.waitContainer(d.alloc, old.ContainerID)
+	if got := h.pluginContainers(e); !slices.Equal(got, []string{al.ContainerID}) {
+		t.Errorf("after the spec changed: containers %v, want the new %s alone", got, short(al.ContainerID))
+	}
+	env, err := e.client("inspect", "-f", "{{json .Config.Env}}", al.ContainerID)
+	if err != nil || !strings.Contains(env, `"CHANGED=yes"`) {
+		t.Errorf("the new container's environment %s (%v) lacks CHANGED=yes", env, err)
+	}
+	a.stop()
+	a.checkNoRace()
+
+	// Removed from the config file.
+	h.writeConfig("")
+	a = h.startAgent()
+	h.waitNoContainers(e, "after the allocation was removed from the config file")
+	if _, err := os.Stat(filepath.Join(h.dataDir, "plugins", d.alloc)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the removed allocation's directory: %v, want it gone", err)
+	}
+	a.stop()
+	a.checkNoRace()
+}

@@ -142,9 +142,8 @@ func (im Image) Validate() error {
 		}
 	}
 	for i, c := range im.Capabilities {
-		name := strings.TrimPrefix(strings.ToUpper(c), "CAP_")
-		if name == "" || strings.Trim(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_") != "" {
-			return fieldErr(fmt.Sprintf("capabilities[%d]", i), "%q is not a capability name", c)
+		if !slices.Contains(capabilityNames, strings.TrimPrefix(strings.ToUpper(c), "CAP_")) {
+			return fieldErr(fmt.Sprintf("capabilities[%d]", i), "%q is not a Linux capability (like SYS_ADMIN or CAP_SYS_ADMIN)", c)
 		}
 	}
 	for i, d := range im.Devices {
@@ -161,6 +160,18 @@ func (im Image) Validate() error {
 		}
 	}
 	return nil
+}
+
+// capabilityNames are the Linux capabilities (capabilities(7)) without
+// their CAP_ prefix, and ALL, which the engines take for every one.
+var capabilityNames = []string{
+	"ALL",
+	"CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
+	"SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW",
+	"IPC_LOCK", "IPC_OWNER", "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT",
+	"SYS_ADMIN", "SYS_BOOT", "SYS_NICE", "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD",
+	"LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG",
+	"WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF", "CHECKPOINT_RESTORE",
 }
 
 func absPath(field, p string) error {

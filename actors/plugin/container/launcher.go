@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +27,10 @@ const (
 	LabelAlloc = "io.csiactor.alloc"
 	// LabelDataDir is the data dir of the agent that created it.
 	LabelDataDir = "io.csiactor.data_dir"
+	// LabelSpec is a digest of what the container was created with (see
+	// Launcher.SpecDigest): a container whose digest differs from the
+	// allocation's spec is never adopted, but replaced.
+	LabelSpec = "io.csiactor.spec"
 )
 
 // Errors of the launcher.
@@ -213,16 +218,8 @@ func (l *Launcher) Start(ctx context.Context, s RunSpec, log *logrus.Entry) (*Co
 	if err := l.RemoveAll(ctx, engine, s.Alloc, log); err != nil {
 		return nil, err
 	}
-	cfg := &container.Config{
-		Image:  s.Image.Image,
-		Cmd:    s.Args,
-		Env:    s.Env,
-		Labels: map[string]string{LabelAlloc: s.Alloc, LabelDataDir: l.cfg.DataDir},
-	}
-	if len(s.Args) == 0 {
-		cfg.Cmd = nil
-	}
-	created, err := c.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: l.hostConfig(s), Name: l.Name(s.Alloc)})
+	cfg, hc := l.createConfig(s)
+	created, err := c.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hc, Name: l.Name(s.Alloc)})
 	if err != nil {
 		return nil, l.engineErr(engine, "create container", err)
 	}
@@ -233,6 +230,38 @@ func (l *Launcher) Start(ctx context.Context, s RunSpec, log *logrus.Entry) (*Co
 		return nil, l.engineErr(engine, "start container", err)
 	}
 	return l.watch(ctx, engine, created.ID, s.OutputDir, log, false)
+}
+
+// createConfig returns the configurations s's container is created with,
+// labelled with the allocation, the data dir and their digest.
+func (l *Launcher) createConfig(s RunSpec) (*container.Config, *container.HostConfig) {
+	cfg := &container.Config{
+		Image:  s.Image.Image,
+		Cmd:    s.Args,
+		Env:    s.Env,
+		Labels: map[string]string{LabelAlloc: s.Alloc, LabelDataDir: l.cfg.DataDir},
+	}
+	if len(s.Args) == 0 {
+		cfg.Cmd = nil
+	}
+	hc := l.hostConfig(s)
+	// Marshalling these types cannot fail.
+	b, _ := json.Marshal(struct {
+		C *container.Config
+		H *container.HostConfig
+	}{cfg, hc})
+	h := sha256.Sum256(b)
+	cfg.Labels[LabelSpec] = hex.EncodeToString(h[:])
+	return cfg, hc
+}
+
+// SpecDigest returns the digest of what s's container is created with
+// (the value of LabelSpec): the image reference, arguments, environment,
+// capabilities, devices, mounts and namespaces. Found.Spec of a container
+// created for another spec differs.
+func (l *Launcher) SpecDigest(s RunSpec) string {
+	cfg, _ := l.createConfig(s)
+	return cfg.Labels[LabelSpec]
 }
 
 func (l *Launcher) ensureImage(ctx context.Context, c *client.Client, im Image, log *logrus.Entry) error {
@@ -283,6 +312,9 @@ func (l *Launcher) HasImage(ctx context.Context, im Image) error {
 type Found struct {
 	ID      string
 	Running bool
+	// Spec is its LabelSpec: SpecDigest of the spec it was created for
+	// ("" for a container created before the label existed).
+	Spec string
 }
 
 // Find lists the containers of alloc (labelled with this launcher's data
@@ -303,7 +335,7 @@ func (l *Launcher) Find(ctx context.Context, engine, alloc string) ([]Found, err
 		if s.Labels[LabelAlloc] != alloc || s.Labels[LabelDataDir] != l.cfg.DataDir {
 			continue
 		}
-		out = append(out, Found{ID: s.ID, Running: s.State == container.StateRunning})
+		out = append(out, Found{ID: s.ID, Running: s.State == container.StateRunning, Spec: s.Labels[LabelSpec]})
 	}
 	return out, nil
 }
@@ -318,7 +350,12 @@ func (l *Launcher) RemoveAll(ctx context.Context, engine, alloc string, log *log
 		if err := l.remove(ctx, engine, f.ID); err != nil {
 			return err
 		}
-		log.WithField("container", short(f.ID)).Warn("removed a container of the allocation left by a previous agent")
+		e := log.WithField("container", short(f.ID))
+		if f.Running {
+			e.Warn("removed a running container of the allocation")
+		} else {
+			e.Info("removed an exited container of the allocation")
+		}
 	}
 	return nil
 }
@@ -464,8 +501,10 @@ func (ct *Container) waitExit() {
 			}
 			// The engine went away (or the wait broke): look again once
 			// it answers.
-			ct.setDown(ct.l.engineErr(ct.engine, "wait for container "+short(ct.id), err).Error())
-			ct.log.WithError(err).WithField("container", short(ct.id)).Warn("lost the container engine; retrying")
+			down := ct.l.engineErr(ct.engine, "wait for container "+short(ct.id), err)
+			ct.setDown(down.Error())
+			// The error names the engine and its socket.
+			ct.log.WithError(down).WithField("container", short(ct.id)).Warn("lost the container engine; retrying")
 		case <-ct.ctx.Done():
 			return
 		}

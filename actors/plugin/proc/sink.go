@@ -3,7 +3,6 @@ package proc
 import (
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/sirupsen/logrus"
 )
@@ -56,14 +55,3 @@ func (s *Sink) Write(l Line) error {
 
 // Close closes the output file.
 func (s *Sink) Close() error { return s.r.close() }
-
-// LastOutputTime returns the time of the last line kept in dir (zero if
-// there is none): a copier that stamps lines with their source's times
-// goes on after it, so that each line is kept once across agents.
-func LastOutputTime(dir string) (time.Time, error) {
-	lines, err := ReadOutput(dir, 1)
-	if err != nil || len(lines) == 0 {
-		return time.Time{}, err
-	}
-	return lines[0].Time, nil
-}

@@ -271,13 +271,14 @@ the allocation as GET /v1/allocations lists it.`,
 func allocLogsCommand() *command {
 	return clientLeaf(&command{
 		name:    "logs",
-		summary: "print an exec-managed allocation's plugin output",
+		summary: "print an exec-managed or image allocation's plugin output",
 		usage:   "csiactor alloc logs [-f] [-tail N] [flags] ID",
-		help: `Prints what the plugin of the exec-managed allocation ID wrote to its
-stdout and stderr (GET /v1/allocations/ID/logs): stdout lines on stdout,
-stderr lines on stderr. The agent keeps the output in rotated files under
-<data_dir>/plugins/ID/, written by a log shim that runs beside the plugin,
-so lines written while no agent ran are there too.
+		help: `Prints what the plugin of the exec-managed or image allocation ID wrote
+to its stdout and stderr (GET /v1/allocations/ID/logs): stdout lines on
+stdout, stderr lines on stderr. The agent keeps the output in rotated files
+under <data_dir>/plugins/ID/, written by a log shim that runs beside the
+plugin (for an image allocation, copied from the engine's log of its
+container), so lines written while no agent ran are there too.
 
 -tail N prints only the last N lines first (default: every kept line); -f
 keeps printing new lines until interrupted or the allocation is

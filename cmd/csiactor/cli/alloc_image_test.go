@@ -56,7 +56,9 @@ func TestAllocRegister_ImageErrors(t *testing.T) {
 		{"relative mount", []string{"-image", "img", "-mount", "data:/data"}, `-mount #1: "data" is a relative path`},
 		{"mount without target", []string{"-image", "img", "-mount", "/data"}, `-mount #1: "/data": want SRC:DST or SRC:DST:ro`},
 		{"relative device", []string{"-image", "img", "-device", "fuse"}, `-device #1: "fuse" is a relative path`},
-		{"bad capability", []string{"-image", "img", "-cap", "SYS ADMIN"}, `-cap #1: "SYS ADMIN" is not a capability name`},
+		{"bad capability", []string{"-image", "img", "-cap", "SYS ADMIN"}, `-cap #1: "SYS ADMIN" is not a Linux capability`},
+		// A name the engine would refuse only at each start.
+		{"unknown capability", []string{"-image", "img", "-cap", "SYS_ADMIN", "-cap", "FOO_BAR"}, `-cap #2: "FOO_BAR" is not a Linux capability`},
 		{"image and socket", []string{"-image", "img", "-socket", "/s"}, "-image: give one of socket"},
 		{"engine without image", []string{"-engine", "docker"}, "-image is required with"},
 	} {
