@@ -20,11 +20,27 @@ import (
 	"github.com/csiactor/csiactor/persistence"
 )
 
+// open opens a session for node on endpoints (see openWith).
 func open(t *testing.T, node string, endpoints ...string) *cluster.Session {
 	t.Helper()
-	s, err := cluster.Open(context.Background(), cluster.Config{
-		NodeID: node, Endpoints: endpoints, LeaseTTL: 2 * time.Second, DialTimeout: time.Second,
-	})
+	return openWith(t, cluster.Config{NodeID: node, Endpoints: endpoints})
+}
+
+// openWith opens a session with cfg, closed when t ends. A zero LeaseTTL
+// or DialTimeout is the agents' in the tests (clusterConfig: 5 s and 2 s),
+// not the session's defaults: with a 1 s bound on every request, a loaded
+// machine failed a test that expects no etcd outage with "context
+// deadline exceeded" (TestSession_WatchVolumesPages, on one of its 1,234
+// writes). Tests of a lease's expiry set a shorter one.
+func openWith(t *testing.T, cfg cluster.Config) *cluster.Session {
+	t.Helper()
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = 5 * time.Second
+	}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = 2 * time.Second
+	}
+	s, err := cluster.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +202,7 @@ func TestSession_Partition(t *testing.T) {
 	t.Cleanup(leakcheck.Check(t))
 	srv := etcdtest.Start(t)
 	p := startProxy(t, srv.Endpoint()[len("http://"):])
-	s := open(t, "cut", p.Endpoint())
+	s := openWith(t, cluster.Config{NodeID: "cut", Endpoints: []string{p.Endpoint()}, LeaseTTL: 2 * time.Second, DialTimeout: time.Second})
 	cli := directClient(t, srv.Endpoint())
 	if err := admit(s, "v", csi.AccessModeMultiNodeMultiWriter, "before"); err != nil {
 		t.Fatal(err)

@@ -55,12 +55,7 @@ func TestCluster_SweepAbandonedAnswers(t *testing.T) {
 	claimStep := base + "vol-2/csi-node-9"
 	put(claimStep, cluster.ControllerRequest{Volume: "vol-2", Node: "csi-node-9", Op: cluster.OpPublish, Host: "node-9", Attempt: "a1", At: old, Answer: answered})
 
-	s, err := cluster.Open(ctx, cluster.Config{NodeID: "leader", Endpoints: []string{srv.Endpoint()},
-		LeaseTTL: 2 * time.Second, DialTimeout: time.Second, AnswerRetention: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = s.Close(context.Background()) }()
+	s := openWith(t, cluster.Config{NodeID: "leader", Endpoints: []string{srv.Endpoint()}, AnswerRetention: time.Hour})
 	sctx, cancel := context.WithCancel(ctx)
 	served := make(chan struct{})
 	go func() {

@@ -238,7 +238,9 @@ func (a *Actor) onFingerprinted(ctx actor.Context, m *fingerprinted) {
 			a.setHealth(true, a.healthyDescription())
 		}
 	default:
-		a.hungCheck = false
+		// A hung check stays pending: the plugin that answers again while
+		// its node RPCs still time out in a row is hung (on a loaded
+		// machine the check's own fingerprint can time out).
 		a.failures++
 		a.setHealth(false, describe(m.err))
 		next = a.unhealthyDelay()

@@ -28,7 +28,9 @@ func (a *Actor) observeCall(e csi.CallEnd) {
 // onNodeCallEnded counts node RPCs that end in DeadlineExceeded in a row;
 // an answer starts the count over. At HungRPCRestart a fingerprint checks
 // that the plugin still answers (see hungFingerprint): a plugin that does
-// not is unhealthy, and HealthTimeout deals with it.
+// not is unhealthy, and HealthTimeout deals with it. The check waits for
+// the first fingerprint that answers: if the node RPCs have not answered
+// meanwhile, the plugin is hung.
 func (a *Actor) onNodeCallEnded(m *nodeCallEnded) {
 	if a.done || a.cfg.HungRPCRestart <= 0 {
 		return

@@ -98,6 +98,31 @@ func TestActor_Exec_HungNodeRPCs_Restarts(t *testing.T) {
 	h.shutdown(ReasonDeregistered)
 }
 
+// TestActor_HungCheck_FingerprintFailsFirst: the fingerprint that checks
+// a plugin after its third node RPC in a row timed out fails (on a loaded
+// machine it can time out); the plugin is unhealthy, and once a
+// fingerprint answers again, with no node RPC answered meanwhile, it is
+// found hung. The check used to end with the failed fingerprint, and the
+// plugin was healthy again with its node RPCs hanging.
+func TestActor_HungCheck_FingerprintFailsFirst(t *testing.T) {
+	defer leakcheck.Check(t)()
+	fake, ep := startFake(t, fakeplugin.Config{Name: "hung"})
+	defer fake.Stop()
+	fake.SetFault("NodePublishVolume", fakeplugin.Fault{Hang: true})
+	h := newHarness(t, attached("ah1", Node, ep), StaleProcess{}, hungConfig)
+	defer h.close()
+	c := h.waitHealthy().Client
+	publishHangs(t, c)
+	publishHangs(t, c)
+	fake.SetFault("Probe", fakeplugin.Fault{Code: codes.Internal, Message: "probe failed", Times: 1})
+	publishHangs(t, c)
+	h.waitUnhealthy("probe failed")
+	s := h.waitUnhealthy("node RPCs hang: 3 in a row ended in DeadlineExceeded while the plugin answers Probe")
+	if s.Hung != 1 || fake.Calls("Probe") < 2 {
+		t.Errorf("hung %d after %d Probes; want 1, found by the fingerprint after the failed one", s.Hung, fake.Calls("Probe"))
+	}
+}
+
 // TestActor_Attached_HungNodeRPCs_Reported: an attached plugin whose node
 // RPCs hang is reported unhealthy (the agent does not run it), and is
 // healthy again at its next fingerprint; with the count off, nothing

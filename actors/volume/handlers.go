@@ -129,8 +129,12 @@ func (a *volumeActor) save(v *persistence.Volume, point string, put func(context
 	if statsTarget(v) == nil && statsTarget(old) != nil {
 		a.m.stats.forget(a.h.id) // its series disappear with the claim
 	}
+	// A freed claim is handed to the cluster before the status and the
+	// events show it freed: whoever reads it freed here and then updates
+	// or deregisters the volume on this host finds it being freed (not
+	// held) in the cluster too.
+	a.freeHosts(old, v)
 	a.m.publish(a.h, v)
-	a.freeHosts(old, v) // before the events: a freed claim is freed for the cluster too
 	a.m.recordEvents(old, v, a.forgetting...)
 	a.m.faultPoint("persisted:", point, a.h.id)
 	return nil

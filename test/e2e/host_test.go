@@ -69,11 +69,20 @@ func (h *host) claimAll(d driver) []published {
 }
 
 // checkPublished checks that every claim is published, its target mounted
-// (as root; a live link otherwise) and its data visible.
+// (as root; a live link otherwise) and its data visible. Each volume's
+// status is read once (one CLI run per volume, not per claim: with 50
+// claims on 10 volumes checked 11 times, the runs per claim took most of
+// TestAgent_FUSEPluginKilled_MountsHealed's time on a loaded machine).
 func (h *host) checkPublished(when string, claims []published) {
 	h.t.Helper()
+	vols := map[string]runtime.Volume{}
 	for _, c := range claims {
-		if cl, ok := claimOf(h.volume(c.vol), c.alloc); !ok || cl.State != runtime.ClaimPublished || cl.Condition != "" {
+		v, ok := vols[c.vol]
+		if !ok {
+			v = h.volume(c.vol)
+			vols[c.vol] = v
+		}
+		if cl, ok := claimOf(v, c.alloc); !ok || cl.State != runtime.ClaimPublished || cl.Condition != "" {
 			h.t.Errorf("%s: claim %s on %s = %+v (present %t); want published", when, c.alloc, c.vol, cl, ok)
 		}
 		if isRoot() && !mountinfo.IsMountPoint(c.target) {
