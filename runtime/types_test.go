@@ -100,7 +100,7 @@ func TestAllocationSpec_Validate_Cases(t *testing.T) {
 		{"image relative mount", AllocationSpec{Plugin: "p", Type: TypeNode, Image: &container.Image{Image: "i", Mounts: []container.Mount{{Source: "data", Target: "/data"}}}}, "image.mounts[0].source", `"data" is a relative path`},
 		{"image relative mount target", AllocationSpec{Plugin: "p", Type: TypeNode, Image: &container.Image{Image: "i", Mounts: []container.Mount{{Source: "/data", Target: "data"}}}}, "image.mounts[0].target", "relative path"},
 		{"image relative device", AllocationSpec{Plugin: "p", Type: TypeNode, Image: &container.Image{Image: "i", Devices: []string{"fuse"}}}, "image.devices[0]", "relative path"},
-		{"image bad capability", AllocationSpec{Plugin: "p", Type: TypeNode, Image: &container.Image{Image: "i", Capabilities: []string{"sys-admin"}}}, "image.capabilities[0]", "not a capability name"},
+		{"image bad capability", AllocationSpec{Plugin: "p", Type: TypeNode, Image: &container.Image{Image: "i", Capabilities: []string{"sys-admin"}}}, "image.capabilities[0]", "is not a Linux capability"},
 		{"image without reference", AllocationSpec{Plugin: "p", Type: TypeNode, Image: &container.Image{Engine: "docker"}}, "image.image", "is required"},
 		{"image with command", AllocationSpec{Plugin: "p", Type: TypeNode, Command: []string{"/bin/p"}, Image: &container.Image{Image: "i"}}, "image", "not command and image"},
 		{"image with socket", AllocationSpec{Plugin: "p", Type: TypeNode, Socket: "/s", Image: &container.Image{Image: "i"}}, "image", "not socket and image"},
