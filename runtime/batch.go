@@ -72,8 +72,8 @@ type batchEntry struct {
 // plugin as RegisterVolume does and written in one store commit, with one
 // EventVolumesRegistered event; in cluster mode the definitions of volumes
 // new to the cluster are written to etcd instead (not to this host's
-// store), MaxTxnOps (128) per transaction, each creating its keys only if
-// they are absent. Entries for
+// store), MaxTxnOps/2 (64) volumes with their plugin volumes' ID records
+// per transaction, each creating its keys only if they are absent. Entries for
 // registered volumes go through RegisterVolume (no-op or update), creates
 // through CreateVolume, a few at a time.
 func (r *Runtime) RegisterVolumes(ctx context.Context, entries []CreateVolumeSpec) ([]BatchResult, error) {
@@ -188,11 +188,7 @@ func (r *Runtime) registerBatchLocal(ctx context.Context, regs []batchEntry, res
 	if len(regs) == 0 {
 		return
 	}
-	specs := make([]volume.Spec, len(regs))
-	for k, be := range regs {
-		specs[k] = be.spec
-	}
-	for k, err := range r.volumes.RegisterBatch(ctx, specs) {
+	for k, err := range r.volumes.RegisterBatch(ctx, specsOf(regs)) {
 		res[regs[k].i].Err = err
 	}
 }
@@ -200,8 +196,8 @@ func (r *Runtime) registerBatchLocal(ctx context.Context, regs []batchEntry, res
 // registerBatchShared is registerBatchLocal in cluster mode, where etcd
 // holds the definitions: a volume the cluster has goes through
 // RegisterVolume (a no-op, or an update by compare-and-swap); the others
-// are validated by this host's plugin, then written to etcd alone,
-// MaxTxnOps definitions per transaction. This host keeps no record of
+// are validated by this host's plugin, then written to etcd alone
+// (cluster.Session.PutVolumes). This host keeps no record of
 // them until it is asked about one, as of any volume of the cluster.
 func (r *Runtime) registerBatchShared(ctx context.Context, entries []CreateVolumeSpec, regs []batchEntry, res []BatchResult) {
 	if len(regs) == 0 {
@@ -232,10 +228,7 @@ func (r *Runtime) registerBatchShared(ctx context.Context, entries []CreateVolum
 	if len(fresh) == 0 {
 		return
 	}
-	specs := make([]volume.Spec, len(fresh))
-	for k, be := range fresh {
-		specs[k] = be.spec
-	}
+	specs := specsOf(fresh)
 	errs := r.volumes.RegisterBatchWith(ctx, specs, func(accepted []int) []error {
 		out := make([]error, len(accepted))
 		vols := make([]cluster.NewVolume, 0, len(accepted))
@@ -258,6 +251,15 @@ func (r *Runtime) registerBatchShared(ctx context.Context, entries []CreateVolum
 	for k, err := range errs {
 		res[fresh[k].i].Err = err
 	}
+}
+
+// specsOf returns the volume specs of entries, in their order.
+func specsOf(entries []batchEntry) []volume.Spec {
+	specs := make([]volume.Spec, len(entries))
+	for k, be := range entries {
+		specs[k] = be.spec
+	}
+	return specs
 }
 
 // startEach calls fn with each of entries, batchCreates at a time, in the
